@@ -1,0 +1,43 @@
+# Everything a new machine needs is installed by these targets, from this repository's own files.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: demo test bench lint tools install clean
+
+install: $(VENV)/.installed
+
+# The venv is rebuilt whenever pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+# Test-only tools from Debian: a real Prometheus (and promtool) for the metrics tests.
+tools:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends prometheus; }
+
+# The main job: serve the bundled MiniLM model locally and show what batching does.
+demo: install
+	$(PY) -m batchd.bench.demo
+
+test: install tools
+	$(PY) -m pytest
+
+bench: install
+	$(PY) -m batchd.bench
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy api replica operator bench
+	$(VENV)/bin/hadolint Dockerfile
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,168 @@
+"""The `BatchedDeployment` spec: one typed definition shared by the CRD, the operator and the replica.
+
+Our own fields use the seeds' (Ray Serve's) snake_case vocabulary, because users asked for
+`num_replicas` by that name. Embedded Kubernetes types (`resources`, `nodeSelector`, ...)
+keep Kubernetes' own camelCase names and schemas; they are passed through untouched.
+
+This module must import without torch: the operator image does not carry it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+GROUP = "serving.batchd.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "BatchedDeployment"
+PLURAL = "batcheddeployments"
+SINGULAR = "batcheddeployment"
+SHORT_NAMES = ["bd"]
+
+# The transformers pipeline tasks a replica knows how to batch, encode and answer.
+PipelineTask = Literal[
+    "feature-extraction",
+    "text-classification",
+    "text-generation",
+    "fill-mask",
+]
+
+# `module:Attribute` or `module:Class.method`, as in uvicorn's and Ray Serve's import paths.
+HANDLER_PATTERN = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)?$"
+SOURCE_SCHEMES = ("hf://", "file://", "pvc://")
+# A DNS-1123 label: model names appear in URLs and Prometheus labels.
+MODEL_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
+
+# Anything embedded from Kubernetes: kept as given, validated by the API server's own types.
+KubeObject = dict[str, Any]
+
+
+class _Strict(BaseModel):
+    # Unknown fields are refused: a typo such as `max_batchsize` must not pass silently.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class ModelSpec(_Strict):
+    """What to serve: a transformers pipeline (`task` + `source`) or a custom batch `handler`."""
+
+    name: Annotated[str | None, Field(pattern=MODEL_NAME_PATTERN, max_length=63)] = Field(
+        default=None,
+        description="Name in the inference URLs (/v1/models/NAME:predict); defaults to the resource's name.",
+    )
+    task: PipelineTask | None = Field(
+        default=None, description="A transformers pipeline task. Exactly one of task or handler."
+    )
+    source: Annotated[str | None, Field(min_length=1, max_length=1024)] = Field(
+        default=None,
+        description="Where the weights are: hf://org/name, pvc://claim/path or file:///path.",
+    )
+    handler: Annotated[str | None, Field(pattern=HANDLER_PATTERN, max_length=253)] = Field(
+        default=None,
+        description="A batch handler by import path, module:Class or module:Class.method. "
+        "It takes a list of items and returns a list of results of the same length.",
+    )
+    init_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments for the handler's constructor."
+    )
+    call_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Keyword arguments for every pipeline call (e.g. max_new_tokens for text-generation).",
+    )
+    device: Literal["auto", "cuda", "cpu"] = Field(
+        default="auto", description="auto picks cuda when a GPU is visible, else cpu."
+    )
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
+        default="auto", description="auto is float16 on cuda and float32 on cpu."
+    )
+
+    @field_validator("source")
+    @classmethod
+    def _known_scheme(cls, source: str | None) -> str | None:
+        if source is not None and not source.startswith(SOURCE_SCHEMES):
+            raise ValueError(f"must start with one of {', '.join(SOURCE_SCHEMES)}, got {source!r}")
+        return source
+
+    @model_validator(mode="after")
+    def _task_xor_handler(self) -> Self:
+        if (self.task is None) == (self.handler is None):
+            raise ValueError(
+                f"exactly one of model.task or model.handler must be set, "
+                f"got task={self.task!r} and handler={self.handler!r}"
+            )
+        if self.task is not None and self.source is None:
+            raise ValueError(f"model.source is required with model.task={self.task!r}")
+        return self
+
+
+class BatchingSpec(_Strict):
+    """How requests are gathered into batches; the knobs of Ray Serve's `@serve.batch`, plus bounds."""
+
+    max_batch_size: int = Field(
+        default=32, ge=1, le=4096, description="The largest batch the model is ever called with."
+    )
+    batch_wait_timeout_s: float = Field(
+        default=0.01,
+        ge=0,
+        le=60,
+        description="How long a batch waits to fill after its first item; 0 = opportunistic batching.",
+    )
+    max_concurrent_batches: int = Field(
+        default=1, ge=1, le=64, description="Batches that may run on the model at the same time."
+    )
+    max_queued_requests: int = Field(
+        default=1024,
+        ge=1,
+        le=1_000_000,
+        description="Items that may wait for a batch; past it the replica answers 503 with Retry-After.",
+    )
+    request_timeout_s: float = Field(
+        default=30, gt=0, le=3600, description="A request still unanswered after this gets 504."
+    )
+
+
+class BatchedDeploymentSpec(_Strict):
+    """The `spec` of a BatchedDeployment."""
+
+    num_replicas: int = Field(default=1, ge=0, le=10_000, description="Replica pods; the scale subresource.")
+    model: ModelSpec
+    batching: BatchingSpec = Field(default_factory=BatchingSpec)
+    image: Annotated[str | None, Field(min_length=1, max_length=1024)] = Field(
+        default=None, description="Replica image; defaults to the operator's configured image."
+    )
+    resources: KubeObject = Field(
+        default_factory=dict, description="Container resources, e.g. {limits: {nvidia.com/gpu: 1}}."
+    )
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    tolerations: list[KubeObject] = Field(default_factory=list)
+    affinity: KubeObject = Field(default_factory=dict)
+    env: list[KubeObject] = Field(default_factory=list)
+    volumes: list[KubeObject] = Field(default_factory=list)
+    volume_mounts: list[KubeObject] = Field(default_factory=list, alias="volumeMounts")
+
+
+class ObjectMeta(BaseModel):
+    """The part of `metadata` that batchd reads; the rest is kept but ignored."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class BatchedDeployment(BaseModel):
+    """A whole manifest, as a user would `kubectl apply` it."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
+
+    api_version: Literal["serving.batchd.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["BatchedDeployment"]
+    metadata: ObjectMeta
+    spec: BatchedDeploymentSpec
+
+    @property
+    def model_name(self) -> str:
+        """The name in inference URLs and metric labels."""
+        return self.spec.model.name or self.metadata.name

@@ -1,0 +1,96 @@
+"""`batchd serve MANIFEST.yaml`: one replica, locally or in a pod, from a BatchedDeployment manifest.
+
+The same manifest a user would `kubectl apply` runs on a laptop; in a pod the operator mounts it
+at /etc/batchd/manifest.yaml. Bad manifests and settings exit with status 2 and a message that
+names the field; a model that fails to load exits non-zero, and its reason goes to the pod's
+termination log so that `kubectl describe pod` shows it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+
+from batchd.api.manifest import ManifestError, load_manifest
+from batchd.replica.app import create_app
+from batchd.replica.serving import Replica
+from batchd.replica.settings import ReplicaSettings
+
+TERMINATION_LOG = Path("/dev/termination-log")
+
+
+class ReplicaServer(uvicorn.Server):
+    """uvicorn, plus: on SIGTERM turn unready before the listener closes and the queue drains."""
+
+    def __init__(self, config: uvicorn.Config, replica: Replica) -> None:
+        super().__init__(config)
+        self.replica = replica
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig in (signal.SIGTERM, signal.SIGINT):
+            self.replica.begin_draining()
+        super().handle_exit(sig, frame)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="batchd", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve one replica of a BatchedDeployment manifest")
+    serve.add_argument("manifest", type=Path, help="a YAML file holding a BatchedDeployment")
+    serve.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="port to listen on (default 8000)")
+    serve.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--access-log", action="store_true", help="log every request (costs throughput)")
+    return parser.parse_args(argv)
+
+
+def serve(args: argparse.Namespace) -> int:
+    try:
+        manifest = load_manifest(args.manifest)
+        settings = ReplicaSettings.from_env(host=args.host, port=args.port, log_level=args.log_level)
+    except (ManifestError, ValueError) as error:
+        print(f"batchd: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = create_app(manifest, settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        log_level=settings.log_level,
+        access_log=args.access_log,
+        timeout_graceful_shutdown=settings.drain_timeout_s,
+        backlog=4096,
+    )
+    server = ReplicaServer(config, app.state.replica)
+    server.run()
+    if not server.started:  # the lifespan failed: the model could not be loaded
+        _write_termination_log(f"model {manifest.model_name!r} failed to load; see the log above")
+        return 3
+    return 0
+
+
+def _write_termination_log(message: str) -> None:
+    with contextlib.suppress(OSError):  # not in a pod
+        TERMINATION_LOG.write_text(message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

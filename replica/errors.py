@@ -1,0 +1,73 @@
+"""Every way a request can fail, and the one table that maps each to an HTTP answer.
+
+KServe repeats this mapping in nine handlers; we keep it in one place so that the status code,
+the `outcome` label on the metrics and the rejection reason can never disagree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from batchd.replica.batching import BatchSizeMismatch, DeadlineExceeded, Draining, QueueFull
+
+
+class InvalidInput(ValueError):
+    """The request is malformed; the message names the field and the value."""
+
+
+class TooLarge(ValueError):
+    """The request is larger than this replica accepts (body bytes or items)."""
+
+
+class UnknownModel(LookupError):
+    """The URL names a model this replica does not serve."""
+
+
+class NotReady(RuntimeError):
+    """The model is still loading or warming up."""
+
+
+class ClientDisconnected(Exception):
+    """The client went away before its answer was ready."""
+
+
+@dataclass(frozen=True)
+class ErrorAnswer:
+    status: int
+    outcome: str  # the `outcome` label of batchd_requests_total
+    rejection: str | None = None  # the `reason` label of batchd_rejections_total, if refused up front
+    retry: bool = False  # send Retry-After
+
+
+# The first entry whose class matches wins: order from specific to general.
+ERROR_TABLE: tuple[tuple[type[BaseException], ErrorAnswer], ...] = (
+    (InvalidInput, ErrorAnswer(400, "invalid", rejection="invalid")),
+    (UnknownModel, ErrorAnswer(404, "invalid", rejection="invalid")),
+    (TooLarge, ErrorAnswer(413, "rejected", rejection="too_large")),
+    (QueueFull, ErrorAnswer(503, "rejected", rejection="queue_full", retry=True)),
+    (Draining, ErrorAnswer(503, "rejected", rejection="draining", retry=True)),
+    (NotReady, ErrorAnswer(503, "rejected", retry=True)),
+    (DeadlineExceeded, ErrorAnswer(504, "timeout")),
+    (TimeoutError, ErrorAnswer(504, "timeout")),
+    (ClientDisconnected, ErrorAnswer(499, "cancelled")),
+    (asyncio.CancelledError, ErrorAnswer(499, "cancelled")),
+    (BatchSizeMismatch, ErrorAnswer(500, "error")),
+)
+MODEL_ERROR = ErrorAnswer(500, "error")
+
+
+def answer_for(error: BaseException) -> ErrorAnswer:
+    for error_type, answer in ERROR_TABLE:
+        if isinstance(error, error_type):
+            return answer
+    return MODEL_ERROR
+
+
+def describe(error: BaseException) -> str:
+    """The message a client sees: ours verbatim, a model's exception with its type for context."""
+    if isinstance(error, (TimeoutError, DeadlineExceeded)):
+        return "request_timeout_s passed before the model answered"
+    if answer_for(error) is MODEL_ERROR:
+        return f"model error: {type(error).__name__}: {error}"
+    return str(error) or type(error).__name__

@@ -1,0 +1,100 @@
+"""The replica's Prometheus metrics: what the batcher does, seen from outside.
+
+Names are in Prometheus base units with the `batchd_` prefix; every series carries only the
+`deployment` and `model` labels (plus `outcome` or `reason` where counting those is the point),
+so cardinality stays fixed whatever the traffic. Each app gets its own registry, which keeps
+tests and several apps in one process apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+# From sub-millisecond overhead to multi-second generation.
+SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+OUTCOMES = ("success", "error", "timeout", "rejected", "invalid", "cancelled")
+REJECTION_REASONS = ("queue_full", "draining", "too_large", "invalid")
+
+
+class ReplicaMetrics:
+    """Every metric of one replica, bound to its deployment and model labels."""
+
+    def __init__(self, deployment: str, model: str, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        labels = ("deployment", "model")
+        values = (deployment, model)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, labels, registry=self.registry).labels(*values)
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=self.registry).labels(*values)
+
+        self.queue_depth = gauge("batchd_queue_depth", "Items waiting to join a batch.")
+        self.inflight = gauge("batchd_inflight_requests", "Requests accepted and not yet answered.")
+        self.model_ready = gauge("batchd_model_ready", "1 once the model is loaded and warmed, 0 otherwise.")
+        self.batch_size = histogram(
+            "batchd_batch_size", "Items per batch sent to the model.", BATCH_SIZE_BUCKETS
+        )
+        self.batch_wait = histogram(
+            "batchd_batch_wait_seconds",
+            "From a batch's first item arriving to the batch being sent to the model.",
+            SECONDS_BUCKETS,
+        )
+        self.batch_execution = histogram(
+            "batchd_batch_execution_seconds", "Time the model took for one batch.", SECONDS_BUCKETS
+        )
+        self.batch_failures = Counter(
+            "batchd_batch_failures_total", "Batches whose model call raised.", labels, registry=self.registry
+        ).labels(*values)
+
+        request_duration = Histogram(
+            "batchd_request_duration_seconds",
+            "From a request arriving to its answer, by outcome.",
+            (*labels, "outcome"),
+            buckets=SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        requests = Counter(
+            "batchd_requests",
+            "Inference requests answered, by outcome.",
+            (*labels, "outcome"),
+            registry=self.registry,
+        )
+        rejections = Counter(
+            "batchd_rejections",
+            "Requests refused before queueing, by reason.",
+            (*labels, "reason"),
+            registry=self.registry,
+        )
+        # Children are made up front: every series exists (at zero) from the first scrape,
+        # so rate() and dashboards work before the first error ever happens.
+        self._request_duration = {o: request_duration.labels(*values, o) for o in OUTCOMES}
+        self._requests = {o: requests.labels(*values, o) for o in OUTCOMES}
+        self._rejections = {r: rejections.labels(*values, r) for r in REJECTION_REASONS}
+
+    def track(self, queue_depth: Callable[[], float], inflight: Callable[[], float]) -> None:
+        """Read the live gauges at scrape time rather than on every request."""
+        self.queue_depth.set_function(queue_depth)
+        self.inflight.set_function(inflight)
+
+    def request_done(self, outcome: str, duration_s: float) -> None:
+        self._requests[outcome].inc()
+        self._request_duration[outcome].observe(duration_s)
+
+    def rejected(self, reason: str) -> None:
+        self._rejections[reason].inc()
+
+    # BatchObserver, for the batcher.
+    def batch_dispatched(self, size: int, waited_s: float) -> None:
+        self.batch_size.observe(size)
+        self.batch_wait.observe(waited_s)
+
+    def batch_finished(self, size: int, duration_s: float, failed: bool) -> None:
+        self.batch_execution.observe(duration_s)
+        if failed:
+            self.batch_failures.inc()

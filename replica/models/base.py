@@ -1,0 +1,62 @@
+"""What the batcher and the routes need from a model, whatever kind of model it is.
+
+A model takes a list of items and returns one result per item, in order. How it gets there
+(a transformers pipeline, a user's handler class) is the business of the modules beside this one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pydantic import TypeAdapter
+
+# Open Inference Protocol V2 datatypes that batchd encodes and decodes.
+Datatype = Literal["BOOL", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES"]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One named input or output in the V2 model metadata; -1 marks the batch dimension."""
+
+    name: str
+    datatype: Datatype
+    shape: tuple[int, ...] = (-1,)
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """What `GET /v2/models/{name}` reports."""
+
+    platform: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class BatchModel(Protocol):
+    """A loaded, ready-to-call model. Implementations run their work off the event loop."""
+
+    @property
+    def item_adapter(self) -> TypeAdapter[Any]:
+        """Validates and coerces one input item before it is queued (lax mode: "3" -> 3 for int)."""
+        ...
+
+    @property
+    def metadata(self) -> ModelMetadata: ...
+
+    async def predict_batch(self, items: list[Any]) -> list[Any]:
+        """One result per item, in order, JSON-serialisable. Never blocks the calling event loop."""
+        ...
+
+    async def warmup(self, max_batch_size: int) -> None:
+        """Exercise the model once (or more) so that the first user request pays no start-up cost."""
+        ...
+
+    def close(self) -> None:
+        """Release threads and memory; called once at shutdown."""
+        ...
+
+
+class ModelLoadError(RuntimeError):
+    """The model named by the spec cannot be loaded; the message says which field and why."""

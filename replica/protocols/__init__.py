@@ -1,0 +1,1 @@
+"""The wire protocols a replica speaks; each turns a request into batch items and results back."""

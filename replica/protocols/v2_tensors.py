@@ -1,0 +1,163 @@
+"""Open Inference Protocol (V2) tensors <-> batch items, as pure functions.
+
+The first dimension of every input tensor is the batch: row `i` of each input becomes item `i`.
+With one input the item is the row itself; with several it is `{input_name: row}`. Results go
+back the same way: one output tensor (or one per key when results are dicts), first dimension
+the batch, data flattened row-major as the protocol specifies.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from batchd.replica.errors import InvalidInput
+
+_INT_TYPES = {"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"}
+_FLOAT_TYPES = {"FP16", "FP32", "FP64"}
+DATATYPES = _INT_TYPES | _FLOAT_TYPES | {"BOOL", "BYTES"}
+
+
+def decode_inputs(body: Any) -> list[Any]:
+    """The batch items of an inference request body, or InvalidInput naming what is wrong."""
+    if not isinstance(body, dict):
+        raise InvalidInput(f"request body: expected a JSON object with 'inputs', got {type(body).__name__}")
+    inputs = body.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise InvalidInput(f"inputs: expected a non-empty list of tensors, got {_short(inputs)}")
+    columns: dict[str, list[Any]] = {}
+    batch_size: int | None = None
+    for index, tensor in enumerate(inputs):
+        where = f"inputs[{index}]"
+        name, rows = _decode_tensor(tensor, where)
+        if name in columns:
+            raise InvalidInput(f"{where}.name: {name!r} appears twice")
+        if batch_size is not None and len(rows) != batch_size:
+            raise InvalidInput(
+                f"{where}.shape: first dimension {len(rows)} differs from the other inputs' {batch_size}"
+            )
+        batch_size = len(rows)
+        columns[name] = rows
+    if not batch_size:
+        raise InvalidInput("inputs: the batch is empty (first dimension 0)")
+    if len(columns) == 1:
+        return next(iter(columns.values()))
+    return [{name: rows[i] for name, rows in columns.items()} for i in range(batch_size)]
+
+
+def _decode_tensor(tensor: Any, where: str) -> tuple[str, list[Any]]:
+    if not isinstance(tensor, dict):
+        raise InvalidInput(
+            f"{where}: expected an object with name, shape, datatype, data, got {_short(tensor)}"
+        )
+    name, shape, datatype, data = (tensor.get(key) for key in ("name", "shape", "datatype", "data"))
+    if not isinstance(name, str) or not name:
+        raise InvalidInput(f"{where}.name: expected a non-empty string, got {_short(name)}")
+    if not isinstance(shape, list) or not shape or not all(_is_dim(d) for d in shape):
+        raise InvalidInput(f"{where}.shape: expected a list of non-negative integers, got {_short(shape)}")
+    if datatype not in DATATYPES:
+        raise InvalidInput(f"{where}.datatype: expected one of {sorted(DATATYPES)}, got {_short(datatype)}")
+    if not isinstance(data, list):
+        raise InvalidInput(f"{where}.data: expected a list, got {_short(data)}")
+    flat = _flatten(data)
+    expected = math.prod(shape)
+    if len(flat) != expected:
+        raise InvalidInput(f"{where}.data: shape {shape} needs {expected} element(s), got {len(flat)}")
+    for position, value in enumerate(flat):
+        if not _fits(value, datatype):
+            raise InvalidInput(f"{where}.data[{position}]: {_short(value)} is not a valid {datatype}")
+    return name, _reshape(flat, shape)
+
+
+def _is_dim(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _fits(value: Any, datatype: str) -> bool:
+    if datatype == "BYTES":
+        return isinstance(value, str)
+    if datatype == "BOOL":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if datatype in _INT_TYPES:
+        return isinstance(value, int) and (value >= 0 or not datatype.startswith("U"))
+    return isinstance(value, (int, float))
+
+
+def _flatten(data: list[Any]) -> list[Any]:
+    if not any(isinstance(value, list) for value in data):
+        return data
+    flat: list[Any] = []
+    for value in data:
+        flat.extend(_flatten(value) if isinstance(value, list) else [value])
+    return flat
+
+
+def _reshape(flat: list[Any], shape: list[int]) -> list[Any]:
+    """Nest a flat row-major list into `shape`; with shape [N, ...] that gives the N batch items."""
+    if len(shape) == 1:
+        return flat
+    step = math.prod(shape[1:])
+    return [_reshape(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+def encode_outputs(results: Sequence[Any], default_name: str) -> list[dict[str, Any]]:
+    """Output tensors for a batch of results (one result per item)."""
+    if results and all(isinstance(r, dict) for r in results):
+        keys = list(results[0])
+        if all(list(r) == keys for r in results):
+            return [_encode_column(key, [r[key] for r in results]) for key in keys]
+    return [_encode_column(default_name, list(results))]
+
+
+def _encode_column(name: str, values: list[Any]) -> dict[str, Any]:
+    shape = _rectangular_shape(values)
+    flat = _flatten(values) if shape is not None else []
+    datatype = _datatype_of(flat) if shape is not None else None
+    if shape is None or datatype is None:  # ragged, structured or mixed rows travel as JSON strings
+        data = [v if isinstance(v, str) else json.dumps(v) for v in values]
+        return {"name": name, "shape": [len(values)], "datatype": "BYTES", "data": data}
+    return {"name": name, "shape": shape, "datatype": datatype, "data": flat}
+
+
+def _rectangular_shape(values: list[Any]) -> list[int] | None:
+    """[len(values), *inner] when every row has the same nested list shape of scalars, else None."""
+    inner: list[int] | None = None
+    for value in values:
+        shape = _shape_of(value)
+        if shape is None or (inner is not None and shape != inner):
+            return None
+        inner = shape
+    return [len(values), *(inner or [])]
+
+
+def _shape_of(value: Any) -> list[int] | None:
+    if isinstance(value, list):
+        if not value:
+            return [0]
+        shapes = [_shape_of(v) for v in value]
+        first = shapes[0]
+        if first is None or any(s != first for s in shapes):
+            return None
+        return [len(value), *first]
+    return [] if isinstance(value, (bool, int, float, str)) else None
+
+
+def _datatype_of(flat: list[Any]) -> str | None:
+    if flat and all(isinstance(v, bool) for v in flat):
+        return "BOOL"
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
+        return "INT64"
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat):
+        return "FP64"
+    if all(isinstance(v, str) for v in flat):
+        return "BYTES"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,215 @@
+"""The batcher on its own, with a recording model: how batches form, and that every item is answered."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import pytest
+
+from batchd.api.spec import BatchingSpec
+from batchd.replica.batching import Batcher, BatchSizeMismatch, DeadlineExceeded, Draining, QueueFull
+
+
+class RecordingModel:
+    """Adds one to each item; records every batch; can be held at a gate to keep batches in flight."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[Any]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.running = 0
+        self.most_running = 0
+        self.started = asyncio.Event()
+
+    async def __call__(self, items: list[Any]) -> Sequence[Any]:
+        self.batches.append(list(items))
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        self.started.set()
+        try:
+            await self.gate.wait()
+            if any(item == "boom" for item in items):
+                raise RuntimeError("model failed on this batch")
+            return [item + 1 if isinstance(item, int) else item for item in items]
+        finally:
+            self.running -= 1
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Poll a condition with a bound (no sleeping as synchronisation)."""
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.001)
+
+
+def make(model: Callable[[list[Any]], Awaitable[Sequence[Any]]], **config: Any) -> Batcher:
+    batcher = Batcher(model, BatchingSpec(**config))
+    batcher.start()
+    return batcher
+
+
+async def test_concurrent_requests_form_batches_never_larger_than_max() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0.05)
+    results = await asyncio.gather(*(batcher.call([n]) for n in range(10)))
+    assert [r[0] for r in results] == [n + 1 for n in range(10)]
+    assert [len(b) for b in model.batches] == [4, 4, 2]
+    assert sorted(item for batch in model.batches for item in batch) == list(range(10))
+    await batcher.drain()
+
+
+async def test_first_batch_of_one_then_full_batches_as_in_the_tutorial() -> None:
+    # Opportunistic batching: the first query runs alone; the others queue meanwhile and fill batches.
+    model = RecordingModel()
+    model.gate.clear()
+    batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0)
+    first = asyncio.ensure_future(batcher.call([0]))
+    await until(lambda: model.batches == [[0]])
+    rest = [asyncio.ensure_future(batcher.call([n])) for n in range(1, 9)]
+    await until(lambda: batcher.queue_depth == 8)
+    model.gate.set()
+    await asyncio.gather(first, *rest)
+    assert [len(b) for b in model.batches] == [1, 4, 4]
+    await batcher.drain()
+
+
+async def test_wait_window_holds_a_partial_batch_until_it_closes() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=8, batch_wait_timeout_s=0.3)
+    loop = asyncio.get_running_loop()
+    first = asyncio.ensure_future(batcher.call([1]))
+    await until(lambda: batcher.queue_depth == 1)
+    opened = loop.time()
+    second = asyncio.ensure_future(batcher.call([2]))
+    await asyncio.gather(first, second)
+    waited = loop.time() - opened
+    assert model.batches == [[1, 2]]  # the second item joined the first one's window
+    assert waited >= 0.25  # ... which stayed open for its full length, the batch being partial
+    await batcher.drain()
+
+
+async def test_full_batch_leaves_before_the_window_closes() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=2, batch_wait_timeout_s=30)
+    results = await asyncio.wait_for(asyncio.gather(batcher.call([1]), batcher.call([2])), timeout=5)
+    assert results == [[2], [3]]
+    await batcher.drain()
+
+
+async def test_opportunistic_mode_does_not_wait_for_company() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=32, batch_wait_timeout_s=0)
+    assert await asyncio.wait_for(batcher.call([5]), timeout=1) == [6]
+    assert model.batches == [[5]]
+    await batcher.drain()
+
+
+async def test_concurrent_batches_run_together_up_to_the_limit() -> None:
+    model = RecordingModel()
+    model.gate.clear()
+    batcher = make(model, max_batch_size=1, batch_wait_timeout_s=0, max_concurrent_batches=3)
+    calls = [asyncio.ensure_future(batcher.call([n])) for n in range(5)]
+    await until(lambda: model.running == 3)
+    assert batcher.queue_depth == 2  # the rest wait for a free slot
+    model.gate.set()
+    await asyncio.gather(*calls)
+    assert model.most_running == 3
+    await batcher.drain()
+
+
+async def test_cancelled_items_never_reach_the_model() -> None:
+    model = RecordingModel()
+    model.gate.clear()
+    batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0)
+    busy = asyncio.ensure_future(batcher.call([0]))
+    await until(lambda: model.running == 1)
+    gone = asyncio.ensure_future(batcher.call([100]))
+    kept = asyncio.ensure_future(batcher.call([1]))
+    await until(lambda: batcher.queue_depth == 2)
+    gone.cancel()  # the client went away while its item waited
+    model.gate.set()
+    assert await kept == [2]
+    await busy
+    assert 100 not in [item for batch in model.batches for item in batch]
+    await batcher.drain()
+
+
+async def test_items_past_their_deadline_time_out_without_running() -> None:
+    model = RecordingModel()
+    model.gate.clear()
+    batcher = make(model, max_batch_size=1, batch_wait_timeout_s=0, request_timeout_s=0.2)
+    stuck = asyncio.ensure_future(batcher.call([0]))
+    await until(lambda: model.running == 1)
+    late = asyncio.ensure_future(batcher.call([1]))
+    with pytest.raises((TimeoutError, DeadlineExceeded)):
+        await late
+    with pytest.raises(TimeoutError):
+        await stuck
+    model.gate.set()
+    await until(lambda: model.running == 0)
+    await batcher.drain()
+    assert model.batches == [[0]]  # the late item was dropped before the model
+
+
+async def test_a_failing_batch_fails_only_its_own_items() -> None:
+    model = RecordingModel()
+    model.gate.clear()
+    batcher = make(model, max_batch_size=2, batch_wait_timeout_s=0)
+    first = asyncio.ensure_future(batcher.call([1]))
+    await until(lambda: model.running == 1)
+    doomed = [asyncio.ensure_future(batcher.call(["boom"])), asyncio.ensure_future(batcher.call([2]))]
+    await until(lambda: batcher.queue_depth == 2)
+    model.gate.set()
+    assert await first == [2]
+    outcomes = await asyncio.gather(*doomed, return_exceptions=True)
+    assert all(isinstance(o, RuntimeError) for o in outcomes)
+    # The batcher is still alive and the next batch succeeds.
+    assert await batcher.call([3]) == [4]
+    await batcher.drain()
+
+
+async def test_a_model_returning_the_wrong_number_of_results_gets_a_clear_error() -> None:
+    async def short(items: list[Any]) -> list[Any]:
+        return items[:-1]
+
+    batcher = make(short, max_batch_size=4, batch_wait_timeout_s=0.05)
+    outcomes = await asyncio.gather(batcher.call([1]), batcher.call([2]), return_exceptions=True)
+    assert all(isinstance(o, BatchSizeMismatch) for o in outcomes)
+    assert "returned 1 result(s) for a batch of 2" in str(outcomes[0])
+    await batcher.drain()
+
+
+async def test_a_full_queue_refuses_whole_requests_and_keeps_what_it_accepted() -> None:
+    model = RecordingModel()
+    model.gate.clear()
+    batcher = make(model, max_batch_size=1, batch_wait_timeout_s=0, max_queued_requests=3)
+    busy = asyncio.ensure_future(batcher.call([0]))
+    await until(lambda: model.running == 1)
+    accepted = asyncio.ensure_future(batcher.call([1, 2]))
+    await until(lambda: batcher.queue_depth == 2)
+    with pytest.raises(QueueFull) as refused:
+        batcher.submit([3, 4])  # two items, one place: nothing of it is queued
+    assert refused.value.retry_after_s >= 1
+    assert batcher.queue_depth == 2
+    model.gate.set()
+    assert await accepted == [2, 3]
+    await busy
+    await batcher.drain()
+
+
+async def test_drain_finishes_accepted_items_and_refuses_new_ones() -> None:
+    model = RecordingModel()
+    model.gate.clear()
+    batcher = make(model, max_batch_size=2, batch_wait_timeout_s=10)
+    accepted = [asyncio.ensure_future(batcher.call([n])) for n in range(5)]
+    await until(lambda: model.running == 1)
+    draining = asyncio.ensure_future(batcher.drain())
+    await until(lambda: batcher.draining)
+    assert batcher.queue_depth == 3 and not draining.done()
+    with pytest.raises(Draining):
+        batcher.submit([99])
+    model.gate.set()
+    await asyncio.wait_for(draining, timeout=5)  # no 10 s windows while draining
+    assert [r[0] for r in await asyncio.gather(*accepted)] == [1, 2, 3, 4, 5]
