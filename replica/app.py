@@ -1,4 +1,4 @@
-"""`create_app`: the FastAPI application of one replica, with a lifespan that loads the model.
+"""`create_app`: the ASGI application of one replica, with a lifespan that loads the model.
 
 The app is ready (and `/v2/health/ready` answers 200) only once the model is loaded and warmed;
 at shutdown it drains the batcher so that every accepted request gets its answer.
@@ -10,14 +10,18 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 
+import orjson
 from fastapi import FastAPI, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from batchd.api.spec import BatchedDeployment
 from batchd.replica import __version__
+from batchd.replica.errors import http_error
+from batchd.replica.inference import InferenceRoutes
 from batchd.replica.models.base import BatchModel
-from batchd.replica.protocols import kserve_v1, open_inference, simple
+from batchd.replica.protocols import kserve_v1, open_inference
 from batchd.replica.serving import Replica
 from batchd.replica.settings import ReplicaSettings
 
@@ -37,9 +41,21 @@ def default_loader(manifest: BatchedDeployment, settings: ReplicaSettings) -> Mo
     )
 
 
+class ReplicaApp:
+    """The ASGI application uvicorn runs: inference routes in front, the FastAPI app behind."""
+
+    def __init__(self, replica: Replica, api: FastAPI) -> None:
+        self.replica = replica
+        self.api = api
+        self._asgi = InferenceRoutes(api, replica)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._asgi(scope, receive, send)
+
+
 def create_app(
     manifest: BatchedDeployment, settings: ReplicaSettings, load: ModelLoader | None = None
-) -> FastAPI:
+) -> ReplicaApp:
     replica = Replica(manifest, settings)
     loader = load or default_loader(manifest, settings)
 
@@ -62,10 +78,14 @@ def create_app(
     app.state.replica = replica
     app.include_router(open_inference.router)
     app.include_router(kserve_v1.router)
-    app.include_router(simple.router)
 
     @app.get("/metrics", include_in_schema=False)
-    async def metrics(request: Request) -> Response:
+    async def metrics() -> Response:
         return Response(generate_latest(replica.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    return app
+    @app.exception_handler(LookupError)
+    async def not_served(request: Request, error: Exception) -> Response:
+        answer = http_error(error)
+        return Response(orjson.dumps(answer.body), status_code=answer.status, media_type="application/json")
+
+    return ReplicaApp(replica, app)

@@ -74,7 +74,7 @@ def serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=settings.drain_timeout_s,
         backlog=4096,
     )
-    server = ReplicaServer(config, app.state.replica)
+    server = ReplicaServer(config, app.replica)
     server.run()
     if not server.started:  # the lifespan failed: the model could not be loaded
         _write_termination_log(f"model {manifest.model_name!r} failed to load; see the log above")

@@ -71,3 +71,20 @@ def describe(error: BaseException) -> str:
     if answer_for(error) is MODEL_ERROR:
         return f"model error: {type(error).__name__}: {error}"
     return str(error) or type(error).__name__
+
+
+@dataclass(frozen=True)
+class HttpError:
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: dict[str, str]
+
+
+def http_error(error: BaseException) -> HttpError:
+    """The HTTP answer for an error: status, Retry-After where a retry makes sense, and the message."""
+    answer = answer_for(error)
+    headers = [(b"content-type", b"application/json")]
+    if answer.retry:
+        retry_after = error.retry_after_s if isinstance(error, QueueFull) else 1.0
+        headers.append((b"retry-after", str(max(1, round(retry_after))).encode()))
+    return HttpError(answer.status, headers, {"error": describe(error)})

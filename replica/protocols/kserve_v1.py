@@ -1,11 +1,14 @@
-"""KServe's V1 protocol: `{"instances": [...]}` in, `{"predictions": [...]}` out, one item per instance."""
+"""KServe's V1 protocol: `{"instances": [...]}` in, `{"predictions": [...]}` out, one item per instance.
+
+`POST /v1/models/{name}:predict` is answered by `batchd.replica.inference`; the model listing
+and status routes are here.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter, Request
-from starlette.responses import Response
 
 from batchd.replica.errors import InvalidInput
 from batchd.replica.serving import Replica
@@ -26,17 +29,6 @@ def decode_instances(body: Any) -> list[Any]:
     return instances
 
 
-@router.post("/v1/models/{name}:predict")
-async def predict(name: str, request: Request) -> Response:
-    replica: Replica = request.app.state.replica
-
-    async def work() -> dict[str, Any]:
-        instances = decode_instances(await replica.read_json(request))
-        return {"predictions": await replica.infer(request, name, instances, "instances")}
-
-    return await replica.respond(work)
-
-
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, Any]:
     replica: Replica = request.app.state.replica
@@ -44,11 +36,7 @@ async def list_models(request: Request) -> dict[str, Any]:
 
 
 @router.get("/v1/models/{name}")
-async def model_status(name: str, request: Request) -> Response:
+async def model_status(name: str, request: Request) -> dict[str, Any]:
     replica: Replica = request.app.state.replica
-
-    async def work() -> dict[str, Any]:
-        replica.check_name(name)
-        return {"name": name, "ready": replica.ready}
-
-    return await replica.respond(work)
+    replica.check_name(name)
+    return {"name": name, "ready": replica.ready}

@@ -1,0 +1,170 @@
+"""The inference routes, answered in plain ASGI in front of the FastAPI app.
+
+Every request to a batching server pays the framework's per-request cost, and with a cheap
+model that cost is the throughput: FastAPI's middleware and dependency layers took about
+three quarters of the time per request on the trivial handler. So the three inference routes
+(KServe V1, Open Inference V2, the seeds' simple call) are matched here by plain string tests
+and answered directly; everything else (health, metadata, /metrics, /docs) falls through to
+FastAPI, where convenience matters more than microseconds.
+
+What every inference request goes through, whatever its protocol: read the body (bounded),
+decode it into items, queue them, wait for the results (bounded by `request_timeout_s`, and
+given up when the client disconnects), encode the answer, count the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from batchd.replica.errors import ClientDisconnected, InvalidInput, TooLarge, answer_for, describe, http_error
+from batchd.replica.protocols import kserve_v1, simple
+from batchd.replica.protocols.v2_tensors import decode_inputs, encode_outputs
+from batchd.replica.serving import Replica
+
+logger = logging.getLogger(__name__)
+
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One matched inference request: which protocol, and the model name in its URL."""
+
+    protocol: str  # "v1" | "v2" | "simple"
+    name: str | None
+
+
+def match(method: str, path: str) -> _Call | None:
+    """The inference route a request is for, by plain string tests (no regex on the hot path)."""
+    if method == "POST":
+        if path.startswith("/v1/models/") and path.endswith(":predict"):
+            return _Call("v1", path[len("/v1/models/") : -len(":predict")])
+        if path.startswith("/v2/models/") and path.endswith("/infer"):
+            return _Call("v2", path[len("/v2/models/") : -len("/infer")])
+    if path == "/" and method in ("GET", "POST"):
+        return _Call("simple", None)
+    return None
+
+
+class InferenceRoutes:
+    """ASGI: answers the inference routes itself and hands every other request to `app`."""
+
+    def __init__(self, app: ASGIApp, replica: Replica) -> None:
+        self.app = app
+        self.replica = replica
+        self._timeout_s = replica.manifest.spec.batching.request_timeout_s
+        self._max_body = replica.settings.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        call = match(scope["method"], scope["path"]) if scope["type"] == "http" else None
+        if call is None:
+            await self.app(scope, receive, send)
+            return
+        replica = self.replica
+        started = time.perf_counter()
+        replica.inflight += 1
+        try:
+            payload = await self._answer(call, scope, receive)
+        except Exception as error:
+            answer = answer_for(error)
+            replica.metrics.request_done(answer.outcome, time.perf_counter() - started)
+            if answer.rejection:
+                replica.metrics.rejected(answer.rejection)
+            await _send_error(send, error)
+            return
+        finally:
+            replica.inflight -= 1
+        replica.metrics.request_done("success", time.perf_counter() - started)
+        await _send_json(send, 200, payload)
+
+    async def _answer(self, call: _Call, scope: Scope, receive: Receive) -> Any:
+        body = await _read_body(receive, self._max_body)
+        if call.protocol == "simple":
+            item = simple.item_from_query(parse_qsl(scope["query_string"].decode("latin-1")))
+            (result,) = await self._infer(self.replica.model_name, [item], "query", receive)
+            return result
+        document = _parse_json(body)
+        if call.protocol == "v1":
+            instances = kserve_v1.decode_instances(document)
+            return {"predictions": await self._infer(call.name, instances, "instances", receive)}
+        items = decode_inputs(document)
+        results = await self._infer(call.name, items, "inputs", receive)
+        answer: dict[str, Any] = {
+            "model_name": call.name,
+            "outputs": encode_outputs(results, self.replica.output_name),
+        }
+        if isinstance(document, dict) and isinstance(document.get("id"), str):
+            answer["id"] = document["id"]
+        return answer
+
+    async def _infer(self, name: str | None, items: list[Any], field: str, receive: Receive) -> list[Any]:
+        """Queue the items and wait for their results; a client that leaves cancels what has not run."""
+        if name is not None:
+            self.replica.check_name(name)
+        futures = self.replica.submit(items, field)
+        waiter = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
+        # The body has been read, so the next ASGI message can only be the client disconnecting.
+        disconnect = asyncio.ensure_future(receive())
+        try:
+            done, _ = await asyncio.wait(
+                (waiter, disconnect), timeout=self._timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            disconnect.cancel()
+            for future in futures:  # dropped before the model if they have not run yet
+                future.cancel()
+        if waiter in done:
+            result = waiter.result()
+            return [result] if len(futures) == 1 else list(result)
+        if disconnect in done:
+            raise ClientDisconnected("the client went away before its answer was ready")
+        raise TimeoutError
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected("the client went away while sending its request")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"request body: more than the {limit} bytes this replica accepts")
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def _parse_json(body: bytes) -> Any:
+    if not body:
+        raise InvalidInput("request body: empty; expected JSON")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise InvalidInput(f"request body: not valid JSON: {error}") from None
+
+
+async def _send_json(
+    send: Send, status: int, payload: Any, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body = orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+    await send({"type": "http.response.start", "status": status, "headers": headers or _JSON_HEADERS})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_error(send: Send, error: Exception) -> None:
+    if answer_for(error).outcome == "error":
+        logger.error("request failed: %s", describe(error))
+    answer = http_error(error)
+    await _send_json(send, answer.status, answer.body, answer.headers)

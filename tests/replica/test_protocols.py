@@ -1,0 +1,195 @@
+"""The three HTTP protocols and their errors, through a real uvicorn on loopback with custom handlers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from batchd.api.manifest import parse_manifest
+from batchd.replica.app import create_app
+from batchd.replica.settings import ReplicaSettings
+from tests.support.servers import uvicorn_in_thread
+
+
+def manifest(name: str, handler: str, **batching: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.batchd.dev/v1alpha1",
+        "kind": "BatchedDeployment",
+        "metadata": {"name": name},
+        "spec": {"model": {"handler": handler, "device": "cpu"}, "batching": batching},
+    }
+
+
+def serve(document: dict[str, Any], **settings: Any) -> Iterator[str]:
+    app = create_app(parse_manifest(document), ReplicaSettings(**settings))
+    with uvicorn_in_thread(app) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def adder() -> Iterator[str]:
+    yield from serve(
+        manifest("adder", "tests.support.handlers:add_one", max_batch_size=8, batch_wait_timeout_s=0.005),
+        max_body_bytes=4096,
+    )
+
+
+def test_kserve_v1_predicts_one_result_per_instance(adder: str) -> None:
+    response = httpx.post(f"{adder}/v1/models/adder:predict", json={"instances": [1, 2, 3]})
+    assert response.status_code == 200
+    assert response.json() == {"predictions": [2, 3, 4]}
+
+
+def test_open_inference_v2_infers_along_the_first_dimension(adder: str) -> None:
+    body = {"id": "r1", "inputs": [{"name": "x", "shape": [3], "datatype": "INT64", "data": [10, 20, 30]}]}
+    response = httpx.post(f"{adder}/v2/models/adder/infer", json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["model_name"] == "adder" and answer["id"] == "r1"
+    (output,) = answer["outputs"]
+    assert output["shape"] == [3] and output["datatype"] == "INT64" and output["data"] == [11, 21, 31]
+
+
+def test_the_seeds_simple_call_coerces_the_query_to_the_handlers_item_type(adder: str) -> None:
+    assert httpx.get(f"{adder}/", params={"number": "41"}).json() == 42
+    assert httpx.post(f"{adder}/", params={"number": "1"}).json() == 2
+
+
+def test_health_and_metadata_routes(adder: str) -> None:
+    assert httpx.get(f"{adder}/v2/health/live").json() == {"live": True}
+    assert httpx.get(f"{adder}/v2/health/ready").json() == {"ready": True}
+    assert httpx.get(f"{adder}/v2/models/adder/ready").status_code == 200
+    assert httpx.get(f"{adder}/v1/models/adder").json() == {"name": "adder", "ready": True}
+    metadata = httpx.get(f"{adder}/v2/models/adder").json()
+    assert metadata["name"] == "adder" and metadata["inputs"] and metadata["outputs"]
+
+
+@pytest.mark.parametrize(
+    ("path", "content", "status", "message"),
+    [
+        ("/v1/models/adder:predict", b"{not json", 400, "not valid JSON"),
+        ("/v1/models/adder:predict", b"", 400, "empty"),
+        ("/v1/models/adder:predict", b'{"inputs": [1]}', 400, "instances: required"),
+        ("/v1/models/adder:predict", b'{"instances": 3}', 400, "instances: expected a list"),
+        ("/v1/models/adder:predict", b'{"instances": []}', 400, "instances: the batch is empty"),
+        ("/v1/models/adder:predict", b'{"instances": [1, "abc"]}', 400, "instances[1]"),
+        ("/v1/models/nope:predict", b'{"instances": [1]}', 404, "'nope' is not served here"),
+        ("/v2/models/adder/infer", b'{"inputs": []}', 400, "inputs: expected a non-empty list"),
+        (
+            "/v2/models/adder/infer",
+            b'{"inputs": [{"name": "x", "shape": [2], "datatype": "INT64", "data": [1]}]}',
+            400,
+            "inputs[0].data: shape [2] needs 2 element(s), got 1",
+        ),
+        (
+            "/v2/models/adder/infer",
+            b'{"inputs": [{"name": "x", "shape": [1], "datatype": "INT64", "data": ["a"]}]}',
+            400,
+            "inputs[0].data[0]: 'a' is not a valid INT64",
+        ),
+        (
+            "/v2/models/adder/infer",
+            b'{"inputs": [{"name": "x", "shape": [1], "datatype": "INT65", "data": [1]}]}',
+            400,
+            "inputs[0].datatype",
+        ),
+        ("/v1/models/adder:predict", b'{"instances": [' + b"1," * 3000 + b"1]}", 413, "request body"),
+    ],
+)
+def test_bad_input_gets_a_4xx_that_names_the_problem(
+    adder: str, path: str, content: bytes, status: int, message: str
+) -> None:
+    response = httpx.post(f"{adder}{path}", content=content, headers={"content-type": "application/json"})
+    assert response.status_code == status, response.text
+    assert message in response.json()["error"]
+    # ... and the server is still up and serving.
+    assert httpx.post(f"{adder}/v1/models/adder:predict", json={"instances": [1]}).json() == {
+        "predictions": [2]
+    }
+
+
+def test_simple_call_without_a_query_is_refused(adder: str) -> None:
+    response = httpx.get(f"{adder}/")
+    assert response.status_code == 400 and "?text=" in response.json()["error"]
+
+
+def test_metrics_count_batches_and_outcomes(adder: str) -> None:
+    httpx.post(f"{adder}/v1/models/adder:predict", json={"instances": [1, 2]})
+    text = httpx.get(f"{adder}/metrics").text
+    assert 'batchd_batch_size_count{deployment="adder",model="adder"}' in text
+    assert 'batchd_requests_total{deployment="adder",model="adder",outcome="success"}' in text
+    assert 'batchd_rejections_total{deployment="adder",model="adder",reason="invalid"}' in text
+
+
+@pytest.fixture(scope="module")
+def slow() -> Iterator[str]:
+    yield from serve(
+        manifest(
+            "slow",
+            "tests.support.handlers:SlowAdder",
+            max_batch_size=2,
+            batch_wait_timeout_s=0,
+            max_queued_requests=4,
+            request_timeout_s=5,
+        )
+    )
+
+
+async def test_overload_answers_503_with_retry_after_and_the_server_stays_up(slow: str) -> None:
+    async with httpx.AsyncClient(base_url=slow, timeout=30) as client:
+        burst = [client.post("/v1/models/slow:predict", json={"instances": [n]}) for n in range(20)]
+        responses = await asyncio.gather(*burst)
+    statuses = [r.status_code for r in responses]
+    assert statuses.count(200) >= 4 and statuses.count(503) >= 1, statuses
+    refused = next(r for r in responses if r.status_code == 503)
+    assert int(refused.headers["retry-after"]) >= 1
+    assert "queue full" in refused.json()["error"]
+    for response in responses:
+        if response.status_code == 200:  # every accepted request got its own answer
+            assert response.json()["predictions"][0] >= 1
+    assert httpx.post(f"{slow}/v1/models/slow:predict", json={"instances": [7]}).json() == {
+        "predictions": [8]
+    }
+    metrics = httpx.get(f"{slow}/metrics").text
+    assert 'batchd_rejections_total{deployment="slow",model="slow",reason="queue_full"} 0.0' not in metrics
+
+
+@pytest.fixture(scope="module")
+def sluggish() -> Iterator[str]:
+    yield from serve(
+        manifest(
+            "sluggish",
+            "tests.support.handlers:SlowAdder",
+            max_batch_size=1,
+            batch_wait_timeout_s=0,
+            request_timeout_s=0.3,
+        )
+    )
+
+
+async def test_a_request_past_its_timeout_gets_504(sluggish: str) -> None:
+    async with httpx.AsyncClient(base_url=sluggish, timeout=30) as client:
+        responses = await asyncio.gather(
+            *(client.post("/v1/models/sluggish:predict", json={"instances": [n]}) for n in range(4))
+        )
+    statuses = sorted(r.status_code for r in responses)
+    assert 504 in statuses, statuses
+    timed_out = next(r for r in responses if r.status_code == 504)
+    assert "request_timeout_s" in timed_out.json()["error"]
+
+
+@pytest.fixture(scope="module")
+def failing() -> Iterator[str]:
+    yield from serve(manifest("failing", "tests.support.handlers:Failing.handle", batch_wait_timeout_s=0.05))
+
+
+async def test_a_failing_batch_answers_500_for_its_items_only(failing: str) -> None:
+    async with httpx.AsyncClient(base_url=failing, timeout=30) as client:
+        bad = await client.post("/v1/models/failing:predict", json={"instances": [-1]})
+        good = await client.post("/v1/models/failing:predict", json={"instances": [4]})
+    assert bad.status_code == 500 and "negative input" in bad.json()["error"]
+    assert good.json() == {"predictions": [8]}
