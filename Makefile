@@ -34,9 +34,14 @@ test: install tools
 bench: install
 	$(PY) -m batchd.bench
 
+# mypy cannot follow setuptools' editable-install import hook, so it reads the packages
+# through a tree of links laid out as they are imported (batchd/api -> api/, ...).
 lint: install
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy api replica operator bench
+	$(VENV)/bin/ruff format --check .
+	rm -rf build/typecheck && mkdir -p build/typecheck/batchd
+	for d in api replica operator bench; do ln -s ../../../$$d build/typecheck/batchd/$$d; done
+	cd build/typecheck && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml -p batchd
 	$(VENV)/bin/hadolint Dockerfile
 
 clean:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import signal
 import sys
 from pathlib import Path
@@ -71,7 +72,7 @@ def serve(args: argparse.Namespace) -> int:
         lifespan="on",
         log_level=settings.log_level,
         access_log=args.access_log,
-        timeout_graceful_shutdown=settings.drain_timeout_s,
+        timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s),
         backlog=4096,
     )
     server = ReplicaServer(config, app.replica)
