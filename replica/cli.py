@@ -35,9 +35,12 @@ class ReplicaServer(uvicorn.Server):
         self.replica = replica
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if sig in (signal.SIGTERM, signal.SIGINT):
-            self.replica.begin_draining()
+        self.replica.begin_draining()
         super().handle_exit(sig, frame)
+        if sig == signal.SIGTERM and sig in self._captured_signals:
+            # uvicorn re-raises captured signals once it has stopped, so the process would die
+            # of SIGTERM (143). A drained stop is a clean one: the kubelet should see exit 0.
+            self._captured_signals.remove(sig)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -90,7 +93,10 @@ def _write_termination_log(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return serve(args)
+    try:
+        return serve(args)
+    except KeyboardInterrupt:  # Ctrl-C, re-raised by uvicorn after a graceful stop
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,0 +1,32 @@
+"""The model layer: everything the batcher may call, behind the `BatchModel` protocol."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from batchd.api.spec import ModelSpec
+from batchd.replica.models.base import BatchModel, ModelLoadError
+from batchd.replica.models.executor import ModelExecutor
+
+__all__ = ["BatchModel", "ModelLoadError", "load_model"]
+
+
+def load_model(
+    spec: ModelSpec, *, max_concurrent_batches: int, mirror_dir: Path | None, pvc_root: Path
+) -> BatchModel:
+    """Load the model `spec` names. Blocking: the app calls it in a thread during start-up."""
+    executor = ModelExecutor(max_concurrent_batches)
+    try:
+        if spec.handler is not None:
+            from batchd.replica.models.custom import load_custom_handler
+
+            return load_custom_handler(spec, executor)
+        from batchd.replica.models.pipelines import load_pipeline
+        from batchd.replica.models.sources import resolve_source
+
+        assert spec.source is not None
+        location = resolve_source(spec.source, mirror_dir=mirror_dir, pvc_root=pvc_root)
+        return load_pipeline(spec, location, executor)
+    except BaseException:
+        executor.close()
+        raise
