@@ -99,7 +99,7 @@ class InferenceRoutes:
         results = await self._infer(call.name, items, "inputs", receive)
         answer: dict[str, Any] = {
             "model_name": call.name,
-            "outputs": encode_outputs(results, self.replica.output_name),
+            "outputs": encode_outputs(results, self.replica.output_specs),
         }
         if isinstance(document, dict) and isinstance(document.get("id"), str):
             answer["id"] = document["id"]

@@ -25,7 +25,7 @@ from batchd.replica.errors import (
     UnknownModel,
 )
 from batchd.replica.metrics import ReplicaMetrics
-from batchd.replica.models.base import BatchModel
+from batchd.replica.models.base import BatchModel, TensorSpec
 from batchd.replica.settings import ReplicaSettings
 
 logger = logging.getLogger(__name__)
@@ -85,10 +85,9 @@ class Replica:
         return self.state is State.READY
 
     @property
-    def output_name(self) -> str:
-        """The name of the first output tensor in V2 answers."""
-        outputs = self.model.metadata.outputs if self.model else ()
-        return outputs[0].name if outputs else "output"
+    def output_specs(self) -> tuple[TensorSpec, ...]:
+        """The outputs the model declares: names and datatypes of V2 answers."""
+        return self.model.metadata.outputs if self.model else ()
 
     # -- the request path ------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from batchd.replica.errors import InvalidInput
+from batchd.replica.models.base import TensorSpec
 
 _INT_TYPES = {"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"}
 _FLOAT_TYPES = {"FP16", "FP32", "FP64"}
@@ -104,19 +105,23 @@ def _reshape(flat: list[Any], shape: list[int]) -> list[Any]:
     return [_reshape(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
-def encode_outputs(results: Sequence[Any], default_name: str) -> list[dict[str, Any]]:
-    """Output tensors for a batch of results (one result per item)."""
+def encode_outputs(results: Sequence[Any], declared: Sequence[TensorSpec]) -> list[dict[str, Any]]:
+    """Output tensors for a batch of results (one result per item), named and typed as the model declares."""
+    declared_types = {spec.name: spec.datatype for spec in declared}
     if results and all(isinstance(r, dict) for r in results):
         keys = list(results[0])
         if all(list(r) == keys for r in results):
-            return [_encode_column(key, [r[key] for r in results]) for key in keys]
-    return [_encode_column(default_name, list(results))]
+            return [_encode_column(key, [r[key] for r in results], declared_types.get(key)) for key in keys]
+    name = declared[0].name if declared else "output"
+    return [_encode_column(name, list(results), declared_types.get(name))]
 
 
-def _encode_column(name: str, values: list[Any]) -> dict[str, Any]:
+def _encode_column(name: str, values: list[Any], declared: str | None) -> dict[str, Any]:
     shape = _rectangular_shape(values)
     flat = _flatten(values) if shape is not None else []
     datatype = _datatype_of(flat) if shape is not None else None
+    if declared and datatype and _family(declared) == _family(datatype):
+        datatype = declared  # e.g. FP32 embeddings, which JSON carries as plain floats
     if shape is None or datatype is None:  # ragged, structured or mixed rows travel as JSON strings
         data = [v if isinstance(v, str) else json.dumps(v) for v in values]
         return {"name": name, "shape": [len(values)], "datatype": "BYTES", "data": data}
@@ -156,6 +161,10 @@ def _datatype_of(flat: list[Any]) -> str | None:
     if all(isinstance(v, str) for v in flat):
         return "BYTES"
     return None
+
+
+def _family(datatype: str) -> str:
+    return "float" if datatype in _FLOAT_TYPES else "int" if datatype in _INT_TYPES else datatype
 
 
 def _short(value: Any) -> str:
