@@ -169,19 +169,22 @@ def _transformers_pipeline(
     task = spec.task
     assert task is not None
     pipe = pipeline(task, model=location, device=device, dtype=dtype)
+    tokenizer = pipe.tokenizer
+    if tokenizer is None:
+        raise ModelLoadError(f"model.source: {spec.source!r} has no tokenizer; text tasks need one")
     call_kwargs = dict(spec.call_kwargs)
     item_adapter = TEXT
     warmup_text = WARMUP_TEXTS[0]
     if task == "text-generation":
         # Batched generation needs a pad token and left padding, which GPT-2 style tokenizers lack.
-        if pipe.tokenizer.pad_token is None:
-            pipe.tokenizer.pad_token = pipe.tokenizer.eos_token
-        pipe.tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"
         call_kwargs.setdefault("max_new_tokens", 32)
-        call_kwargs.setdefault("pad_token_id", pipe.tokenizer.pad_token_id)
+        call_kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
         outputs = (TensorSpec("generated_text", "BYTES"),)
     elif task == "fill-mask":
-        mask = pipe.tokenizer.mask_token
+        mask = tokenizer.mask_token
         item_adapter = TypeAdapter(Annotated[str, AfterValidator(_text), AfterValidator(_has(mask))])
         warmup_text = f"The capital of France is {mask}."
         outputs = (TensorSpec("candidates", "BYTES"),)

@@ -1,0 +1,193 @@
+"""The status of a BatchedDeployment, derived from its Deployment's status by pure functions.
+
+Conditions follow the Kubernetes API conventions: `type`, `status` ("True"/"False"/"Unknown"),
+a CamelCase `reason`, a human `message`, and a `lastTransitionTime` that moves only when the
+status does. `transitions()` tells the handlers which changes deserve a Kubernetes event.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+Status = dict[str, Any]
+Condition = dict[str, Any]
+CONDITION_TYPES = ("Ready", "Progressing", "Degraded")
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A condition that changed: what the event says."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+
+    @property
+    def warning(self) -> bool:
+        return (self.type == "Degraded" and self.status == "True") or (
+            self.type == "Ready" and self.status == "False" and self.reason != "ScaledToZero"
+        )
+
+
+def _condition(type_: str, ok: bool, reason: str, message: str, generation: int) -> Condition:
+    return {
+        "type": type_,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+    }
+
+
+def _deployment_condition(deployment: dict[str, Any], type_: str) -> dict[str, Any]:
+    for condition in deployment.get("status", {}).get("conditions", []) or []:
+        if condition.get("type") == type_:
+            return dict(condition)
+    return {}
+
+
+def conditions_from_deployment(
+    deployment: dict[str, Any] | None, *, desired: int, generation: int
+) -> list[Condition]:
+    """Ready / Progressing / Degraded as a user reads them, from what the Deployment reports."""
+    if deployment is None:
+        return [
+            _condition("Ready", False, "DeploymentMissing", "the Deployment does not exist yet", generation),
+            _condition("Progressing", True, "Creating", "creating the Deployment", generation),
+            _condition("Degraded", False, "AsExpected", "", generation),
+        ]
+    status = deployment.get("status", {}) or {}
+    ready = int(status.get("readyReplicas", 0) or 0)
+    updated = int(status.get("updatedReplicas", 0) or 0)
+    total = int(status.get("replicas", 0) or 0)
+    current_generation = deployment.get("metadata", {}).get("generation", 0)
+    observed = status.get("observedGeneration", 0) or 0
+    rolled_out = (
+        observed >= current_generation and updated >= desired and total == desired and ready >= desired
+    )
+
+    if desired == 0:
+        ready_condition = _condition("Ready", False, "ScaledToZero", "num_replicas is 0", generation)
+    elif ready >= desired:
+        ready_condition = _condition(
+            "Ready", True, "AllReplicasReady", f"{ready}/{desired} replicas ready", generation
+        )
+    elif ready > 0:
+        ready_condition = _condition(
+            "Ready", False, "ReplicasNotReady", f"{ready}/{desired} replicas ready", generation
+        )
+    else:
+        ready_condition = _condition(
+            "Ready", False, "NoReplicasReady", f"0/{desired} replicas ready", generation
+        )
+
+    if rolled_out:
+        progressing = _condition(
+            "Progressing", False, "RolloutComplete", f"{updated} updated, {ready} ready", generation
+        )
+    else:
+        progressing = _condition(
+            "Progressing",
+            True,
+            "RollingOut",
+            f"{updated}/{desired} updated, {ready}/{desired} ready",
+            generation,
+        )
+
+    stuck = _deployment_condition(deployment, "Progressing")
+    failure = _deployment_condition(deployment, "ReplicaFailure")
+    if stuck.get("reason") == "ProgressDeadlineExceeded":
+        degraded = _condition(
+            "Degraded",
+            True,
+            "ProgressDeadlineExceeded",
+            stuck.get("message", "the rollout is stuck"),
+            generation,
+        )
+    elif failure.get("status") == "True":
+        degraded = _condition(
+            "Degraded",
+            True,
+            failure.get("reason") or "ReplicaFailure",
+            failure.get("message", ""),
+            generation,
+        )
+    else:
+        degraded = _condition("Degraded", False, "AsExpected", "", generation)
+    return [ready_condition, progressing, degraded]
+
+
+def conditions_for_invalid_spec(message: str, *, generation: int) -> list[Condition]:
+    """A spec the operator cannot turn into pods: nothing was changed, say why."""
+    return [
+        _condition("Ready", False, "InvalidSpec", "the spec is invalid; see Degraded", generation),
+        _condition(
+            "Progressing", False, "InvalidSpec", "nothing is rolled out for an invalid spec", generation
+        ),
+        _condition("Degraded", True, "InvalidSpec", message, generation),
+    ]
+
+
+def conditions_for_refused_child(kind: str, message: str, *, generation: int) -> list[Condition]:
+    """The API server refused a child built from this spec (e.g. an env item without a name)."""
+    return [
+        _condition(
+            "Ready", False, f"{kind}Refused", f"the {kind} could not be applied; see Degraded", generation
+        ),
+        _condition("Progressing", False, f"{kind}Refused", "nothing is rolled out", generation),
+        _condition("Degraded", True, f"{kind}Refused", message, generation),
+    ]
+
+
+def merge_conditions(old: list[Condition], new: list[Condition], now: datetime.datetime) -> list[Condition]:
+    """`new`, with each `lastTransitionTime` kept from `old` unless that condition's status moved."""
+    previous = {condition.get("type"): condition for condition in old or []}
+    stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    merged = []
+    for condition in new:
+        before = previous.get(condition["type"], {})
+        moved = before.get("status") != condition["status"]
+        merged.append(
+            {**condition, "lastTransitionTime": stamp if moved else before.get("lastTransitionTime", stamp)}
+        )
+    return merged
+
+
+def transitions(old: list[Condition], new: list[Condition]) -> list[Transition]:
+    """Conditions whose status or reason changed: one Kubernetes event each."""
+    previous = {condition.get("type"): condition for condition in old or []}
+    changed = []
+    for condition in new:
+        before = previous.get(condition["type"], {})
+        if (before.get("status"), before.get("reason")) != (condition["status"], condition["reason"]):
+            changed.append(
+                Transition(condition["type"], condition["status"], condition["reason"], condition["message"])
+            )
+    return changed
+
+
+def build_status(
+    *,
+    old: Status,
+    conditions: list[Condition],
+    generation: int,
+    deployment: dict[str, Any] | None,
+    selector: str,
+    url: str,
+    model: str,
+    now: datetime.datetime,
+) -> Status:
+    """The whole status: replica counts from the Deployment, conditions with stable transition times."""
+    deployment_status = (deployment or {}).get("status", {}) or {}
+    return {
+        "replicas": int(deployment_status.get("replicas", 0) or 0),
+        "ready_replicas": int(deployment_status.get("readyReplicas", 0) or 0),
+        "observed_generation": generation,
+        "selector": selector,
+        "url": url,
+        "model": model,
+        "conditions": merge_conditions(old.get("conditions", []), conditions, now),
+    }

@@ -1,0 +1,174 @@
+"""The CRD refuses what the spec model refuses, for the same field, and is itself a valid CRD."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from batchd.api import crd
+from batchd.api.manifest import ManifestError, parse_manifest
+from batchd.api.spec import KIND
+from tests.support.admission import admit, cel_errors, committed_crd
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(
+    (path, document)
+    for path in (ROOT / "examples").glob("*.yaml")
+    for document in yaml.safe_load_all(path.read_text())
+    if isinstance(document, dict) and document.get("kind") == KIND
+)
+# The four newest minor versions kubernetes-validate ships schemas for (the chart's supported range).
+KUBERNETES_VERSIONS = sorted(
+    {kubernetes_validate.utils.major_minor(v) for v in kubernetes_validate.utils.all_versions()},
+    key=lambda v: tuple(int(part) for part in v.split(".")),
+)[-4:]
+
+GOOD: dict[str, Any] = {
+    "apiVersion": "serving.batchd.dev/v1alpha1",
+    "kind": KIND,
+    "metadata": {"name": "good"},
+    "spec": {"model": {"handler": "examples.adder:BatchAdder.handle_batch"}},
+}
+
+
+def test_committed_crd_is_the_generated_one() -> None:
+    assert crd.CRD_PATH.read_text() == crd.render(), "run `python -m batchd.api.crd` and commit the result"
+
+
+def test_supported_versions_are_the_four_newest() -> None:
+    assert KUBERNETES_VERSIONS == ["1.34", "1.35", "1.36", "1.37"]
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_crd_is_a_valid_customresourcedefinition(version: str) -> None:
+    kubernetes_validate.validate(committed_crd(), version, strict=True)
+
+
+def test_crd_has_scale_status_and_printer_columns() -> None:
+    version = committed_crd()["spec"]["versions"][0]
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.num_replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+    assert "status" in version["subresources"]
+    columns = {column["name"]: column["jsonPath"] for column in version["additionalPrinterColumns"]}
+    assert columns["Desired"] == ".spec.num_replicas"
+    assert columns["Ready"] == ".status.ready_replicas"
+    assert columns["Max-Batch"] == ".spec.batching.max_batch_size"
+    assert committed_crd()["spec"]["names"]["shortNames"] == ["bd"]
+
+
+@pytest.mark.parametrize(("path", "document"), EXAMPLES, ids=[path.name for path, _ in EXAMPLES])
+def test_every_example_is_admitted_by_the_crd_and_the_model(path: Path, document: dict[str, Any]) -> None:
+    defaulted, problems = admit(document)
+    assert problems == []
+    parsed = parse_manifest(defaulted, origin=str(path))
+    # The CRD's defaults are the model's defaults: defaulting first changes nothing the replica sees.
+    assert parsed == parse_manifest(document)
+
+
+def test_crd_defaults_equal_the_model_defaults() -> None:
+    defaulted, problems = admit(GOOD)
+    assert problems == []
+    model = parse_manifest(GOOD).spec
+    assert defaulted["spec"]["num_replicas"] == model.num_replicas
+    assert defaulted["spec"]["batching"] == model.batching.model_dump()
+    assert defaulted["spec"]["model"]["device"] == model.model.device
+
+
+def _with(path: str, value: Any) -> dict[str, Any]:
+    document = copy.deepcopy(GOOD)
+    *parents, leaf = path.split(".")
+    node = document
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is _DELETE:
+        node.pop(leaf, None)
+    else:
+        node[leaf] = value
+    return document
+
+
+_DELETE = object()
+
+# (case, manifest, the field both the CRD and the model must name)
+BAD: list[tuple[str, dict[str, Any], str]] = [
+    ("negative replicas", _with("spec.num_replicas", -1), "spec.num_replicas"),
+    ("replicas as text", _with("spec.num_replicas", "abc"), "spec.num_replicas"),
+    ("batch size zero", _with("spec.batching.max_batch_size", 0), "spec.batching.max_batch_size"),
+    ("batch size too big", _with("spec.batching.max_batch_size", 5000), "spec.batching.max_batch_size"),
+    (
+        "negative wait",
+        _with("spec.batching.batch_wait_timeout_s", -0.5),
+        "spec.batching.batch_wait_timeout_s",
+    ),
+    ("zero request timeout", _with("spec.batching.request_timeout_s", 0), "spec.batching.request_timeout_s"),
+    ("typo in batching", _with("spec.batching.max_batchsize", 8), "spec.batching"),
+    ("unknown device", _with("spec.model.device", "tpu"), "spec.model.device"),
+    ("unknown task", _with("spec.model.task", "translation"), "spec.model"),
+    ("bad handler path", _with("spec.model.handler", "not a path"), "spec.model.handler"),
+    (
+        "bad source scheme",
+        {
+            **_with("spec.model.handler", _DELETE),
+            "spec": {"model": {"task": "fill-mask", "source": "s3://bucket/model"}},
+        },
+        "spec.model.source",
+    ),
+    ("task and handler", _with("spec.model.task", "fill-mask"), "spec.model"),
+    ("neither task nor handler", _with("spec.model.handler", _DELETE), "spec.model"),
+    ("task without source", {**GOOD, "spec": {"model": {"task": "feature-extraction"}}}, "spec.model"),
+    ("model missing", {**GOOD, "spec": {"num_replicas": 1}}, "spec"),
+    ("node selector not strings", _with("spec.nodeSelector", {"gpu": 1}), "spec.nodeSelector.gpu"),
+    ("tolerations not a list", _with("spec.tolerations", {"key": "x"}), "spec.tolerations"),
+    ("uppercase model name", _with("spec.model.name", "MiniLM"), "spec.model.name"),
+    ("name too long for a Service", _with("metadata.name", "x" * 64), "metadata.name"),
+    ("dotted name", _with("metadata.name", "my.model"), "metadata.name"),
+    ("uppercase name", _with("metadata.name", "MyModel"), "metadata.name"),
+]
+
+
+@pytest.mark.parametrize(("manifest", "field"), [(m, f) for _, m, f in BAD], ids=[c for c, _, _ in BAD])
+def test_bad_manifest_is_refused_by_both_naming_the_field(manifest: dict[str, Any], field: str) -> None:
+    _, problems = admit(manifest)
+    assert problems, "the CRD admitted a manifest the model refuses"
+    # A rule on the root names its field in the message, as the API server reports it.
+    assert any(
+        problem.startswith(field) or (problem.startswith("(root)") and field in problem)
+        for problem in problems
+    ), problems
+
+    with pytest.raises(ManifestError) as refused:
+        parse_manifest(manifest)
+    assert field.split(".")[-1] in str(refused.value)
+
+
+# The cross-field rules, case by case: pydantic's validator and the CRD's CEL rules must agree.
+MODEL_TABLE: list[tuple[dict[str, Any], bool]] = [
+    ({"handler": "m:C"}, True),
+    ({"task": "fill-mask", "source": "hf://a/b"}, True),
+    ({"task": "fill-mask"}, False),
+    ({"source": "hf://a/b"}, False),
+    ({}, False),
+    ({"task": "fill-mask", "source": "hf://a/b", "handler": "m:C"}, False),
+    ({"handler": "m:C", "source": "pvc://claim/x"}, True),
+]
+
+
+@pytest.mark.parametrize(("model", "valid"), MODEL_TABLE)
+def test_cel_rules_agree_with_the_model_validator(model: dict[str, Any], valid: bool) -> None:
+    model_schema = committed_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    model_schema = model_schema["properties"]["spec"]["properties"]["model"]
+    assert (cel_errors(model_schema, model) == []) is valid
+    manifest = {**GOOD, "spec": {"model": model}}
+    if valid:
+        parse_manifest(manifest)
+    else:
+        with pytest.raises(ManifestError, match="model"):
+            parse_manifest(manifest)

@@ -1,0 +1,194 @@
+"""The children built from a spec: valid Kubernetes objects that carry what a GPU model server needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from batchd.api.manifest import load_manifest, parse_manifest
+from batchd.api.spec import BatchedDeployment
+from batchd.operator import children
+from batchd.operator.settings import Settings
+from tests.support.kube import KUBERNETES_VERSIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTINGS = Settings()
+
+
+def bd(**spec: Any) -> BatchedDeployment:
+    spec.setdefault("model", {"task": "feature-extraction", "source": "hf://sentence-transformers/x"})
+    return parse_manifest(
+        {
+            "apiVersion": "serving.batchd.dev/v1alpha1",
+            "kind": "BatchedDeployment",
+            "metadata": {"name": "minilm", "namespace": "ml"},
+            "spec": spec,
+        }
+    )
+
+
+GPU = bd(
+    num_replicas=3,
+    model={"task": "feature-extraction", "source": "pvc://weights/minilm"},
+    image="registry.local/batchd-replica:dev",
+    resources={"limits": {"nvidia.com/gpu": 1, "memory": "8Gi"}, "requests": {"cpu": "2"}},
+    nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+    tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    affinity={
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    },
+    env=[{"name": "HF_HOME", "value": "/cache"}, {"name": "EXTRA", "value": "1"}],
+    volumes=[{"name": "shm", "emptyDir": {"medium": "Memory"}}],
+    volumeMounts=[{"name": "shm", "mountPath": "/dev/shm"}],
+    batching={"request_timeout_s": 120},
+)
+EXAMPLES = [load_manifest(path) for path in sorted((ROOT / "examples").glob("*.yaml"))]
+CASES = [("gpu", GPU), *((example.metadata.name, example) for example in EXAMPLES)]
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (only,) = deployment["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize(("case", "spec"), CASES, ids=[case for case, _ in CASES])
+def test_every_child_is_valid_for_every_supported_kubernetes(
+    case: str, spec: BatchedDeployment, version: str
+) -> None:
+    for manifest in children.children(spec, SETTINGS):
+        kubernetes_validate.validate(manifest, version, strict=True)
+
+
+def test_gpu_resources_and_scheduling_are_passed_through() -> None:
+    deployment = children.deployment(GPU, SETTINGS)
+    pod = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == 3
+    assert container(deployment)["image"] == "registry.local/batchd-replica:dev"
+    assert container(deployment)["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert "nodeAffinity" in pod["affinity"]
+
+
+def test_default_image_comes_from_the_settings() -> None:
+    spec = bd()
+    assert container(children.deployment(spec, Settings(replica_image="mirror/replica:1")))["image"] == (
+        "mirror/replica:1"
+    )
+
+
+def test_user_env_overrides_ours_without_duplicates_and_volumes_are_added() -> None:
+    deployment = children.deployment(GPU, SETTINGS)
+    env = container(deployment)["env"]
+    names = [item["name"] for item in env]
+    assert len(names) == len(set(names))
+    assert {"name": "HF_HOME", "value": "/cache"} in env and {"name": "EXTRA", "value": "1"} in env
+    assert {"name": "shm", "mountPath": "/dev/shm"} in container(deployment)["volumeMounts"]
+    assert {"name": "shm", "emptyDir": {"medium": "Memory"}} in deployment["spec"]["template"]["spec"][
+        "volumes"
+    ]
+
+
+def test_pvc_source_is_mounted_read_only_where_the_replica_looks() -> None:
+    deployment = children.deployment(GPU, SETTINGS)
+    volumes = {volume["name"]: volume for volume in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["model-weights"]["persistentVolumeClaim"] == {"claimName": "weights", "readOnly": True}
+    mounts = {mount["name"]: mount for mount in container(deployment)["volumeMounts"]}
+    assert mounts["model-weights"] == {
+        "name": "model-weights",
+        "mountPath": "/models/weights",
+        "readOnly": True,
+    }
+    assert {"name": "BATCHD_PVC_ROOT", "value": "/models"} in container(deployment)["env"]
+
+
+def test_probes_use_the_health_routes_and_allow_a_slow_model_load() -> None:
+    c = container(children.deployment(GPU, SETTINGS))
+    assert c["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    startup_budget_s = c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"]
+    assert startup_budget_s >= 600
+    assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert c["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+
+
+def test_pods_drain_before_they_stop() -> None:
+    deployment = children.deployment(GPU, SETTINGS)
+    pod = deployment["spec"]["template"]["spec"]
+    assert container(deployment)["lifecycle"]["preStop"] == {"sleep": {"seconds": 5}}
+    assert pod["terminationGracePeriodSeconds"] >= 120 + 5 + 10  # request_timeout_s + preStop + margin
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def test_security_context_is_hardened() -> None:
+    deployment = children.deployment(GPU, SETTINGS)
+    pod = deployment["spec"]["template"]["spec"]
+    context = container(deployment)["securityContext"]
+    assert context["runAsNonRoot"] and context["readOnlyRootFilesystem"]
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["automountServiceAccountToken"] is False
+    # A read-only root still needs somewhere to write: /tmp and the model cache.
+    writable = {
+        mount["mountPath"] for mount in container(deployment)["volumeMounts"] if not mount.get("readOnly")
+    }
+    assert {"/tmp", children.CACHE_DIR} <= writable
+
+
+def test_prometheus_scrapes_the_replica_port() -> None:
+    annotations = children.deployment(GPU, SETTINGS)["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "8000"
+    assert annotations["prometheus.io/path"] == "/metrics"
+
+
+def test_config_map_holds_the_manifest_the_replica_reads() -> None:
+    data = children.config_map(GPU)["data"]["manifest.yaml"]
+    reread = parse_manifest(yaml.safe_load(data))
+    assert reread.spec.model == GPU.spec.model and reread.spec.batching == GPU.spec.batching
+    mounts = container(children.deployment(GPU, SETTINGS))["volumeMounts"]
+    assert {"name": "config", "mountPath": "/etc/batchd", "readOnly": True} in mounts
+    assert container(children.deployment(GPU, SETTINGS))["args"][:2] == ["serve", "/etc/batchd/manifest.yaml"]
+
+
+def _template_hash(spec: BatchedDeployment, settings: Settings = SETTINGS) -> str:
+    annotations = children.deployment(spec, settings)["spec"]["template"]["metadata"]["annotations"]
+    return str(annotations[children.CONFIG_HASH_ANNOTATION])
+
+
+def test_a_config_change_rolls_the_pods_and_a_scale_does_not() -> None:
+    base = bd(num_replicas=1)
+    assert _template_hash(bd(num_replicas=1, batching={"max_batch_size": 64})) != _template_hash(base)
+    assert _template_hash(base, Settings(replica_image="other:1")) != _template_hash(base)
+    scaled = bd(num_replicas=7)
+    assert _template_hash(scaled) == _template_hash(base)
+    assert children.config_map(scaled) == children.config_map(base)
+    assert children.service(scaled) == children.service(base)
+
+
+def test_scale_patch_touches_only_the_replicas() -> None:
+    assert children.replicas_patch(4) == {"spec": {"replicas": 4}}
+
+
+def test_service_selects_exactly_this_deployments_pods() -> None:
+    service = children.service(GPU)
+    deployment = children.deployment(GPU, SETTINGS)
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"]["app.kubernetes.io/instance"] == "minilm"
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}
+    ]
+    assert children.service(bd())["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "batchd"
