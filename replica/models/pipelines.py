@@ -196,6 +196,8 @@ def _transformers_pipeline(
     def run(texts: list[str]) -> list[Any]:
         with lock:
             results = pipe(texts, batch_size=len(texts), **call_kwargs)
+        if task == "fill-mask" and len(texts) == 1:
+            results = [results]  # for one text the pipeline returns its candidates unwrapped
         return [_one(task, plain(result)) for result in results]
 
     metadata = ModelMetadata(

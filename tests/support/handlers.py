@@ -28,3 +28,35 @@ class Failing:
         if any(n < 0 for n in numbers):
             raise ValueError(f"negative input in batch {numbers}")
         return [n * 2 for n in numbers]
+
+
+class Blocking:
+    """An `async def` handler that blocks its thread, as the seeds' adder does with time.sleep."""
+
+    def __init__(self, delay_s: float = 0.5) -> None:
+        self.delay_s = delay_s
+
+    async def handle(self, texts: list[str]) -> list[str]:
+        time.sleep(self.delay_s)
+        return [text.upper() for text in texts]
+
+
+class WrongLength:
+    def __call__(self, items: list[int]) -> list[int]:
+        return items[:-1] or [0, 0]
+
+
+class NotAList:
+    def __call__(self, items: list[int]) -> dict[str, int]:
+        return {"n": len(items)}
+
+
+class WithWarmup:
+    def __init__(self) -> None:
+        self.warmed = False
+
+    def warmup(self) -> None:
+        self.warmed = True
+
+    def __call__(self, items: list[float]) -> list[float]:
+        return [item * 2 for item in items]

@@ -1,0 +1,119 @@
+"""Custom batch handlers: how they are named, called, typed and checked."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from batchd.api.spec import ModelSpec
+from batchd.replica.models import ModelLoadError, load_model
+from batchd.replica.models.base import BatchModel
+
+
+def load(handler: str, **init_kwargs: Any) -> BatchModel:
+    spec = ModelSpec(handler=handler, init_kwargs=init_kwargs)
+    return load_model(spec, max_concurrent_batches=1, mirror_dir=None, pvc_root=Path("/models"))
+
+
+def test_the_seeds_adder_runs_unchanged_and_types_its_items() -> None:
+    model = load("examples.adder:BatchAdder.handle_batch")
+    try:
+        assert asyncio.run(model.predict_batch([1, 2, 3])) == [2, 3, 4]
+        assert model.item_adapter.validate_python("41") == 41  # List[int]: a query string coerces
+        with pytest.raises(ValidationError):
+            model.item_adapter.validate_python("abc")
+        assert model.metadata.inputs[0].datatype == "INT64"
+    finally:
+        model.close()
+
+
+def test_a_plain_function_is_a_handler() -> None:
+    model = load("tests.support.handlers:add_one")
+    try:
+        assert asyncio.run(model.predict_batch([1])) == [2]
+    finally:
+        model.close()
+
+
+async def test_a_blocking_async_handler_does_not_stall_the_servers_event_loop() -> None:
+    model = load("tests.support.handlers:Blocking.handle", delay_s=0.5)
+    try:
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticker = asyncio.create_task(tick())
+        started = time.monotonic()
+        assert await model.predict_batch(["a", "b"]) == ["A", "B"]
+        elapsed = time.monotonic() - started
+        ticker.cancel()
+        # While the handler slept 0.5 s in its own thread, this loop went on ticking.
+        assert elapsed >= 0.45
+        assert ticks >= 10
+    finally:
+        model.close()
+
+
+def test_a_handler_returning_the_wrong_number_of_results_is_named() -> None:
+    model = load("tests.support.handlers:WrongLength")
+    try:
+        with pytest.raises(
+            ValueError, match=r"handler tests.support.handlers:WrongLength returned 2 result\(s\)"
+        ):
+            asyncio.run(model.predict_batch([1, 2, 3]))
+    finally:
+        model.close()
+
+
+def test_a_handler_returning_something_else_than_a_list_is_named() -> None:
+    model = load("tests.support.handlers:NotAList")
+    try:
+        with pytest.raises(TypeError, match="returned dict; it must return a list"):
+            asyncio.run(model.predict_batch([1]))
+    finally:
+        model.close()
+
+
+def test_a_handlers_warmup_runs_before_it_serves() -> None:
+    model = load("tests.support.handlers:WithWarmup")
+    try:
+        asyncio.run(model.warmup(8))
+        assert asyncio.run(model.predict_batch([1.5])) == [3.0]
+        assert model.metadata.inputs[0].datatype == "FP64"
+    finally:
+        model.close()
+
+
+@pytest.mark.parametrize(
+    ("handler", "init_kwargs", "message"),
+    [
+        ("no_such_module:Thing", {}, "model.handler: cannot import module 'no_such_module'"),
+        ("tests.support.handlers:Missing", {}, "has no attribute 'Missing'"),
+        ("tests.support.handlers:SlowAdder.nope", {}, "SlowAdder has no method 'nope'"),
+        (
+            "tests.support.handlers:add_one",
+            {"x": 1},
+            "model.init_kwargs: 'tests.support.handlers:add_one' is a function",
+        ),
+        (
+            "tests.support.handlers:SlowAdder",
+            {"speed": 2},
+            "model.init_kwargs: SlowAdder() refused {'speed': 2}",
+        ),
+    ],
+)
+def test_handlers_that_cannot_load_say_which_field_is_wrong(
+    handler: str, init_kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ModelLoadError) as refused:
+        load(handler, **init_kwargs)
+    assert message in str(refused.value)

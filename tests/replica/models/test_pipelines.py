@@ -1,0 +1,130 @@
+"""transformers tasks through the model layer, with tiny models built here and the bundled MiniLM."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from batchd.api.spec import ModelSpec
+from batchd.replica.models import ModelLoadError, load_model
+from batchd.replica.models.base import BatchModel
+from batchd.replica.models.devices import choose_device, choose_dtype
+from batchd.replica.models.sources import link_bundled_minilm, resolve_source
+from tests.support.tiny_models import build_bert
+
+pytestmark = pytest.mark.slow
+
+
+def load(tmp: Path | None = None, **model: Any) -> BatchModel:
+    return load_model(ModelSpec(**model), max_concurrent_batches=1, mirror_dir=tmp, pvc_root=Path("/models"))
+
+
+@pytest.fixture(scope="module")
+def fill_mask(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchModel]:
+    directory = build_bert(tmp_path_factory.mktemp("bert-mlm"), "masked-lm")
+    model = load(task="fill-mask", source=f"file://{directory}", device="cpu")
+    yield model
+    model.close()
+
+
+@pytest.mark.parametrize(
+    "texts", [["the capital of france is [MASK]", "this movie was [MASK]"], ["[MASK] movie"]]
+)
+def test_fill_mask_gives_ranked_candidates_per_item(fill_mask: BatchModel, texts: list[str]) -> None:
+    results = asyncio.run(fill_mask.predict_batch(texts))
+    assert len(results) == len(texts)
+    for candidates in results:
+        assert len(candidates) == 5
+        scores = [c["score"] for c in candidates]
+        assert scores == sorted(scores, reverse=True)
+        assert all(isinstance(c["token_str"], str) and "[MASK]" not in c["sequence"] for c in candidates)
+
+
+def test_fill_mask_refuses_items_without_the_mask_token(fill_mask: BatchModel) -> None:
+    with pytest.raises(ValidationError, match=r"mask token '\[MASK\]'"):
+        fill_mask.item_adapter.validate_python("no mask here")
+
+
+def test_text_classification_labels_each_item(tmp_path: Path) -> None:
+    directory = build_bert(tmp_path / "bert-cls", "classification")
+    model = load(task="text-classification", source=f"file://{directory}", device="cpu")
+    try:
+        results = asyncio.run(
+            model.predict_batch(["this movie was wonderful", "this movie was terrible", "paris"])
+        )
+    finally:
+        model.close()
+    assert len(results) == 3
+    assert all(r["label"] in ("NEGATIVE", "POSITIVE") and 0 <= r["score"] <= 1 for r in results)
+
+
+def test_embeddings_in_a_batch_equal_embeddings_alone(tmp_path: Path) -> None:
+    source = link_bundled_minilm(tmp_path)
+    model = load(tmp_path, task="feature-extraction", source=source, device="cpu")
+    try:
+        texts = ["short", "a much longer sentence that needs padding in the batch"]
+        together = asyncio.run(model.predict_batch(texts))
+        alone = [asyncio.run(model.predict_batch([text]))[0] for text in texts]
+    finally:
+        model.close()
+    for a, b in zip(together, alone, strict=True):
+        assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-5
+    assert model.metadata.outputs[0].shape == (-1, 384)
+
+
+def test_empty_text_is_refused_before_it_reaches_a_batch(tmp_path: Path) -> None:
+    source = link_bundled_minilm(tmp_path)
+    model = load(tmp_path, task="feature-extraction", source=source, device="cpu")
+    model.close()
+    with pytest.raises(ValidationError, match="text is empty"):
+        model.item_adapter.validate_python("   ")
+    with pytest.raises(ValidationError):
+        model.item_adapter.validate_python(42)
+
+
+def test_sources_resolve_and_say_which_field_is_wrong(tmp_path: Path) -> None:
+    (tmp_path / "mirror" / "org" / "name").mkdir(parents=True)
+    (tmp_path / "claims" / "weights" / "gpt2").mkdir(parents=True)
+    mirror, claims = tmp_path / "mirror", tmp_path / "claims"
+    assert resolve_source("hf://org/name", mirror_dir=mirror, pvc_root=claims) == str(mirror / "org" / "name")
+    assert resolve_source("hf://org/other", mirror_dir=mirror, pvc_root=claims) == "org/other"  # the hub
+    assert resolve_source("pvc://weights/gpt2", mirror_dir=None, pvc_root=claims) == str(
+        claims / "weights" / "gpt2"
+    )
+    assert resolve_source(f"file://{claims}", mirror_dir=None, pvc_root=claims) == str(claims)
+    with pytest.raises(ModelLoadError, match=r"model.source: 'pvc://weights/missing' resolves to"):
+        resolve_source("pvc://weights/missing", mirror_dir=None, pvc_root=claims)
+    with pytest.raises(ModelLoadError, match=r"model\.source: 'file:///no/such/dir'"):
+        load(task="fill-mask", source="file:///no/such/dir", device="cpu")
+
+
+def test_an_hf_source_missing_offline_points_at_the_mirror_setting(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="BATCHD_MODEL_MIRROR"):
+        load(tmp_path, task="fill-mask", source="hf://nobody/nothing", device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("device", "dtype", "cuda", "expected"),
+    [
+        ("auto", "auto", False, ("cpu", "float32")),
+        ("auto", "auto", True, ("cuda", "float16")),
+        ("cpu", "auto", True, ("cpu", "float32")),
+        ("cuda", "bfloat16", True, ("cuda", "bfloat16")),
+        ("auto", "float32", True, ("cuda", "float32")),
+    ],
+)
+def test_device_and_dtype_follow_the_spec(
+    device: str, dtype: str, cuda: bool, expected: tuple[str, str]
+) -> None:
+    chosen = choose_device(device, cuda)
+    assert (chosen, choose_dtype(dtype, chosen)) == expected
+
+
+def test_asking_for_cuda_without_a_gpu_is_a_clear_error() -> None:
+    with pytest.raises(ModelLoadError, match=r"model\.device: 'cuda'"):
+        choose_device("cuda", cuda_available=False)
