@@ -5,6 +5,11 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
+# The top-level folder `operator/` shares its name with the standard library's module; with the
+# repository as the current directory, `python -m ...` would import the folder instead. Python
+# 3.11's safe-path mode keeps the current directory off sys.path (`batchd serve` adds its
+# --app-dir back on purpose, after the standard library is loaded).
+export PYTHONSAFEPATH := 1
 
 .PHONY: demo test bench lint tools install clean
 

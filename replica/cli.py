@@ -52,10 +52,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve.add_argument("--port", type=int, default=None, help="port to listen on (default 8000)")
     serve.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"])
     serve.add_argument("--access-log", action="store_true", help="log every request (costs throughput)")
+    serve.add_argument(
+        "--app-dir", type=Path, default=Path("."), help="where handler modules are imported from (default: .)"
+    )
     return parser.parse_args(argv)
 
 
 def serve(args: argparse.Namespace) -> int:
+    # Like uvicorn's --app-dir: `model.handler: examples.adder:...` imports relative to it.
+    sys.path.insert(0, str(args.app_dir.resolve()))
     try:
         manifest = load_manifest(args.manifest)
         settings = ReplicaSettings.from_env(host=args.host, port=args.port, log_level=args.log_level)

@@ -95,7 +95,8 @@ def replica_process(
     """`batchd serve MANIFEST` as a child process (repo root as cwd); yields once it is ready."""
     port = free_port()
     log_path = tmp_path / f"replica-{port}.log"
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    # Safe-path mode: the repository root holds a folder named like the stdlib module `operator`.
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1", **(env or {})}
     command = [sys.executable, "-m", "batchd.replica.cli", "serve", str(manifest_path), "--port", str(port)]
     with log_path.open("w") as log:
         process = subprocess.Popen(
