@@ -1,0 +1,172 @@
+"""Turning runs into results: per-point medians over repeats, the ratios we quote, and markdown.
+
+Everything here is pure (dicts in, dicts and text out) so it can be unit-tested; the harness
+(`batchd.bench.runner`) does the measuring.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+from batchd.bench.stats import median, ratio
+
+# The issue's targets: (name, ratio key or metric, threshold, direction).
+TARGETS = (
+    ("MiniLM throughput >= 90% of the model's batch-32 ceiling", "minilm", "server_over_ceiling", 0.90),
+    ("MiniLM batched >= 3.5x unbatched", "minilm", "batched_over_unbatched", 3.5),
+    ("Trivial handler >= 50% of the bare-uvicorn floor", "trivial", "batched_over_floor", 0.50),
+)
+IDLE_RSS_TARGET_MB = 600.0
+
+
+def summarise_point(repeats: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over repeats for the figures that vary, totals for errors, merged batch sizes."""
+    batch_sizes: Counter[str] = Counter()
+    for run in repeats:
+        batch_sizes.update(run.get("batch_sizes", {}))
+    completed = sum(run["completed"] for run in repeats)
+    server_cpu = sum(run.get("server_cpu_s", 0.0) for run in repeats)
+    batches = sum(run.get("batches", 0.0) for run in repeats)
+    items = sum(run.get("batched_items", 0.0) for run in repeats)
+    return {
+        "throughput_rps": median([run["throughput_rps"] for run in repeats]),
+        "p50_ms": median([run["p50_ms"] for run in repeats]),
+        "p95_ms": median([run["p95_ms"] for run in repeats]),
+        "p99_ms": median([run["p99_ms"] for run in repeats]),
+        "errors": sum(run["errors"] for run in repeats),
+        "completed": completed,
+        "batch_sizes": dict(sorted(batch_sizes.items(), key=lambda kv: _label_key(kv[0]))),
+        "mean_batch_size": ratio(items, batches),
+        "server_cpu_ms_per_request": ratio(server_cpu * 1000, completed),
+        "server_cpu_share": median([run.get("server_cpu_share", math.nan) for run in repeats]),
+        "client_cpu_share": median([run["client_cpu_s"] / run["duration_s"] for run in repeats]),
+        "repeats": len(repeats),
+    }
+
+
+def _label_key(label: str) -> float:
+    return float(label.lstrip(">").split("-")[0])
+
+
+def best_closed(points: list[dict[str, Any]], subject: str) -> dict[str, Any] | None:
+    """The closed-loop point where `subject` reached its highest median throughput."""
+    mine = [p for p in points if p["subject"] == subject and p["mode"] == "closed"]
+    return max(mine, key=lambda p: p["summary"]["throughput_rps"], default=None)
+
+
+def compute_ratios(scenario: dict[str, Any]) -> dict[str, float]:
+    """server / ceiling, batched / unbatched and batched / floor, each at every side's best load."""
+    points = scenario["points"]
+    best = {s: best_closed(points, s) for s in ("batched", "unbatched", "floor")}
+    rps = {s: (p["summary"]["throughput_rps"] if p else math.nan) for s, p in best.items()}
+    ratios = {
+        "batched_over_unbatched": ratio(rps["batched"], rps["unbatched"]),
+        "batched_over_floor": ratio(rps["batched"], rps["floor"]),
+        "unbatched_over_floor": ratio(rps["unbatched"], rps["floor"]),
+    }
+    ceiling = scenario.get("ceiling") or {}
+    raw = {entry["batch_size"]: entry["items_per_s"] for entry in ceiling.get("raw", [])}
+    via_replica = {entry["batch_size"]: entry["items_per_s"] for entry in ceiling.get("replica", [])}
+    if raw:
+        largest = max(raw)
+        ratios["server_over_ceiling"] = ratio(rps["batched"], raw[largest])
+        ratios["unbatched_over_ceiling_batch1"] = ratio(rps["unbatched"], raw.get(1, math.nan))
+        ratios["ceiling_batched_over_batch1"] = ratio(raw[largest], raw.get(1, math.nan))
+        if via_replica:
+            ratios["model_layer_over_ceiling"] = ratio(via_replica.get(largest, math.nan), raw[largest])
+            ratios["server_over_model_layer"] = ratio(rps["batched"], via_replica.get(largest, math.nan))
+    return ratios
+
+
+def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    checks = []
+    scenarios = result["scenarios"]
+    for title, name, key, threshold in TARGETS:
+        value = scenarios.get(name, {}).get("ratios", {}).get(key, math.nan)
+        checks.append(
+            {
+                "target": title,
+                "value": value,
+                "threshold": threshold,
+                "met": None if math.isnan(value) else value >= threshold,
+            }
+        )
+    if "minilm" in scenarios:
+        idle = scenarios["minilm"]["subjects"].get("batched", {}).get("idle_rss_mb", math.nan)
+        checks.append(
+            {
+                "target": f"MiniLM replica idle RSS < {IDLE_RSS_TARGET_MB:.0f} MB",
+                "value": idle,
+                "threshold": IDLE_RSS_TARGET_MB,
+                "met": None if math.isnan(idle) else idle < IDLE_RSS_TARGET_MB,
+            }
+        )
+    return checks
+
+
+def _f(value: float, digits: int = 1) -> str:
+    return (
+        "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:,.{digits}f}"
+    )
+
+
+def _load(point: dict[str, Any]) -> str:
+    if point["mode"] == "closed":
+        return f"closed, {point['concurrency']} clients"
+    return f"open, {point['rate_rps']:.0f} req/s"
+
+
+def _sizes(sizes: dict[str, int]) -> str:
+    return " ".join(f"{label}:{count}" for label, count in sizes.items()) or "-"
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    meta = result["meta"]
+    lines = [
+        f"Measured {meta['date']} on {meta['machine']}; command `{meta['command']}`; "
+        f"{meta['repeats']} interleaved repeats of {meta['duration_s']} s per point, medians shown.",
+        "",
+    ]
+    for scenario in result["scenarios"].values():
+        lines += [f"### {scenario['title']} (max_batch_size {scenario['max_batch_size']})", ""]
+        lines += [
+            "| server | load | req/s | p50 ms | p95 ms | p99 ms | errors | mean batch | batch sizes "
+            "(server) | server CPU ms/req | client CPU |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+        ]
+        for point in scenario["points"]:
+            s = point["summary"]
+            lines.append(
+                f"| {point['subject']} | {_load(point)} | {_f(s['throughput_rps'])} | {_f(s['p50_ms'], 2)} | "
+                f"{_f(s['p95_ms'], 2)} | {_f(s['p99_ms'], 2)} | {s['errors']} | {_f(s['mean_batch_size'])} | "
+                f"{_sizes(s['batch_sizes'])} | {_f(s['server_cpu_ms_per_request'], 2)} | "
+                f"{_f(s['client_cpu_share'] * 100, 0)}% |"
+            )
+        lines.append("")
+        ceiling = scenario.get("ceiling")
+        if ceiling:
+            for kind in ("raw", "replica"):
+                if ceiling.get(kind):
+                    parts = ", ".join(
+                        f"batch {e['batch_size']}: {_f(e['items_per_s'])} items/s" for e in ceiling[kind]
+                    )
+                    label = "transformers alone" if kind == "raw" else "replica model layer, in-process"
+                    lines.append(f"- Ceiling ({label}, {ceiling['threads']} threads): {parts}")
+            if ceiling.get("replica_error"):
+                lines.append(f"- Ceiling via the replica's model layer failed: {ceiling['replica_error']}")
+        memory = ", ".join(
+            f"{name} idle {_f(info.get('idle_rss_mb'), 0)} MB / peak {_f(info.get('peak_rss_mb'), 0)} MB"
+            for name, info in scenario["subjects"].items()
+        )
+        lines.append(f"- Resident memory: {memory}")
+        ratios = ", ".join(
+            f"{key.replace('_', ' ')} {_f(value, 2)}" for key, value in scenario["ratios"].items()
+        )
+        lines += [f"- Ratios (best closed-loop point of each): {ratios}", ""]
+    lines += ["### Targets (issue 5)", "", "| target | measured | met |", "|---|---:|---|"]
+    for check in result.get("targets", []):
+        met = {True: "yes", False: "**no**", None: "not measured"}[check["met"]]
+        lines.append(f"| {check['target']} | {_f(check['value'], 2)} | {met} |")
+    return "\n".join(lines) + "\n"
