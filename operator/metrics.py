@@ -1,11 +1,16 @@
 """The operator's own Prometheus metrics (prefix `batchd_operator_`), served on :9090/metrics.
 
-Labels stay low-cardinality: the outcome of a reconcile, never the resource's name.
+Reconcile metrics are labelled by outcome only. The replica gauges carry one series per
+BatchedDeployment (namespace, deployment), as kube-state-metrics does per Deployment: the
+dashboard's "desired vs ready replicas" panel needs the desired count, which only the operator
+knows.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import contextlib
+
+from prometheus_client import Counter, Gauge, Histogram
 
 OUTCOMES = ("success", "invalid", "refused", "error")
 
@@ -22,3 +27,26 @@ RECONCILE_DURATION = Histogram(
 )
 for _outcome in OUTCOMES:  # every series exists from the start, so rate() sees the first increment
     RECONCILES.labels(outcome=_outcome)
+
+DESIRED_REPLICAS = Gauge(
+    "batchd_operator_desired_replicas",
+    "spec.num_replicas of each BatchedDeployment.",
+    ["namespace", "deployment"],
+)
+READY_REPLICAS = Gauge(
+    "batchd_operator_ready_replicas",
+    "Ready replica pods of each BatchedDeployment, as its Deployment reports them.",
+    ["namespace", "deployment"],
+)
+
+
+def record_replicas(namespace: str, deployment: str, desired: int, ready: int) -> None:
+    DESIRED_REPLICAS.labels(namespace, deployment).set(desired)
+    READY_REPLICAS.labels(namespace, deployment).set(ready)
+
+
+def forget(namespace: str, deployment: str) -> None:
+    """Drop a deleted resource's series, so dashboards do not show it forever."""
+    for gauge in (DESIRED_REPLICAS, READY_REPLICAS):
+        with contextlib.suppress(KeyError):
+            gauge.remove(namespace, deployment)

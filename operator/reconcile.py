@@ -23,7 +23,7 @@ from batchd.api.manifest import ManifestError, parse_manifest
 from batchd.api.spec import API_VERSION, PLURAL, BatchedDeployment
 from batchd.operator import children, status
 from batchd.operator.kubeapi import ApiError, KubeApi, object_path
-from batchd.operator.metrics import RECONCILE_DURATION, RECONCILES
+from batchd.operator.metrics import RECONCILE_DURATION, RECONCILES, forget, record_replicas
 from batchd.operator.settings import Settings
 
 CHILD_RESOURCES = {
@@ -122,6 +122,7 @@ class Reconciler:
     async def _converge(self, namespace: str, name: str) -> tuple[str | None, str]:
         body = await self.api.get(self.parent_path(namespace, name))
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
+            forget(namespace, name)
             return None, ""  # deleted: the owner references take the children away
         generation = int(body["metadata"].get("generation", 1))
         document = {key: body.get(key) for key in ("apiVersion", "kind", "metadata", "spec")}
@@ -167,6 +168,8 @@ class Reconciler:
             model=(bd.spec.model.source or bd.spec.model.handler or "") if bd else "",
             now=datetime.datetime.now(datetime.UTC),
         )
+        if bd is not None:
+            record_replicas(namespace, name, bd.spec.num_replicas, int(new_status.get("ready_replicas") or 0))
         if new_status != old_status:
             await self.api.merge_patch(self.parent_path(namespace, name, "status"), {"status": new_status})
         for change in status.transitions(old_status.get("conditions", []), new_status["conditions"]):

@@ -351,3 +351,22 @@ async def test_liveness_endpoint_and_reconcile_metrics(tmp_path: Path) -> None:
         assert "batchd_operator_reconcile_duration_seconds_bucket" in metrics
         after = REGISTRY.get_sample_value("batchd_operator_reconciles_total", {"outcome": "refused"}) or 0
         assert after > before
+
+
+async def test_desired_and_ready_replicas_are_exported_until_the_resource_goes(tmp_path: Path) -> None:
+    labels = {"namespace": NS, "deployment": "gauged"}
+
+    def gauges() -> tuple[float | None, float | None]:
+        return (
+            REGISTRY.get_sample_value("batchd_operator_desired_replicas", labels),
+            REGISTRY.get_sample_value("batchd_operator_ready_replicas", labels),
+        )
+
+    async with api_server(tmp_path) as server, running_operator(server):
+        await create(server, manifest("gauged", num_replicas=3))
+        await eventually(lambda: all_children(server, "gauged"), what="the children")
+        await report_ready(server, "gauged", 2)
+        await eventually(lambda: gauges() == (3.0, 2.0), what="desired 3, ready 2 in the operator's metrics")
+        response = await server.delete(f"{CR_PATH.format(ns=NS)}/gauged")
+        assert response.status == 200
+        await eventually(lambda: gauges() == (None, None), what="the deleted resource's series to go")
