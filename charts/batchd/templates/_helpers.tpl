@@ -1,0 +1,68 @@
+{{/* The chart's name, cut to 63 characters (Kubernetes label values). */}}
+{{- define "batchd.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Release-qualified name; the release name alone when it already contains the chart's. */}}
+{{- define "batchd.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "batchd.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "batchd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "batchd.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "batchd.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: batchd
+{{- end }}
+
+{{- define "batchd.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "batchd.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "batchd.image" -}}
+{{- printf "%s:%s" .repository (default .appVersion .tag) }}
+{{- end }}
+
+{{/* Whether to create Prometheus Operator monitors: forced by monitoring.enabled, else when the API exists. */}}
+{{- define "batchd.monitors" -}}
+{{- if kindIs "invalid" .Values.monitoring.enabled }}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}
+{{- else if .Values.monitoring.enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+Exactly the API calls the operator makes (tests/charts/test_rbac.py compares them with the
+calls recorded in the operator's end-to-end tests): nothing more.
+*/}}
+{{- define "batchd.rbacRules" -}}
+- apiGroups: ["serving.batchd.dev"]
+  resources: ["batcheddeployments"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["serving.batchd.dev"]
+  resources: ["batcheddeployments/status"]
+  verbs: ["patch"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["list", "watch", "create", "patch"]
+- apiGroups: [""]
+  resources: ["configmaps", "services"]
+  verbs: ["list", "watch", "create", "patch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end }}

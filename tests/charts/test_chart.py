@@ -1,0 +1,153 @@
+"""The Helm chart, rendered and linted by the real Helm library, checked against the real schemas."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+
+from batchd.operator import children
+from batchd.operator.settings import Settings
+from tests.charts.rendering import CHART, ROOT, SCENARIOS, only, render
+from tests.support.kube import KUBERNETES_VERSIONS
+
+# Prometheus Operator kinds are CRD-typed: the Kubernetes schemas do not know them.
+PROMETHEUS_OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor"}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_the_chart_lints_clean_in_strict_mode(scenario: str) -> None:
+    report = helm.lint(str(CHART), SCENARIOS[scenario], strict=True)
+    assert report["errors"] == [] and report["messages"] == [], report
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_rendered_object_is_valid_kubernetes(scenario: str, version: str) -> None:
+    objects = render(SCENARIOS[scenario])
+    assert objects
+    for manifest in objects:
+        if manifest["kind"] in PROMETHEUS_OPERATOR_KINDS:
+            assert manifest["apiVersion"] == "monitoring.coreos.com/v1"
+            continue
+        kubernetes_validate.validate(manifest, f"{version}.0", strict=True)
+
+
+def test_defaults_install_cluster_wide_with_the_dockerfiles_images() -> None:
+    objects = render()
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == sorted(
+        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Service", "ServiceAccount"]
+    )
+    container = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert container["image"] == "ghcr.io/batchd/batchd-operator:0.1.0"
+    assert env["BATCHD_REPLICA_IMAGE"] == Settings().replica_image == "ghcr.io/batchd/batchd-replica:0.1.0"
+    assert env["BATCHD_NAMESPACES"] == ""
+    # What the operator reads is what the chart sets, and a malformed value would fail its start.
+    settings = Settings.from_env(env)
+    assert settings.metrics_port == 9090 and settings.liveness_endpoint.endswith(":8080/healthz")
+
+
+def test_the_operator_pod_is_hardened_and_probed() -> None:
+    pod = only(render(), "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 9090, "health": 8080}
+    assert container["resources"]["limits"]["memory"]
+
+
+def test_watching_listed_namespaces_grants_nothing_cluster_wide() -> None:
+    objects = render(SCENARIOS["namespaced-values"])
+    kinds = [o["kind"] for o in objects]
+    assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
+    roles = [o for o in objects if o["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    bindings = [o for o in objects if o["kind"] == "RoleBinding"]
+    assert all(b["subjects"][0]["namespace"] == "batchd-system" for b in bindings)
+    env = {
+        e["name"]: e["value"]
+        for e in only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert Settings.from_env(env).namespaces == ("team-a", "team-b")
+
+
+def test_monitors_replace_scrape_annotations_and_select_the_replica_pods() -> None:
+    plain = only(render(), "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert plain["prometheus.io/scrape"] == "true" and plain["prometheus.io/port"] == "9090"
+
+    objects = render(SCENARIOS["monitoring-values"])
+    annotations = only(objects, "Deployment")["spec"]["template"]["metadata"].get("annotations") or {}
+    assert "prometheus.io/scrape" not in annotations
+    service_monitor = only(objects, "ServiceMonitor")
+    service = only(objects, "Service")
+    assert service_monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    pod_monitor = only(objects, "PodMonitor")
+    # The PodMonitor must select the pods the operator actually makes, on the port they expose.
+    replica_labels = children.labels("minilm")
+    assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= replica_labels.items()
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "http"
+
+
+def test_the_dashboard_configmap_is_the_dashboard_file() -> None:
+    objects = render(SCENARIOS["monitoring-values"])
+    config_map = only(objects, "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    shipped = json.loads(config_map["data"]["batchd.json"])
+    assert shipped == json.loads((CHART / "dashboards" / "batchd.json").read_text())
+    assert "ConfigMap" not in [o["kind"] for o in render(SCENARIOS["custom-values"])]
+
+
+def test_custom_values_reach_the_operator() -> None:
+    values = SCENARIOS["custom-values"]
+    pod = only(render(values), "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert container["image"] == "registry.example.com/ml/batchd-operator:0.1.0-rc1"
+    assert env["BATCHD_REPLICA_IMAGE"] == "registry.example.com/ml/batchd-replica:0.1.0-rc1-cuda"
+    assert env["BATCHD_MODEL_MIRROR"] == "/models/mirror"
+    assert pod["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    assert pod["tolerations"] == values["tolerations"]
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"replicas": 2}, "replicas"),
+        ({"metricsPort": "9090"}, "metricsPort"),
+        ({"image": {"repository": "x", "pullPolicy": "Sometimes"}}, "pullPolicy"),
+        ({"watchNamespaces": ["Team_A"]}, "watchNamespaces"),
+        ({"monitoring": {"enabled": "yes"}}, "enabled"),
+        ({"dashboards": {"enabled": True, "lables": {}}}, "lables"),
+    ],
+)
+def test_the_values_schema_refuses_bad_values_naming_them(values: dict[str, Any], named: str) -> None:
+    chart = helm.Chart.load(str(CHART))
+    with pytest.raises(helm.HelmError) as refused:
+        chart.validate_schema(values)
+    assert named in str(refused.value)
+
+
+def test_every_copy_of_the_crd_equals_the_one_in_crds() -> None:
+    source = ROOT / "crds" / "batcheddeployments.serving.batchd.dev.yaml"
+    copies = [
+        path
+        for path in ROOT.joinpath("charts").rglob("*.yaml")
+        if "templates" not in path.parts and "kind: CustomResourceDefinition" in path.read_text()
+    ]
+    assert copies, "the chart ships no CRD"
+    for copy in copies:
+        assert copy.read_text() == source.read_text(), f"{copy} differs from {source}: copy it again"
+    assert helm.Chart.load(str(CHART)).crds, "Helm does not see the chart's crds/ folder"
