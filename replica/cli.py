@@ -82,6 +82,8 @@ def serve(args: argparse.Namespace) -> int:
         access_log=args.access_log,
         timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s),
         backlog=4096,
+        # Inside a pod nothing is proxied with X-Forwarded-* headers worth trusting; skip the parsing.
+        proxy_headers=False,
     )
     server = ReplicaServer(config, app.replica)
     server.run()

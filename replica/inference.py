@@ -32,6 +32,8 @@ from batchd.replica.serving import Replica
 logger = logging.getLogger(__name__)
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
+# Requests still unanswered after this get a task that watches for the deadline and a disconnect.
+WATCH_AFTER_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,23 +112,57 @@ class InferenceRoutes:
         if name is not None:
             self.replica.check_name(name)
         futures = self.replica.submit(items, field)
-        waiter = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
-        # The body has been read, so the next ASGI message can only be the client disconnecting.
-        disconnect = asyncio.ensure_future(receive())
+        waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
         try:
-            done, _ = await asyncio.wait(
-                (waiter, disconnect), timeout=self._timeout_s, return_when=asyncio.FIRST_COMPLETED
-            )
+            result = await _wait(waiter, receive, self._timeout_s)
         finally:
-            disconnect.cancel()
             for future in futures:  # dropped before the model if they have not run yet
                 future.cancel()
-        if waiter in done:
-            result = waiter.result()
-            return [result] if len(futures) == 1 else list(result)
-        if disconnect in done:
-            raise ClientDisconnected("the client went away before its answer was ready")
-        raise TimeoutError
+        return [result] if len(futures) == 1 else list(result)
+
+
+async def _wait(waiter: asyncio.Future[Any], receive: Receive, timeout_s: float) -> Any:
+    """The waiter's result, or TimeoutError past `timeout_s`, or ClientDisconnected.
+
+    Most answers come back within milliseconds, and a watcher task per request would cost more
+    than the whole request path (it did: an eighth of the trivial handler's time). So a watcher
+    starts only for requests still waiting after WATCH_AFTER_S; it enforces the deadline and
+    notices a client that left, and in either case cancels the waiter.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    why: list[BaseException] = []
+    watcher: asyncio.Task[None] | None = None
+
+    def start_watching() -> None:
+        nonlocal watcher
+        watcher = loop.create_task(_watch(waiter, receive, deadline, why))
+
+    timer = loop.call_later(min(WATCH_AFTER_S, timeout_s), start_watching)
+    try:
+        return await waiter
+    except asyncio.CancelledError:
+        if why:  # cancelled by the watcher, not by the server shutting this task down
+            raise why[0] from None
+        raise
+    finally:
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
+
+
+async def _watch(
+    waiter: asyncio.Future[Any], receive: Receive, deadline: float, why: list[BaseException]
+) -> None:
+    try:
+        async with asyncio.timeout_at(deadline):
+            # The body has been read, so the next ASGI message can only be the client leaving.
+            while (await receive())["type"] != "http.disconnect":
+                pass
+        why.append(ClientDisconnected("the client went away before its answer was ready"))
+    except TimeoutError:
+        why.append(TimeoutError())
+    waiter.cancel()
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:

@@ -193,3 +193,39 @@ async def test_a_failing_batch_answers_500_for_its_items_only(failing: str) -> N
         good = await client.post("/v1/models/failing:predict", json={"instances": [4]})
     assert bad.status_code == 500 and "negative input" in bad.json()["error"]
     assert good.json() == {"predictions": [8]}
+
+
+@pytest.fixture(scope="module")
+def queued() -> Iterator[str]:
+    yield from serve(
+        manifest(
+            "queued",
+            "tests.support.handlers:SlowAdder",
+            max_batch_size=1,
+            batch_wait_timeout_s=0,
+            request_timeout_s=10,
+        )
+    )
+
+
+async def test_a_client_that_disconnects_never_reaches_the_model(queued: str) -> None:
+    def count(text: str, sample: str) -> float:
+        line = next(line for line in text.splitlines() if line.startswith(sample))
+        return float(line.rsplit(" ", 1)[1])
+
+    batches = 'batchd_batch_size_count{deployment="queued",model="queued"}'
+    cancelled = 'batchd_requests_total{deployment="queued",model="queued",outcome="cancelled"}'
+    async with httpx.AsyncClient(base_url=queued, timeout=30) as client:
+        before = (await client.get("/metrics")).text
+        busy = asyncio.ensure_future(client.post("/v1/models/queued:predict", json={"instances": [1]}))
+        # A second client gives up while its item waits behind the first (0.2 s in the model).
+        async with httpx.AsyncClient(base_url=queued, timeout=0.05) as impatient:
+            with pytest.raises(httpx.TimeoutException):
+                await impatient.post("/v1/models/queued:predict", json={"instances": [2]})
+        assert (await busy).json() == {"predictions": [2]}
+        assert (await client.post("/v1/models/queued:predict", json={"instances": [3]})).json() == {
+            "predictions": [4]
+        }
+        after = (await client.get("/metrics")).text
+    assert count(after, batches) - count(before, batches) == 2  # the impatient item never ran
+    assert count(after, cancelled) - count(before, cancelled) == 1
