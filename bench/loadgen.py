@@ -169,12 +169,20 @@ async def closed_loop(
 
 
 async def open_loop(
-    host: str, port: int, request: Request, rate_rps: float, duration_s: float, max_connections: int = 512
+    host: str,
+    port: int,
+    request: Request,
+    rate_rps: float,
+    duration_s: float,
+    max_connections: int = 512,
+    grace_s: float = 10.0,
 ) -> RunResult:
     """Requests due every 1/rate_rps seconds for `duration_s`; latency counts from when each was due.
 
     Connections come from a pool that grows up to `max_connections`; an arrival that finds none
     free waits for one, and that wait counts in its latency, as it would for a real user.
+    Requests still unanswered `grace_s` after the last one was due are given up and counted as
+    errors: an overloaded server's backlog would otherwise stretch the run without bound.
     """
     result = RunResult("open", max_connections, rate_rps)
     idle: list[Connection] = []
@@ -234,7 +242,12 @@ async def open_loop(
         if delay > 0:
             await asyncio.sleep(delay)
         tasks.append(asyncio.ensure_future(one(due)))
-    await asyncio.gather(*tasks)
+    _, late = await asyncio.wait(tasks, timeout=grace_s)
+    for task in late:
+        task.cancel()
+    for _ in late:
+        result.record_error(f"no answer within {grace_s} s after the last arrival")
+    await asyncio.gather(*late, return_exceptions=True)
     result.duration_s = max(time.perf_counter() - start, duration_s)
     result.client_cpu_s = time.process_time() - cpu_before
     for connection in idle:

@@ -32,6 +32,8 @@ def summarise_point(repeats: list[dict[str, Any]]) -> dict[str, Any]:
     items = sum(run.get("batched_items", 0.0) for run in repeats)
     return {
         "throughput_rps": median([run["throughput_rps"] for run in repeats]),
+        # On a shared machine noise only ever slows a run down: the best repeat shows capacity.
+        "best_throughput_rps": max(run["throughput_rps"] for run in repeats),
         "p50_ms": median([run["p50_ms"] for run in repeats]),
         "p95_ms": median([run["p95_ms"] for run in repeats]),
         "p99_ms": median([run["p99_ms"] for run in repeats]),
@@ -56,19 +58,26 @@ def best_closed(points: list[dict[str, Any]], subject: str) -> dict[str, Any] | 
     return max(mine, key=lambda p: p["summary"]["throughput_rps"], default=None)
 
 
-def compute_ratios(scenario: dict[str, Any]) -> dict[str, float]:
-    """server / ceiling, batched / unbatched and batched / floor, each at every side's best load."""
+def compute_ratios(scenario: dict[str, Any], figure: str = "throughput_rps") -> dict[str, float]:
+    """server / ceiling, batched / unbatched and batched / floor, each at every side's best load.
+
+    `figure` is the median throughput over repeats, or `best_throughput_rps` (the best repeat,
+    compared with the best ceiling run): the same ratios, with the machine's noise left out.
+    """
     points = scenario["points"]
     best = {s: best_closed(points, s) for s in ("batched", "unbatched", "floor")}
-    rps = {s: (p["summary"]["throughput_rps"] if p else math.nan) for s, p in best.items()}
+    rps = {s: (p["summary"][figure] if p else math.nan) for s, p in best.items()}
     ratios = {
         "batched_over_unbatched": ratio(rps["batched"], rps["unbatched"]),
         "batched_over_floor": ratio(rps["batched"], rps["floor"]),
         "unbatched_over_floor": ratio(rps["unbatched"], rps["floor"]),
     }
     ceiling = scenario.get("ceiling") or {}
-    raw = {entry["batch_size"]: entry["items_per_s"] for entry in ceiling.get("raw", [])}
-    via_replica = {entry["batch_size"]: entry["items_per_s"] for entry in ceiling.get("replica", [])}
+    key = "best_items_per_s" if figure == "best_throughput_rps" else "items_per_s"
+    raw = {entry["batch_size"]: entry.get(key, entry["items_per_s"]) for entry in ceiling.get("raw", [])}
+    via_replica = {
+        entry["batch_size"]: entry.get(key, entry["items_per_s"]) for entry in ceiling.get("replica", [])
+    }
     if raw:
         largest = max(raw)
         ratios["server_over_ceiling"] = ratio(rps["batched"], raw[largest])
@@ -85,10 +94,12 @@ def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     scenarios = result["scenarios"]
     for title, name, key, threshold in TARGETS:
         value = scenarios.get(name, {}).get("ratios", {}).get(key, math.nan)
+        best = scenarios.get(name, {}).get("ratios_best", {}).get(key, math.nan)
         checks.append(
             {
                 "target": title,
                 "value": value,
+                "best_runs_value": best,
                 "threshold": threshold,
                 "met": None if math.isnan(value) else value >= threshold,
             }
@@ -99,6 +110,7 @@ def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "target": f"MiniLM replica idle RSS < {IDLE_RSS_TARGET_MB:.0f} MB",
                 "value": idle,
+                "best_runs_value": idle,
                 "threshold": IDLE_RSS_TARGET_MB,
                 "met": None if math.isnan(idle) else idle < IDLE_RSS_TARGET_MB,
             }
@@ -132,14 +144,15 @@ def to_markdown(result: dict[str, Any]) -> str:
     for scenario in result["scenarios"].values():
         lines += [f"### {scenario['title']} (max_batch_size {scenario['max_batch_size']})", ""]
         lines += [
-            "| server | load | req/s | p50 ms | p95 ms | p99 ms | errors | mean batch | batch sizes "
-            "(server) | server CPU ms/req | client CPU |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+            "| server | load | req/s | best req/s | p50 ms | p95 ms | p99 ms | errors | mean batch "
+            "| batch sizes (server, all repeats) | server CPU ms/req | client CPU |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
         ]
         for point in scenario["points"]:
             s = point["summary"]
             lines.append(
-                f"| {point['subject']} | {_load(point)} | {_f(s['throughput_rps'])} | {_f(s['p50_ms'], 2)} | "
+                f"| {point['subject']} | {_load(point)} | {_f(s['throughput_rps'])} | "
+                f"{_f(s.get('best_throughput_rps', math.nan))} | {_f(s['p50_ms'], 2)} | "
                 f"{_f(s['p95_ms'], 2)} | {_f(s['p99_ms'], 2)} | {s['errors']} | {_f(s['mean_batch_size'])} | "
                 f"{_sizes(s['batch_sizes'])} | {_f(s['server_cpu_ms_per_request'], 2)} | "
                 f"{_f(s['client_cpu_share'] * 100, 0)}% |"
@@ -161,12 +174,19 @@ def to_markdown(result: dict[str, Any]) -> str:
             for name, info in scenario["subjects"].items()
         )
         lines.append(f"- Resident memory: {memory}")
-        ratios = ", ".join(
-            f"{key.replace('_', ' ')} {_f(value, 2)}" for key, value in scenario["ratios"].items()
-        )
-        lines += [f"- Ratios (best closed-loop point of each): {ratios}", ""]
-    lines += ["### Targets (issue 5)", "", "| target | measured | met |", "|---|---:|---|"]
+        for label, key in (("medians", "ratios"), ("best repeat of each side", "ratios_best")):
+            if scenario.get(key):
+                listed = ", ".join(f"{k.replace('_', ' ')} {_f(v, 2)}" for k, v in scenario[key].items())
+                lines.append(f"- Ratios, {label} (at each side's best closed-loop load): {listed}")
+        lines.append("")
+    lines += [
+        "### Targets (issue 5)",
+        "",
+        "| target | medians | best runs | met (medians) |",
+        "|---|---:|---:|---|",
+    ]
     for check in result.get("targets", []):
         met = {True: "yes", False: "**no**", None: "not measured"}[check["met"]]
-        lines.append(f"| {check['target']} | {_f(check['value'], 2)} | {met} |")
+        best = _f(check.get("best_runs_value", math.nan), 2)
+        lines.append(f"| {check['target']} | {_f(check['value'], 2)} | {best} | {met} |")
     return "\n".join(lines) + "\n"

@@ -108,6 +108,7 @@ class Ceiling:
                 {
                     "batch_size": entry["batch_size"],
                     "items_per_s": median([run[kind][i]["items_per_s"] for run in self.runs]),
+                    "best_items_per_s": max(run[kind][i]["items_per_s"] for run in self.runs),
                     "batch_latency_ms": median([run[kind][i]["batch_latency_ms"] for run in self.runs]),
                 }
                 for i, entry in enumerate(first[kind])
@@ -278,6 +279,7 @@ def run_scenario(scenario: scenarios.Scenario, options: Options, workdir: Path) 
         "points": point_list,
     }
     result["ratios"] = report.compute_ratios(result)
+    result["ratios_best"] = report.compute_ratios(result, "best_throughput_rps")
     return result
 
 

@@ -125,7 +125,26 @@ def test_markdown_has_a_row_per_point_and_the_targets() -> None:
     }
     result["targets"] = check_targets(result)
     text = to_markdown(result)
-    assert "| batched | closed, 8 clients | 1,234.5 |" in text
-    assert "| floor | closed, 8 clients | 5,000.0 |" in text
-    assert "| Trivial handler >= 50% of the bare-uvicorn floor | 0.25 | **no** |" in text
+    assert "| batched | closed, 8 clients | 1,234.5 | 1,234.5 |" in text
+    assert "| floor | closed, 8 clients | 5,000.0 | 5,000.0 |" in text
+    assert "| Trivial handler >= 50% of the bare-uvicorn floor | 0.25 | n/a | **no** |" in text
     assert "2026-01-01 00:00 UTC" in text
+
+
+def test_best_ratios_compare_best_repeats_with_the_best_ceiling_run() -> None:
+    batched = {
+        "subject": "batched",
+        "mode": "closed",
+        "concurrency": 32,
+        "rate_rps": None,
+        "summary": summarise_point([run(100), run(280), run(120)]),
+    }
+    scenario = {
+        "points": [batched],
+        "ceiling": {
+            "threads": 2,
+            "raw": [{"batch_size": 32, "items_per_s": 150.0, "best_items_per_s": 300.0}],
+        },
+    }
+    assert compute_ratios(scenario)["server_over_ceiling"] == pytest.approx(120 / 150)
+    assert compute_ratios(scenario, "best_throughput_rps")["server_over_ceiling"] == pytest.approx(280 / 300)
