@@ -94,6 +94,7 @@ def replica_process(
 ) -> Iterator[ReplicaProcess]:
     """`batchd serve MANIFEST` as a child process (repo root as cwd); yields once it is ready."""
     port = free_port()
+    tmp_path.mkdir(parents=True, exist_ok=True)
     log_path = tmp_path / f"replica-{port}.log"
     # Safe-path mode: the repository root holds a folder named like the stdlib module `operator`.
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1", **(env or {})}

@@ -1,0 +1,99 @@
+"""The Grafana dashboard: every panel's PromQL returns data from a real Prometheus.
+
+Prometheus scrapes a real replica (the seeds' adder) under load and the real operator (against
+the emulated API server) that manages a BatchedDeployment of the same name. A panel whose query
+names a metric neither exports comes back empty, and fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.charts.rendering import CHART, ROOT
+from tests.support.operator_harness import api_server, create, eventually, manifest, running_operator
+from tests.support.prometheus import Series, prometheus
+from tests.support.servers import replica_process
+
+pytestmark = pytest.mark.slow
+
+DASHBOARD = json.loads((CHART / "dashboards" / "batchd.json").read_text())
+# What Grafana substitutes before it queries: every deployment, and a rate window.
+GRAFANA_VARIABLES = {"$deployment": ".*", "$__rate_interval": "1m", "${datasource}": ""}
+
+
+def panel_queries() -> list[tuple[str, str]]:
+    queries = []
+    for panel in DASHBOARD["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            for variable, value in GRAFANA_VARIABLES.items():
+                expr = expr.replace(variable, value)
+            queries.append((panel["title"], expr))
+    return queries
+
+
+def test_the_dashboard_is_well_formed() -> None:
+    ids = [panel["id"] for panel in DASHBOARD["panels"]]
+    assert len(ids) == len(set(ids)) and DASHBOARD["uid"] == "batchd"
+    titles = " ".join(panel["title"].lower() for panel in DASHBOARD["panels"])
+    for wanted in (
+        "queue depth",
+        "batch size",
+        "wait",
+        "execution",
+        "outcome",
+        "latency",
+        "rejections",
+        "ready",
+    ):
+        assert wanted in titles
+    assert all(not re.search(r"\$\w", expr) for _, expr in panel_queries()), "an unsubstituted variable"
+
+
+def has_data(series: Series) -> bool:
+    return bool(series)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_every_panel_returns_data_from_a_replica_under_load(tmp_path: Path) -> None:
+    metrics_port = free_port()
+    with replica_process(ROOT / "examples" / "adder.yaml", tmp_path / "replica") as replica:
+        async with api_server(tmp_path) as server, running_operator(server, metrics_port=metrics_port):
+            await create(server, manifest("adder", num_replicas=2))
+            await eventually(
+                lambda: (
+                    "batchd_operator_desired_replicas{"
+                    in httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
+                ),
+                what="the operator to export the desired replicas",
+            )
+            targets = [replica.url.removeprefix("http://"), f"127.0.0.1:{metrics_port}"]
+            with prometheus(targets, tmp_path / "prometheus") as prom:
+                async with httpx.AsyncClient(base_url=replica.url, timeout=60) as client:
+                    for _ in range(3):  # a few bursts, so rates span more than one scrape
+                        await asyncio.gather(
+                            *(
+                                client.post("/v1/models/adder:predict", json={"instances": [n]})
+                                for n in range(24)
+                            )
+                        )
+                empty: list[Any] = []
+                for title, expr in panel_queries():
+                    try:
+                        await asyncio.to_thread(prom.wait_for, expr, has_data, 20)
+                    except TimeoutError:
+                        empty.append((title, expr))
+    assert empty == [], "panels whose queries return nothing"
