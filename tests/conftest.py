@@ -15,3 +15,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# A real Prometheus for any test that asks for it (`start_prometheus`).
+pytest_plugins = ["tests.support.prometheus"]

@@ -79,9 +79,7 @@ def test_the_wheel_both_targets_install_builds_with_the_name_they_use(tmp_path: 
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     wheel = tmp_path / f"batchd-{version}-py3-none-any.whl"
     assert wheel.exists(), list(tmp_path.iterdir())
-    assert (
-        "/wheels/batchd-${VERSION}-py3-none-any.whl" in DOCKERFILE and f"VERSION={version}" in DOCKERFILE
-    )
+    assert "/wheels/batchd-${VERSION}-py3-none-any.whl" in DOCKERFILE and f"VERSION={version}" in DOCKERFILE
     names = zipfile.ZipFile(wheel).namelist()
     for module in ("batchd/api/spec.py", "batchd/replica/cli.py", "batchd/operator/handlers.py"):
         assert module in names

@@ -125,18 +125,14 @@ def test_metrics_count_batches_and_outcomes(adder: str) -> None:
     assert 'batchd_rejections_total{deployment="adder",model="adder",reason="invalid"}' in text
 
 
+def slow_adder(name: str, **batching: Any) -> Iterator[str]:
+    """A replica whose model holds every batch for 0.2 s: long enough to fill a queue or pass a deadline."""
+    yield from serve(manifest(name, "tests.support.handlers:SlowAdder", batch_wait_timeout_s=0, **batching))
+
+
 @pytest.fixture(scope="module")
 def slow() -> Iterator[str]:
-    yield from serve(
-        manifest(
-            "slow",
-            "tests.support.handlers:SlowAdder",
-            max_batch_size=2,
-            batch_wait_timeout_s=0,
-            max_queued_requests=4,
-            request_timeout_s=5,
-        )
-    )
+    yield from slow_adder("slow", max_batch_size=2, max_queued_requests=4, request_timeout_s=5)
 
 
 async def test_overload_answers_503_with_retry_after_and_the_server_stays_up(slow: str) -> None:
@@ -160,15 +156,7 @@ async def test_overload_answers_503_with_retry_after_and_the_server_stays_up(slo
 
 @pytest.fixture(scope="module")
 def sluggish() -> Iterator[str]:
-    yield from serve(
-        manifest(
-            "sluggish",
-            "tests.support.handlers:SlowAdder",
-            max_batch_size=1,
-            batch_wait_timeout_s=0,
-            request_timeout_s=0.3,
-        )
-    )
+    yield from slow_adder("sluggish", max_batch_size=1, request_timeout_s=0.3)
 
 
 async def test_a_request_past_its_timeout_gets_504(sluggish: str) -> None:
@@ -197,15 +185,7 @@ async def test_a_failing_batch_answers_500_for_its_items_only(failing: str) -> N
 
 @pytest.fixture(scope="module")
 def queued() -> Iterator[str]:
-    yield from serve(
-        manifest(
-            "queued",
-            "tests.support.handlers:SlowAdder",
-            max_batch_size=1,
-            batch_wait_timeout_s=0,
-            request_timeout_s=10,
-        )
-    )
+    yield from slow_adder("queued", max_batch_size=1, request_timeout_s=10)
 
 
 async def test_a_client_that_disconnects_never_reaches_the_model(queued: str) -> None:

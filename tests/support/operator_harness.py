@@ -162,15 +162,15 @@ async def exercise_operator(tmp_path: Path) -> frozenset[tuple[str, str, str]]:
             )
             await patch(server, path, {"spec": {"num_replicas": 2}})
             await patch(server, f"{path}/scale", {"spec": {"replicas": 3}})
-            await eventually(
-                lambda: (
+
+            def replicas() -> Any:
+                return (
                     (server.get_object("apps/deployments", namespace, name) or {})
                     .get("spec", {})
                     .get("replicas")
-                    == 3
-                ),
-                what="the scale",
-            )
+                )
+
+            await eventually(lambda: replicas() == 3, what="the scale")
             await patch(
                 server,
                 f"{deployment_path}/status",
@@ -186,15 +186,7 @@ async def exercise_operator(tmp_path: Path) -> frozenset[tuple[str, str, str]]:
             await server.delete(f"/api/v1/namespaces/{namespace}/services/{name}")
             await eventually(lambda: server.get_object("services", namespace, name), what="Service restored")
             await patch(server, deployment_path, {"spec": {"replicas": 7}})
-            await eventually(
-                lambda: (
-                    (server.get_object("apps/deployments", namespace, name) or {})
-                    .get("spec", {})
-                    .get("replicas")
-                    == 3
-                ),
-                what="the edit undone",
-            )
+            await eventually(lambda: replicas() == 3, what="the edit undone")
             await create(server, manifest("refused", env=[{"value": "no name"}]))
             await eventually(
                 lambda: any(event.get("reason") == "DeploymentRefused" for event in server.posted_events),

@@ -2,6 +2,9 @@
 
 Started on a free port with its own data directory and a one-second scrape interval; every
 wait is a bounded poll. `make tools` installs the binary on a fresh machine.
+
+Any test folder gets the `start_prometheus` fixture with
+`pytest_plugins = ["tests.support.prometheus"]` in the top-level `tests/conftest.py`.
 """
 
 from __future__ import annotations
@@ -9,12 +12,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from tests.support.servers import free_port, wait_until
@@ -76,7 +80,9 @@ def prometheus(targets: list[str], tmp_path: Path, job: str = "batchd-replica") 
     tmp_path.mkdir(parents=True, exist_ok=True)
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}],
+        # honor_labels: the exporters' own labels (deployment, model, namespace) win over Prometheus's,
+        # as the chart's PodMonitor keeps them.
+        "scrape_configs": [{"job_name": job, "honor_labels": True, "static_configs": [{"targets": targets}]}],
     }
     config_path = tmp_path / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
@@ -118,3 +124,21 @@ def promtool_check_metrics(exposition: str) -> list[str]:
         [binary("promtool"), "check", "metrics"], input=exposition, capture_output=True, text=True, timeout=60
     )
     return [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+
+
+StartPrometheus = Callable[..., Prometheus]
+
+
+@pytest.fixture
+def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
+    """`start_prometheus(["127.0.0.1:PORT"], job=...)` -> a running Prometheus, stopped after the test."""
+    with ExitStack() as stack:
+        started: list[Prometheus] = []
+
+        def start(targets: list[str], job: str = "batchd-replica") -> Prometheus:
+            directory = tmp_path / f"prometheus-{len(started)}"
+            server = stack.enter_context(prometheus(targets, directory, job))
+            started.append(server)
+            return server
+
+        yield start
