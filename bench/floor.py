@@ -13,6 +13,8 @@ import argparse
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
+from batchd.replica.cli import UVICORN_OPTIONS
+
 ANSWER = b'{"predictions":[2]}'
 HEADERS = [(b"content-type", b"application/json")]
 
@@ -39,18 +41,8 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    # The settings batchd's `serve` uses (replica/cli.py): uvloop, httptools, no access log.
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        log_level="warning",
-        access_log=False,
-        backlog=4096,
-    )
+    # The settings batchd's `serve` uses: uvloop, httptools, no proxy headers, no access log.
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, **UVICORN_OPTIONS)
 
 
 if __name__ == "__main__":

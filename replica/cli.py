@@ -16,6 +16,7 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import uvicorn
 
@@ -25,6 +26,14 @@ from batchd.replica.serving import Replica
 from batchd.replica.settings import ReplicaSettings
 
 TERMINATION_LOG = Path("/dev/termination-log")
+# How every replica runs uvicorn; the benchmark's bare-uvicorn floor uses the same.
+UVICORN_OPTIONS: dict[str, Any] = {
+    "loop": "uvloop",
+    "http": "httptools",
+    "backlog": 4096,
+    # Inside a pod nothing is proxied with X-Forwarded-* headers worth trusting; skip the parsing.
+    "proxy_headers": False,
+}
 
 
 class ReplicaServer(uvicorn.Server):
@@ -75,15 +84,11 @@ def serve(args: argparse.Namespace) -> int:
         app,
         host=settings.host,
         port=settings.port,
-        loop="uvloop",
-        http="httptools",
         lifespan="on",
         log_level=settings.log_level,
         access_log=args.access_log,
         timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s),
-        backlog=4096,
-        # Inside a pod nothing is proxied with X-Forwarded-* headers worth trusting; skip the parsing.
-        proxy_headers=False,
+        **UVICORN_OPTIONS,
     )
     server = ReplicaServer(config, app.replica)
     server.run()

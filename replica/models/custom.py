@@ -39,22 +39,14 @@ class CustomHandlerModel:
         self._executor = executor
         self._owner = owner
         item_type = item_type_of(handler)
-        self._item_adapter: TypeAdapter[Any] = TypeAdapter(item_type)
+        self.item_adapter: TypeAdapter[Any] = TypeAdapter(item_type)
         datatype = _DATATYPES.get(item_type, "BYTES")
-        self._metadata = ModelMetadata(
+        self.metadata = ModelMetadata(
             platform="python",
             inputs=(TensorSpec("input", datatype),),
             outputs=(TensorSpec("output", _DATATYPES.get(return_item_type_of(handler), "BYTES")),),
             extra={"handler": handler_path},
         )
-
-    @property
-    def item_adapter(self) -> TypeAdapter[Any]:
-        return self._item_adapter
-
-    @property
-    def metadata(self) -> ModelMetadata:
-        return self._metadata
 
     async def predict_batch(self, items: list[Any]) -> list[Any]:
         if self._is_async:

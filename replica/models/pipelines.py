@@ -56,17 +56,9 @@ class PipelineModel:
         self.task = task
         self._run = run
         self._executor = executor
-        self._metadata = metadata
-        self._item_adapter = item_adapter
+        self.metadata = metadata
+        self.item_adapter = item_adapter
         self._warmup_text = warmup_text
-
-    @property
-    def item_adapter(self) -> TypeAdapter[Any]:
-        return self._item_adapter
-
-    @property
-    def metadata(self) -> ModelMetadata:
-        return self._metadata
 
     async def predict_batch(self, items: list[Any]) -> list[Any]:
         results: list[Any] = await self._executor.run_sync(self._run, items)
