@@ -123,6 +123,32 @@ def parse_head(head: bytes) -> tuple[int, int, bool]:
     return status, length, chunked
 
 
+class RequestFailed(Exception):
+    """A request got no HTTP answer (connection refused, reset, or a malformed reply)."""
+
+
+class _Session:
+    """One client's keep-alive connection, opened on first use and reopened after a failure."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.connection: Connection | None = None
+
+    async def send(self, request: Request) -> tuple[int, bytes]:
+        try:
+            if self.connection is None:
+                self.connection = await Connection.open(self.host, self.port)
+            return await self.connection.call(request)
+        except (OSError, asyncio.IncompleteReadError, ValueError) as error:
+            self.close()
+            raise RequestFailed(f"{type(error).__name__}: {error}") from error
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+
+
 async def closed_loop(
     host: str, port: int, request: Request, concurrency: int, duration_s: float, warmup_s: float = 0.0
 ) -> RunResult:
@@ -133,21 +159,16 @@ async def closed_loop(
     stop_at = measure_from + duration_s
 
     async def client() -> None:
-        connection: Connection | None = None
+        session = _Session(host, port)
         while True:
             now = time.perf_counter()
             if now >= stop_at:
                 break
             try:
-                if connection is None:
-                    connection = await Connection.open(host, port)
-                status, body = await connection.call(request)
-            except (OSError, asyncio.IncompleteReadError, ValueError) as error:
-                if connection is not None:
-                    connection.close()
-                connection = None
+                status, body = await session.send(request)
+            except RequestFailed as error:
                 if time.perf_counter() >= measure_from:
-                    result.record_error(f"{type(error).__name__}: {error}")
+                    result.record_error(str(error))
                 continue
             done = time.perf_counter()
             if done < measure_from:
@@ -158,8 +179,7 @@ async def closed_loop(
                 result.latencies_s.append(done - now)
             else:
                 result.record_error(f"HTTP {status}: {body[:200]!r}")
-        if connection is not None:
-            connection.close()
+        session.close()
 
     cpu_before = time.process_time()
     await asyncio.gather(*(client() for _ in range(concurrency)))
@@ -266,25 +286,19 @@ async def fixed_count(host: str, port: int, requests: list[Request], concurrency
     pending = iter(requests)
 
     async def client() -> None:
-        connection: Connection | None = None
+        session = _Session(host, port)
         for request in pending:  # the iterator is shared: each request goes out once
             sent = time.perf_counter()
             try:
-                if connection is None:
-                    connection = await Connection.open(host, port)
-                status, body = await connection.call(request)
-            except (OSError, asyncio.IncompleteReadError, ValueError) as error:
-                if connection is not None:
-                    connection.close()
-                connection = None
-                result.record_error(f"{type(error).__name__}: {error}")
+                status, body = await session.send(request)
+            except RequestFailed as error:
+                result.record_error(str(error))
                 continue
             if status == 200:
                 result.latencies_s.append(time.perf_counter() - sent)
             else:
                 result.record_error(f"HTTP {status}: {body[:200]!r}")
-        if connection is not None:
-            connection.close()
+        session.close()
 
     cpu_before = time.process_time()
     started = time.perf_counter()
