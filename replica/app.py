@@ -1,11 +1,13 @@
 """`create_app`: the ASGI application of one replica, with a lifespan that loads the model.
 
-The app is ready (and `/v2/health/ready` answers 200) only once the model is loaded and warmed;
-at shutdown it drains the batcher so that every accepted request gets its answer.
+The server listens from the start: `/v2/health/live` answers 200 while the model loads, and
+`/v2/health/ready` only once it is loaded and warmed; at shutdown the batcher drains so that
+every accepted request gets its answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -61,10 +63,15 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await replica.start(loader)
+        # The model loads in the background: the server listens at once, live but not ready,
+        # as the kubelet's startup probe and KServe users expect.
+        loading = asyncio.create_task(replica.start(loader), name="batchd-load-model")
         try:
             yield
         finally:
+            if not loading.done():
+                loading.cancel()
+                await asyncio.gather(loading, return_exceptions=True)
             await replica.stop()
 
     app = FastAPI(

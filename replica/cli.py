@@ -43,6 +43,12 @@ class ReplicaServer(uvicorn.Server):
         super().__init__(config)
         self.replica = replica
 
+    async def on_tick(self, counter: int) -> bool:
+        # A model that failed to load ends the process: the pod restarts and says why.
+        if self.replica.load_error is not None:
+            return True
+        return await super().on_tick(counter)
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.replica.begin_draining()
         super().handle_exit(sig, frame)
@@ -92,8 +98,9 @@ def serve(args: argparse.Namespace) -> int:
     )
     server = ReplicaServer(config, app.replica)
     server.run()
-    if not server.started:  # the lifespan failed: the model could not be loaded
-        _write_termination_log(f"model {manifest.model_name!r} failed to load; see the log above")
+    load_error = app.replica.load_error
+    if load_error is not None or not server.started:
+        _write_termination_log(f"model {manifest.model_name!r} failed to load: {load_error}")
         return 3
     return 0
 

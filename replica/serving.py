@@ -49,6 +49,7 @@ class Replica:
         self.model: BatchModel | None = None
         self.batcher: Batcher | None = None
         self.inflight = 0  # requests accepted and not yet answered; kept by the inference routes
+        self.load_error: Exception | None = None
         self.metrics.track(
             queue_depth=lambda: self.batcher.queue_depth if self.batcher else 0,
             inflight=lambda: self.inflight,
@@ -57,7 +58,18 @@ class Replica:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self, load: Callable[[], BatchModel]) -> None:
-        """Load (off the event loop, so health checks answer meanwhile), warm up, then turn ready."""
+        """Load (off the event loop, so health checks answer meanwhile), warm up, then turn ready.
+
+        A failure is kept in `load_error` (the server exits on it) rather than raised: this runs
+        as a background task while the server already answers /v2/health/live.
+        """
+        try:
+            await self._load(load)
+        except Exception as error:
+            logger.exception("model %r failed to load", self.model_name)
+            self.load_error = error
+
+    async def _load(self, load: Callable[[], BatchModel]) -> None:
         started = time.perf_counter()
         model = self.model = await asyncio.to_thread(load)
         await model.warmup(self.manifest.spec.batching.max_batch_size)

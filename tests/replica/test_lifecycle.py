@@ -7,7 +7,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -80,3 +82,40 @@ def test_a_model_that_cannot_load_exits_non_zero_and_says_why(tmp_path: Path) ->
     assert result.returncode != 0
     assert "/nonexistent/model" in result.stdout + result.stderr
     assert not is_ready(f"http://127.0.0.1:{port}")
+
+
+def test_live_at_once_ready_only_once_the_model_has_loaded() -> None:
+    from batchd.api.manifest import parse_manifest
+    from batchd.replica.app import create_app
+    from batchd.replica.models import load_model
+    from batchd.replica.settings import ReplicaSettings
+    from tests.support.servers import uvicorn_in_thread
+
+    manifest = parse_manifest(
+        {
+            "apiVersion": "serving.batchd.dev/v1alpha1",
+            "kind": "BatchedDeployment",
+            "metadata": {"name": "slowload"},
+            "spec": {"model": {"handler": "tests.support.handlers:add_one"}},
+        }
+    )
+    release = threading.Event()
+
+    def slow_load() -> Any:  # a model that takes as long as the test wants to load
+        release.wait(timeout=60)
+        return load_model(
+            manifest.spec.model, max_concurrent_batches=1, mirror_dir=None, pvc_root=Path("/models")
+        )
+
+    app = create_app(manifest, ReplicaSettings(), load=slow_load)
+    with uvicorn_in_thread(app, wait_ready=False) as url:
+        assert httpx.get(f"{url}/v2/health/live").status_code == 200
+        assert httpx.get(f"{url}/v2/health/ready").status_code == 503
+        early = httpx.post(f"{url}/v1/models/slowload:predict", json={"instances": [1]})
+        assert early.status_code == 503 and "still loading" in early.json()["error"]
+        assert int(early.headers["retry-after"]) >= 1
+        release.set()
+        wait_until(lambda: is_ready(url), 30, "ready once loaded")
+        assert httpx.post(f"{url}/v1/models/slowload:predict", json={"instances": [1]}).json() == {
+            "predictions": [2]
+        }

@@ -47,8 +47,9 @@ def is_ready(url: str) -> bool:
 
 
 @contextmanager
-def uvicorn_in_thread(app: Any, timeout_s: float = 120) -> Iterator[str]:
-    """Serve an ASGI app with a real uvicorn on a loopback port; yields its base URL once ready."""
+def uvicorn_in_thread(app: Any, timeout_s: float = 120, wait_ready: bool = True) -> Iterator[str]:
+    """Serve an ASGI app with a real uvicorn on a loopback port; yields its base URL once it
+    listens and, with `wait_ready`, once its model is ready."""
     port = free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning"
@@ -61,6 +62,8 @@ def uvicorn_in_thread(app: Any, timeout_s: float = 120) -> Iterator[str]:
         wait_until(lambda: server.started or not thread.is_alive(), timeout_s, "uvicorn start")
         if not server.started:
             raise RuntimeError("uvicorn did not start (the app's lifespan failed; see the log)")
+        if wait_ready:
+            wait_until(lambda: is_ready(url), timeout_s, "the replica's model ready")
         yield url
     finally:
         server.should_exit = True
