@@ -40,7 +40,7 @@ class Draining(Exception):
     """The replica is shutting down and admits no new work."""
 
 
-class BatchSizeMismatch(Exception):
+class BatchSizeMismatch(ValueError):
     """The model returned a different number of results than it was given items."""
 
 

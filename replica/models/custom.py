@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from batchd.api.spec import ModelSpec
+from batchd.replica.batching import BatchSizeMismatch
 from batchd.replica.models.base import Datatype, ModelLoadError, ModelMetadata, TensorSpec
 from batchd.replica.models.executor import ModelExecutor
 from batchd.replica.models.results import plain
@@ -74,7 +75,7 @@ class CustomHandlerModel:
                 "it must return a list, one result per item"
             )
         if len(results) != expected:
-            raise ValueError(
+            raise BatchSizeMismatch(
                 f"handler {self._path} returned {len(results)} result(s) for a batch of {expected}"
             )
         return list(results)

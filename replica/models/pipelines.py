@@ -190,7 +190,7 @@ def _transformers_pipeline(
             results = pipe(texts, batch_size=len(texts), **call_kwargs)
         if task == "fill-mask" and len(texts) == 1:
             results = [results]  # for one text the pipeline returns its candidates unwrapped
-        return [_one(task, plain(result)) for result in results]
+        return [_one(task, plain(result), call_kwargs) for result in results]
 
     metadata = ModelMetadata(
         platform=f"transformers/{task}",
@@ -210,10 +210,12 @@ def _has(token: str) -> Any:
     return check
 
 
-def _one(task: str, result: Any) -> Any:
-    """One item's answer in the shape users of each task expect."""
+def _one(task: str, result: Any, call_kwargs: dict[str, Any]) -> Any:
+    """One item's answer in the shape users of each task expect: unwrapped unless they asked for more."""
     if task == "text-generation":
-        return result[0]["generated_text"] if isinstance(result, list) else result["generated_text"]
-    if task == "text-classification" and isinstance(result, list):
+        sequences = result if isinstance(result, list) else [result]
+        texts = [sequence["generated_text"] for sequence in sequences]
+        return texts if call_kwargs.get("num_return_sequences", 1) > 1 else texts[0]
+    if task == "text-classification" and isinstance(result, list) and "top_k" not in call_kwargs:
         return result[0]
     return result

@@ -30,17 +30,6 @@ class Failing:
         return [n * 2 for n in numbers]
 
 
-class Blocking:
-    """An `async def` handler that blocks its thread, as the seeds' adder does with time.sleep."""
-
-    def __init__(self, delay_s: float = 0.5) -> None:
-        self.delay_s = delay_s
-
-    async def handle(self, texts: list[str]) -> list[str]:
-        time.sleep(self.delay_s)
-        return [text.upper() for text in texts]
-
-
 class WrongLength:
     def __call__(self, items: list[int]) -> list[int]:
         return items[:-1] or [0, 0]

@@ -21,13 +21,14 @@ def build_bert(directory: Path, head: str) -> Path:
     """A 2-layer BERT with a `masked-lm` or `classification` head, saved with its tokenizer."""
     import torch
     from tokenizers import BertWordPieceTokenizer
-    from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertTokenizerFast
+    from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertTokenizer
 
     directory.mkdir(parents=True, exist_ok=True)
     wordpiece = BertWordPieceTokenizer(lowercase=True)
     wordpiece.train_from_iterator(CORPUS, vocab_size=200, min_frequency=1)
     wordpiece.save_model(str(directory))
-    tokenizer = BertTokenizerFast(vocab_file=str(directory / "vocab.txt"), do_lower_case=True)
+    # transformers 5: BertTokenizer is the fast (Rust) one; BertTokenizerFast is an alias of it.
+    tokenizer = BertTokenizer(vocab_file=str(directory / "vocab.txt"), do_lower_case=True)
     tokenizer.save_pretrained(directory)
     torch.manual_seed(0)
     config = BertConfig(
@@ -41,5 +42,5 @@ def build_bert(directory: Path, head: str) -> Path:
         label2id={"NEGATIVE": 0, "POSITIVE": 1},
     )
     model = BertForMaskedLM(config) if head == "masked-lm" else BertForSequenceClassification(config)
-    model.eval().save_pretrained(directory)
+    model.eval().save_pretrained(directory)  # type: ignore[no-untyped-call]
     return directory

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ from pydantic import ValidationError
 from batchd.api.spec import ModelSpec
 from batchd.replica.models import ModelLoadError, load_model
 from batchd.replica.models.base import BatchModel
+from batchd.replica.models.custom import BatchSizeMismatch
 
 
 def load(handler: str, **init_kwargs: Any) -> BatchModel:
@@ -40,26 +44,49 @@ def test_a_plain_function_is_a_handler() -> None:
         model.close()
 
 
-async def test_a_blocking_async_handler_does_not_stall_the_servers_event_loop() -> None:
-    model = load("tests.support.handlers:Blocking.handle", delay_s=0.5)
+def gate_handler(
+    monkeypatch: pytest.MonkeyPatch, *, is_async: bool
+) -> tuple[str, threading.Event, threading.Event]:
+    """A handler that blocks its thread until the test's event loop releases it."""
+    started, released = threading.Event(), threading.Event()
+
+    def block(texts: list[str]) -> list[str]:
+        started.set()
+        # Only a coroutine on the test's loop sets `released`: if the handler held that loop, it never would.
+        if not released.wait(timeout=10):
+            raise TimeoutError("the calling event loop never ran while the handler blocked")
+        return [text.upper() for text in texts]
+
+    class Gate:
+        async def handle_async(self, texts: list[str]) -> list[str]:
+            return block(texts)  # blocking inside `async def`, as the seeds' handlers do
+
+        def handle_sync(self, texts: list[str]) -> list[str]:
+            return block(texts)
+
+    module = types.ModuleType("gate_handlers")
+    module.Gate = Gate  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gate_handlers", module)
+    return f"gate_handlers:Gate.handle_{'async' if is_async else 'sync'}", started, released
+
+
+@pytest.mark.parametrize("is_async", [True, False], ids=["async-def", "def"])
+async def test_a_blocking_handler_does_not_stall_the_servers_event_loop(
+    monkeypatch: pytest.MonkeyPatch, is_async: bool
+) -> None:
+    handler, started, released = gate_handler(monkeypatch, is_async=is_async)
+    model = load(handler)
     try:
-        ticks = 0
-
-        async def tick() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.01)
-
-        ticker = asyncio.create_task(tick())
-        started = time.monotonic()
-        assert await model.predict_batch(["a", "b"]) == ["A", "B"]
-        elapsed = time.monotonic() - started
-        ticker.cancel()
-        # While the handler slept 0.5 s in its own thread, this loop went on ticking.
-        assert elapsed >= 0.45
-        assert ticks >= 10
+        prediction = asyncio.create_task(model.predict_batch(["a", "b"]))
+        deadline = time.monotonic() + 10
+        while not started.is_set():  # this loop keeps running while the handler's thread blocks
+            assert time.monotonic() < deadline, "the handler never started"
+            await asyncio.sleep(0.005)
+        assert not prediction.done()
+        released.set()
+        assert await asyncio.wait_for(prediction, timeout=10) == ["A", "B"]
     finally:
+        released.set()
         model.close()
 
 
@@ -67,7 +94,8 @@ def test_a_handler_returning_the_wrong_number_of_results_is_named() -> None:
     model = load("tests.support.handlers:WrongLength")
     try:
         with pytest.raises(
-            ValueError, match=r"handler tests.support.handlers:WrongLength returned 2 result\(s\)"
+            BatchSizeMismatch,
+            match=r"handler tests.support.handlers:WrongLength returned 2 result\(s\) for a batch of 3",
         ):
             asyncio.run(model.predict_batch([1, 2, 3]))
     finally:

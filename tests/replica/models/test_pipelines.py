@@ -11,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from batchd.api.spec import ModelSpec
+from batchd.bench import tiny_gpt2
 from batchd.replica.models import ModelLoadError, load_model
 from batchd.replica.models.base import BatchModel
 from batchd.replica.models.devices import choose_device, choose_dtype
@@ -50,9 +51,13 @@ def test_fill_mask_refuses_items_without_the_mask_token(fill_mask: BatchModel) -
         fill_mask.item_adapter.validate_python("no mask here")
 
 
-def test_text_classification_labels_each_item(tmp_path: Path) -> None:
-    directory = build_bert(tmp_path / "bert-cls", "classification")
-    model = load(task="text-classification", source=f"file://{directory}", device="cpu")
+@pytest.fixture(scope="module")
+def bert_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_bert(tmp_path_factory.mktemp("bert-cls"), "classification")
+
+
+def test_text_classification_labels_each_item(bert_classifier: Path) -> None:
+    model = load(task="text-classification", source=f"file://{bert_classifier}", device="cpu")
     try:
         results = asyncio.run(
             model.predict_batch(["this movie was wonderful", "this movie was terrible", "paris"])
@@ -61,6 +66,60 @@ def test_text_classification_labels_each_item(tmp_path: Path) -> None:
         model.close()
     assert len(results) == 3
     assert all(r["label"] in ("NEGATIVE", "POSITIVE") and 0 <= r["score"] <= 1 for r in results)
+
+
+def test_text_classification_with_top_k_keeps_every_label(bert_classifier: Path) -> None:
+    model = load(
+        task="text-classification",
+        source=f"file://{bert_classifier}",
+        device="cpu",
+        call_kwargs={"top_k": 2},
+    )
+    try:
+        results = asyncio.run(model.predict_batch(["this movie was wonderful", "paris"]))
+    finally:
+        model.close()
+    assert [sorted(r["label"] for r in labels) for labels in results] == [["NEGATIVE", "POSITIVE"]] * 2
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory: Path = tiny_gpt2.build(tmp_path_factory.mktemp("tiny-gpt2"), vocab_size=500)
+    return directory
+
+
+def test_text_generation_batches_prompts_of_different_lengths_as_if_alone(gpt2_dir: Path) -> None:
+    # Greedy decoding: a prompt's continuation must not depend on the batch's padding.
+    model = load(
+        task="text-generation",
+        source=f"file://{gpt2_dir}",
+        device="cpu",
+        call_kwargs={"max_new_tokens": 6, "do_sample": False},
+    )
+    prompts = ["Once upon a time", "The quick brown fox jumps over the lazy dog while", "Batching"]
+    try:
+        together = asyncio.run(model.predict_batch(prompts))
+        alone = [asyncio.run(model.predict_batch([prompt]))[0] for prompt in prompts]
+    finally:
+        model.close()
+    assert together == alone
+    assert all(text.startswith(p) and len(text) > len(p) for p, text in zip(prompts, together, strict=True))
+    assert model.metadata.outputs[0].name == "generated_text"
+
+
+def test_text_generation_returns_every_sequence_asked_for(gpt2_dir: Path) -> None:
+    model = load(
+        task="text-generation",
+        source=f"file://{gpt2_dir}",
+        device="cpu",
+        call_kwargs={"max_new_tokens": 4, "do_sample": True, "num_return_sequences": 3},
+    )
+    try:
+        results = asyncio.run(model.predict_batch(["Once upon a time", "Batching"]))
+    finally:
+        model.close()
+    assert [len(texts) for texts in results] == [3, 3]
+    assert all(text.startswith("Batching") for text in results[1])
 
 
 def test_embeddings_in_a_batch_equal_embeddings_alone(tmp_path: Path) -> None:
