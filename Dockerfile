@@ -7,6 +7,10 @@
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS base
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="https://github.com/batchd/batchd" \
+      org.opencontainers.image.licenses="Apache-2.0"
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PYTHONSAFEPATH=1 \
@@ -29,10 +33,7 @@ RUN pip wheel --no-deps --wheel-dir /wheels .
 FROM base AS operator
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="batchd-operator" \
-      org.opencontainers.image.description="Kopf operator that runs BatchedDeployments (no torch)" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.source="https://github.com/batchd/batchd" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.description="Kopf operator that runs BatchedDeployments (no torch)"
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-cache-dir "/wheels/batchd-${VERSION}-py3-none-any.whl[operator]"
 USER 10001:10001
@@ -45,10 +46,7 @@ ARG VERSION=0.1.0
 # https://download.pytorch.org/whl/cpu: a CPU-only torch, for nodes without GPUs.
 ARG TORCH_INDEX_URL=""
 LABEL org.opencontainers.image.title="batchd-replica" \
-      org.opencontainers.image.description="FastAPI batching server for one model (torch, transformers)" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.source="https://github.com/batchd/batchd" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.description="FastAPI batching server for one model (torch, transformers)"
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     if [ -n "${TORCH_INDEX_URL}" ]; then \
         pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" torch==2.13.0; \

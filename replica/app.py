@@ -16,7 +16,6 @@ import orjson
 from fastapi import FastAPI, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
 from batchd.api.spec import BatchedDeployment
 from batchd.replica import __version__
@@ -43,21 +42,9 @@ def default_loader(manifest: BatchedDeployment, settings: ReplicaSettings) -> Mo
     )
 
 
-class ReplicaApp:
-    """The ASGI application uvicorn runs: inference routes in front, the FastAPI app behind."""
-
-    def __init__(self, replica: Replica, api: FastAPI) -> None:
-        self.replica = replica
-        self.api = api
-        self._asgi = InferenceRoutes(api, replica)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._asgi(scope, receive, send)
-
-
 def create_app(
     manifest: BatchedDeployment, settings: ReplicaSettings, load: ModelLoader | None = None
-) -> ReplicaApp:
+) -> InferenceRoutes:
     replica = Replica(manifest, settings)
     loader = load or default_loader(manifest, settings)
 
@@ -95,4 +82,5 @@ def create_app(
         answer = http_error(error)
         return Response(orjson.dumps(answer.body), status_code=answer.status, media_type="application/json")
 
-    return ReplicaApp(replica, app)
+    # What uvicorn runs: the inference routes in front, the FastAPI app behind (`.replica`, `.app`).
+    return InferenceRoutes(app, replica)

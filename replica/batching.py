@@ -112,10 +112,6 @@ class Batcher:
         return len(self._queue)
 
     @property
-    def running_batches(self) -> int:
-        return len(self._running)
-
-    @property
     def draining(self) -> bool:
         return self._draining
 

@@ -46,14 +46,12 @@ class PipelineModel:
 
     def __init__(
         self,
-        task: str,
         run: Any,
         executor: ModelExecutor,
         metadata: ModelMetadata,
         item_adapter: TypeAdapter[Any] = TEXT,
         warmup_text: str = WARMUP_TEXTS[0],
     ) -> None:
-        self.task = task
         self._run = run
         self._executor = executor
         self.metadata = metadata
@@ -131,7 +129,7 @@ def _embeddings(location: str, device: str, dtype: Any, executor: ModelExecutor)
         outputs=(TensorSpec("embedding", "FP32", (-1, dimension)),),
         extra={"pooling": pooling, "normalize": normalize, "device": device},
     )
-    return PipelineModel("feature-extraction", embed, executor, metadata)
+    return PipelineModel(embed, executor, metadata)
 
 
 def _sentence_transformers_config(directory: Path, model_max_length: int) -> tuple[str, bool, int]:
@@ -198,7 +196,7 @@ def _transformers_pipeline(
         outputs=outputs,
         extra={"device": device},
     )
-    return PipelineModel(task, run, executor, metadata, item_adapter, warmup_text)
+    return PipelineModel(run, executor, metadata, item_adapter, warmup_text)
 
 
 def _has(token: str) -> Any:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 from tests.charts.rendering import CHART, ROOT
 from tests.support.operator_harness import api_server, create, eventually, manifest, running_operator
 from tests.support.prometheus import Series, prometheus
-from tests.support.servers import replica_process
+from tests.support.servers import free_port, replica_process
 
 pytestmark = pytest.mark.slow
 
@@ -60,12 +59,6 @@ def test_the_dashboard_is_well_formed() -> None:
 
 def has_data(series: Series) -> bool:
     return bool(series)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_every_panel_returns_data_from_a_replica_under_load(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ so a test cannot pass on an object a real API server would reject.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from tests.support.operator_harness import (
     running_operator,
     settled,
 )
+from tests.support.servers import free_port
 
 NS = "default"
 BD = "serving.batchd.dev/batcheddeployments"
@@ -42,6 +42,17 @@ def condition(server: ApiServer, name: str, type_: str) -> dict[str, Any]:
         if item["type"] == type_:
             return dict(item)
     return {}
+
+
+async def degraded_condition(server: ApiServer, name: str) -> dict[str, Any]:
+    """Wait (bounded) for the resource's Degraded condition to be True, and return it."""
+    return await eventually(
+        lambda: (
+            condition(server, name, "Degraded").get("status") == "True"
+            and condition(server, name, "Degraded")
+        ),
+        what=f"{name}: Degraded=True",
+    )
 
 
 def children_of(server: ApiServer, name: str) -> dict[str, dict[str, Any] | None]:
@@ -253,13 +264,7 @@ async def test_bad_spec_is_degraded_while_others_reconcile(tmp_path: Path) -> No
         # API server's Deployment validation: the operator must say so on the resource.
         await create(server, manifest("noname-env", env=[{"value": "no name"}]))
         await create(server, manifest("fine"))
-        degraded = await eventually(
-            lambda: (
-                condition(server, "noname-env", "Degraded").get("status") == "True"
-                and condition(server, "noname-env", "Degraded")
-            ),
-            what="Degraded=True",
-        )
+        degraded = await degraded_condition(server, "noname-env")
         assert degraded["reason"] == "DeploymentRefused"
         assert "env" in degraded["message"] and "name" in degraded["message"]
         await eventually(lambda: all_children(server, "fine"), what="the good resource's children")
@@ -282,13 +287,7 @@ async def test_spec_stored_before_a_stricter_crd_is_degraded(tmp_path: Path) -> 
         server.live_uids.add("legacy-uid")
         async with running_operator(server):
             await create(server, manifest("fine"))
-            degraded = await eventually(
-                lambda: (
-                    condition(server, "legacy", "Degraded").get("status") == "True"
-                    and condition(server, "legacy", "Degraded")
-                ),
-                what="Degraded=True",
-            )
+            degraded = await degraded_condition(server, "legacy")
             assert degraded["reason"] == "InvalidSpec"
             assert "model.source is required" in degraded["message"]
             await eventually(lambda: all_children(server, "fine"), what="the good resource's children")
@@ -324,14 +323,8 @@ async def test_observed_api_calls_cover_the_whole_lifecycle(tmp_path: Path) -> N
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 async def test_liveness_endpoint_and_reconcile_metrics(tmp_path: Path) -> None:
-    liveness_port, metrics_port = _free_port(), _free_port()
+    liveness_port, metrics_port = free_port(), free_port()
     async with (
         api_server(tmp_path) as server,
         running_operator(
