@@ -1,57 +1,54 @@
 # syntax=docker/dockerfile:1
-# Two images from one file:
-#   docker build --target operator -t ghcr.io/batchd/batchd-operator:0.1.0 .
-#   docker build --target replica  -t ghcr.io/batchd/batchd-replica:0.1.0 .            # CUDA-capable
-#   docker build --target replica  --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu \
-#                -t ghcr.io/batchd/batchd-replica:0.1.0-cpu .                              # CPU only, ~1/5 the size
+# Two images from one file; `make images` builds both with the version from VERSION:
+#   docker build --target operator --build-arg VERSION=$(cat VERSION) -t ghcr.io/batchd/batchd-operator:$(cat VERSION) .
+#   docker build --target replica  --build-arg VERSION=$(cat VERSION) -t ghcr.io/batchd/batchd-replica:$(cat VERSION) .
+# A CPU-only replica (about a fifth of the size): add --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS base
-ARG VERSION=0.1.0
+ARG VERSION=unset
 LABEL org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.source="https://github.com/batchd/batchd" \
       org.opencontainers.image.licenses="Apache-2.0"
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PYTHONSAFEPATH=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-# The same non-root user the operator's pod security context names (runAsUser 10001).
+# The non-root user the pods' security contexts name (batchd.api.pod.RUNTIME_UID).
 RUN groupadd --gid 10001 batchd \
     && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin batchd
 WORKDIR /app
 
-# One wheel of batchd; each target installs it with its own extra.
+# A wheel per shipped project. The benchmarks and the test support never enter this stage,
+# so no image can carry them.
 FROM base AS build
-COPY pyproject.toml README.md ./
+COPY VERSION ./
 COPY api api
-COPY replica replica
 COPY operator operator
-COPY bench bench
-RUN pip wheel --no-deps --wheel-dir /wheels .
+COPY replica replica
+RUN pip wheel --no-deps --wheel-dir /wheels ./api ./operator ./replica
 
+# The spec and the operator: no torch, no FastAPI.
 FROM base AS operator
-ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="batchd-operator" \
       org.opencontainers.image.description="Kopf operator that runs BatchedDeployments (no torch)"
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir "/wheels/batchd-${VERSION}-py3-none-any.whl[operator]"
+    pip install --no-cache-dir /wheels/batchd_api-*.whl /wheels/batchd_operator-*.whl
 USER 10001:10001
 EXPOSE 8080 9090
 ENTRYPOINT ["python", "-m", "batchd.operator"]
 
+# The spec and the replica, with the torch that replica/pyproject.toml pins.
 FROM base AS replica
-ARG VERSION=0.1.0
-# Empty: PyPI's torch, which brings CUDA and runs on NVIDIA GPUs (and CPUs).
-# https://download.pytorch.org/whl/cpu: a CPU-only torch, for nodes without GPUs.
-ARG TORCH_INDEX_URL=""
+# PyPI (the default): torch with CUDA, for NVIDIA GPUs (and CPUs).
+# https://download.pytorch.org/whl/cpu: the same torch release as a CPU-only build (its +cpu
+# local version sorts above PyPI's, so pip takes it).
+ARG TORCH_INDEX_URL=https://pypi.org/simple
 LABEL org.opencontainers.image.title="batchd-replica" \
       org.opencontainers.image.description="FastAPI batching server for one model (torch, transformers)"
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    if [ -n "${TORCH_INDEX_URL}" ]; then \
-        pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" torch==2.13.0; \
-    fi \
-    && pip install --no-cache-dir "/wheels/batchd-${VERSION}-py3-none-any.whl[replica]"
+    pip install --no-cache-dir --extra-index-url "${TORCH_INDEX_URL}" \
+        /wheels/batchd_api-*.whl /wheels/batchd_replica-*.whl
 # Handlers named by import path (model.handler) are imported from /app; the examples ship too.
 COPY examples examples
 # The root file system is read-only in the pod; the operator mounts an emptyDir here.

@@ -2,24 +2,19 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-export HF_HUB_OFFLINE ?= 1
-export TRANSFORMERS_OFFLINE ?= 1
-export TOKENIZERS_PARALLELISM ?= false
-# The top-level folder `operator/` shares its name with the standard library's module; with the
-# repository as the current directory, `python -m ...` would import the folder instead. Python
-# 3.11's safe-path mode keeps the current directory off sys.path (`batchd serve` adds its
-# --app-dir back on purpose, after the standard library is loaded).
-export PYTHONSAFEPATH := 1
+VERSION := $(shell cat VERSION)
+REGISTRY ?= ghcr.io/batchd
+PROJECTS := api operator replica tests/support bench
 
-.PHONY: demo test bench lint tools install clean
+.PHONY: demo test bench lint crd images tools install clean
 
 install: $(VENV)/.installed
 
-# The venv is rebuilt whenever pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml
+# The venv is brought up to date whenever a project's dependencies or the version change.
+$(VENV)/.installed: requirements-dev.txt VERSION $(addsuffix /pyproject.toml,$(PROJECTS))
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -r requirements-dev.txt
 	touch $@
 
 # Test-only tools from Debian: a real Prometheus (and promtool) for the metrics tests.
@@ -39,15 +34,22 @@ test: install tools
 bench: install
 	$(PY) -m batchd.bench
 
-# mypy cannot follow setuptools' editable-install import hook, so it reads the packages
-# through a tree of links laid out as they are imported (batchd/api -> api/, ...).
+# ruff and mypy read the components' src folders where they are (see pyproject.toml).
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	rm -rf build/typecheck && mkdir -p build/typecheck/batchd
-	for d in api replica operator bench; do ln -s ../../../$$d build/typecheck/batchd/$$d; done
-	cd build/typecheck && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml -p batchd
+	$(VENV)/bin/mypy
 	$(VENV)/bin/hadolint Dockerfile
 
+# The CRD is generated from the spec model; a test fails when the committed copy is stale.
+crd: install
+	$(PY) -m batchd.api.crd --output crds/batcheddeployments.serving.batchd.dev.yaml
+	cp crds/batcheddeployments.serving.batchd.dev.yaml charts/batchd/crds/
+
+# Needs a Docker engine (none runs on the dev machines; CI lints the Dockerfile instead).
+images:
+	docker build --target operator --build-arg VERSION=$(VERSION) -t $(REGISTRY)/batchd-operator:$(VERSION) .
+	docker build --target replica --build-arg VERSION=$(VERSION) -t $(REGISTRY)/batchd-replica:$(VERSION) .
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache

@@ -1,20 +1,23 @@
-"""Shared test set-up: offline model hubs, and the repository root on sys.path for `examples`."""
+"""Shared test set-up: a real Prometheus on demand, and no test may leave a task running."""
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
+import asyncio
+from collections.abc import AsyncIterator
 
-ROOT = Path(__file__).resolve().parent.parent
+import pytest
 
-# No model hub can be reached: every model comes from disk.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+pytest_plugins = ["batchd.testing.prometheus"]  # the `start_prometheus` fixture
 
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-# A real Prometheus for any test that asks for it (`start_prometheus`).
-pytest_plugins = ["tests.support.prometheus"]
+@pytest.fixture(autouse=True)
+async def no_leaked_tasks(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """Fail a test that returns while tasks it started on its event loop are still pending."""
+    before = asyncio.all_tasks()
+    yield
+    for _ in range(10):  # let tasks that are already finishing (cancelled, closing) finish
+        leaked = asyncio.all_tasks() - before - {asyncio.current_task()}
+        if not leaked:
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail(f"{request.node.nodeid} left {len(leaked)} task(s) pending: {sorted(map(repr, leaked))[:5]}")

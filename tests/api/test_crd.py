@@ -13,9 +13,11 @@ import yaml
 from batchd.api import crd
 from batchd.api.manifest import ManifestError, parse_manifest
 from batchd.api.spec import KIND
-from tests.support.admission import admit, cel_errors, committed_crd
+from batchd.testing import ROOT
+from batchd.testing.admission import admit, cel_errors
+from batchd.testing.manifests import manifest
 
-ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / crd.CRD_PATH
 EXAMPLES = sorted(
     (path, document)
     for path in (ROOT / "examples").glob("*.yaml")
@@ -28,16 +30,17 @@ KUBERNETES_VERSIONS = sorted(
     key=lambda v: tuple(int(part) for part in v.split(".")),
 )[-4:]
 
-GOOD: dict[str, Any] = {
-    "apiVersion": "serving.batchd.dev/v1alpha1",
-    "kind": KIND,
-    "metadata": {"name": "good"},
-    "spec": {"model": {"handler": "examples.adder:BatchAdder.handle_batch"}},
-}
+GOOD: dict[str, Any] = manifest("good")
+
+
+def committed_crd() -> dict[str, Any]:
+    """The CRD as committed in `crds/`: the file is what users apply."""
+    document: dict[str, Any] = yaml.safe_load(COMMITTED.read_text())
+    return document
 
 
 def test_committed_crd_is_the_generated_one() -> None:
-    assert crd.CRD_PATH.read_text() == crd.render(), "run `python -m batchd.api.crd` and commit the result"
+    assert COMMITTED.read_text() == crd.render(), "run `python -m batchd.api.crd` and commit the result"
 
 
 def test_supported_versions_are_the_four_newest() -> None:

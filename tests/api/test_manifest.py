@@ -5,21 +5,17 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from batchd.api.manifest import ManifestError, load_manifest, parse_manifest
+from batchd.testing import ROOT
+from batchd.testing.manifests import manifest
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def document(**spec: object) -> dict[str, object]:
-    return {
-        "apiVersion": "serving.batchd.dev/v1alpha1",
-        "kind": "BatchedDeployment",
-        "metadata": {"name": "demo"},
-        "spec": {"model": {"handler": "examples.adder:BatchAdder.handle_batch"}, **spec},
-    }
+def document(**spec: Any) -> dict[str, Any]:
+    return manifest("demo", **spec)
 
 
 def test_defaults_are_those_of_the_design() -> None:

@@ -1,14 +1,12 @@
-"""Reading batch sizes from a replica's /metrics text, and the /proc figures of a process."""
+"""Reading batch sizes and counters from a replica's /metrics text."""
 
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from batchd.bench import procstat
 from batchd.bench.promtext import parse_counter, parse_histogram
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -67,16 +65,3 @@ def test_counter_value() -> None:
     text = generate_latest(registry).decode()
     assert parse_counter(text, "batchd_requests", {"outcome": "success"}) == 7
     assert parse_counter(text, "batchd_requests") == 9
-
-
-def test_proc_stat_parsing_survives_a_command_name_with_spaces_and_parens() -> None:
-    ticks = procstat.CLOCK_TICKS
-    fields = ["S"] + ["0"] * 10 + [str(3 * ticks), str(ticks)] + ["0"] * 30
-    line = f"1234 (odd (name) x) {' '.join(fields)}"
-    assert procstat.parse_stat_cpu_s(line) == 4.0
-
-
-def test_this_process_reports_memory_and_cpu() -> None:
-    sample = procstat.sample(os.getpid())
-    assert 0 < sample.rss_bytes <= sample.peak_rss_bytes
-    assert sample.cpu_s > 0

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from helm_python import _native
 
-from tests.charts.rendering import CHART
-from tests.support.kube import KUBERNETES_VERSIONS
+from batchd.testing.helm import CHART
+from batchd.testing.apiserver import KUBERNETES_VERSIONS
 
 MONITORING_API = "monitoring.coreos.com/v1"
 

@@ -11,8 +11,9 @@ import pytest
 
 from batchd.operator import children
 from batchd.operator.settings import Settings
-from tests.charts.rendering import CHART, ROOT, SCENARIOS, only, render
-from tests.support.kube import KUBERNETES_VERSIONS
+from batchd.testing import ROOT
+from batchd.testing.helm import CHART, SCENARIOS, only, render
+from batchd.testing.apiserver import KUBERNETES_VERSIONS
 
 # Prometheus Operator kinds are CRD-typed: the Kubernetes schemas do not know them.
 PROMETHEUS_OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor"}
@@ -36,7 +37,7 @@ def test_every_rendered_object_is_valid_kubernetes(scenario: str, version: str) 
         kubernetes_validate.validate(manifest, f"{version}.0", strict=True)
 
 
-def test_defaults_install_cluster_wide_with_the_dockerfiles_images() -> None:
+def test_defaults_install_cluster_wide_with_the_dockerfiles_images(monkeypatch: pytest.MonkeyPatch) -> None:
     objects = render()
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
@@ -48,7 +49,9 @@ def test_defaults_install_cluster_wide_with_the_dockerfiles_images() -> None:
     assert env["BATCHD_REPLICA_IMAGE"] == Settings().replica_image == "ghcr.io/batchd/batchd-replica:0.1.0"
     assert env["BATCHD_NAMESPACES"] == ""
     # What the operator reads is what the chart sets, and a malformed value would fail its start.
-    settings = Settings.from_env(env)
+    for variable, value in env.items():
+        monkeypatch.setenv(variable, value)
+    settings = Settings.from_env()
     assert settings.metrics_port == 9090 and settings.liveness_endpoint.endswith(":8080/healthz")
 
 
@@ -67,7 +70,7 @@ def test_the_operator_pod_is_hardened_and_probed() -> None:
     assert container["resources"]["limits"]["memory"]
 
 
-def test_watching_listed_namespaces_grants_nothing_cluster_wide() -> None:
+def test_watching_listed_namespaces_grants_nothing_cluster_wide(monkeypatch: pytest.MonkeyPatch) -> None:
     objects = render(SCENARIOS["namespaced-values"])
     kinds = [o["kind"] for o in objects]
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
@@ -79,7 +82,9 @@ def test_watching_listed_namespaces_grants_nothing_cluster_wide() -> None:
         e["name"]: e["value"]
         for e in only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
     }
-    assert Settings.from_env(env).namespaces == ("team-a", "team-b")
+    for variable, value in env.items():
+        monkeypatch.setenv(variable, value)
+    assert Settings.from_env().namespaces == ("team-a", "team-b")
 
 
 def test_monitors_replace_scrape_annotations_and_select_the_replica_pods() -> None:

@@ -16,10 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.charts.rendering import CHART, ROOT
-from tests.support.operator_harness import api_server, create, eventually, manifest, running_operator
-from tests.support.prometheus import Series, prometheus
-from tests.support.servers import free_port, replica_process
+from batchd.testing import ROOT
+from batchd.testing.helm import CHART
+from batchd.testing.manifests import manifest
+from batchd.testing.operator_runner import api_server, create, eventually, running_operator
+from batchd.testing.prometheus import Series, prometheus
+from batchd.testing.servers import free_port, replica_process
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """The chart's RBAC grants exactly the API calls the real operator makes, nothing it never uses.
 
 The operator runs (real Kopf, real handlers) against the emulated API server through its whole
-lifecycle (`tests.support.operator_harness.exercise_operator`); every request it sends is recorded as
+lifecycle (`batchd.testing.operator_runner.exercise_operator`); every request it sends is recorded as
 (API group, resource[/subresource], verb). That set is compared with the rules the chart renders,
 cluster-wide and per namespace, and with what a real API server's RBAC would allow.
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.charts.rendering import SCENARIOS, render
-from tests.support.kube import observed_api_calls
-from tests.support.operator_harness import exercise_operator
+from batchd.testing.helm import SCENARIOS, render
+from batchd.testing.apiserver import observed_api_calls
+from batchd.testing.operator_runner import exercise_operator
 
 Call = tuple[str, str, str]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -13,22 +12,16 @@ from batchd.api.manifest import load_manifest, parse_manifest
 from batchd.api.spec import BatchedDeployment
 from batchd.operator import children
 from batchd.operator.settings import Settings
-from tests.support.kube import KUBERNETES_VERSIONS
+from batchd.testing import ROOT
+from batchd.testing.apiserver import KUBERNETES_VERSIONS
+from batchd.testing.manifests import manifest
 
-ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = Settings()
 
 
 def bd(**spec: Any) -> BatchedDeployment:
-    spec.setdefault("model", {"task": "feature-extraction", "source": "hf://sentence-transformers/x"})
-    return parse_manifest(
-        {
-            "apiVersion": "serving.batchd.dev/v1alpha1",
-            "kind": "BatchedDeployment",
-            "metadata": {"name": "minilm", "namespace": "ml"},
-            "spec": spec,
-        }
-    )
+    model = spec.pop("model", {"task": "feature-extraction", "source": "hf://sentence-transformers/x"})
+    return parse_manifest(manifest("minilm", model, namespace="ml", **spec))
 
 
 GPU = bd(
@@ -66,8 +59,8 @@ def container(deployment: dict[str, Any]) -> dict[str, Any]:
 def test_every_child_is_valid_for_every_supported_kubernetes(
     case: str, spec: BatchedDeployment, version: str
 ) -> None:
-    for manifest in children.children(spec, SETTINGS):
-        kubernetes_validate.validate(manifest, version, strict=True)
+    for child in children.children(spec, SETTINGS):
+        kubernetes_validate.validate(child, version, strict=True)
 
 
 def test_gpu_resources_and_scheduling_are_passed_through() -> None:

@@ -14,19 +14,19 @@ import httpx
 from prometheus_client import REGISTRY
 
 from batchd.operator import children
-from tests.support.kube import ApiServer
-from tests.support.operator_harness import (
+from batchd.testing.apiserver import ApiServer
+from batchd.testing.manifests import manifest
+from batchd.testing.operator_runner import (
     CR_PATH,
     api_server,
     create,
     eventually,
     exercise_operator,
-    manifest,
     patch,
     running_operator,
     settled,
 )
-from tests.support.servers import free_port
+from batchd.testing.servers import free_port
 
 NS = "default"
 BD = "serving.batchd.dev/batcheddeployments"

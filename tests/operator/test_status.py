@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from batchd.api.environment import SettingsError
 from batchd.operator import status
 from batchd.operator.settings import Settings
 
@@ -121,20 +122,33 @@ def test_transition_time_moves_only_when_the_status_does() -> None:
     assert status.transitions(ready, ready) == []
 
 
-def test_settings_come_from_the_environment_once() -> None:
-    settings = Settings.from_env(
-        {
-            "BATCHD_REPLICA_IMAGE": "r:2",
-            "BATCHD_NAMESPACES": "a, b",
-            "BATCHD_METRICS_PORT": "0",
-            "BATCHD_MODEL_LOAD_TIMEOUT_S": "1200",
-        }
-    )
+def test_settings_come_from_the_environment_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings.from_env() == Settings()
+    for variable, value in {
+        "BATCHD_REPLICA_IMAGE": "r:2",
+        "BATCHD_NAMESPACES": "a, b",
+        "BATCHD_METRICS_PORT": "0",
+        "BATCHD_MODEL_LOAD_TIMEOUT_S": "1200",
+        "KUBECONFIG": "/tmp/kubeconfig",
+    }.items():
+        monkeypatch.setenv(variable, value)
+    settings = Settings.from_env()
     assert (settings.replica_image, settings.namespaces, settings.metrics_port) == ("r:2", ("a", "b"), 0)
-    assert settings.model_load_timeout_s == 1200
-    assert Settings.from_env({}) == Settings()
+    assert (settings.model_load_timeout_s, settings.kubeconfig) == (1200, "/tmp/kubeconfig")
 
 
-def test_a_bad_setting_names_the_variable_and_the_value() -> None:
-    with pytest.raises(ValueError, match=r"BATCHD_METRICS_PORT must be a whole number, got 'x'"):
-        Settings.from_env({"BATCHD_METRICS_PORT": "x"})
+@pytest.mark.parametrize(
+    ("variable", "value", "problem"),
+    [
+        ("BATCHD_METRICS_PORT", "x", "Input should be a valid integer, unable to parse string as an integer"),
+        ("BATCHD_METRICS_PORT", "70000", "Input should be less than or equal to 65535"),
+        ("BATCHD_DRAIN_DELAY_S", "-1", "Input should be greater than or equal to 0"),
+    ],
+)
+def test_a_bad_setting_names_the_variable_and_the_value(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, problem: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env()
+    assert str(refused.value) == f"{variable}: {problem} (got {value!r})"

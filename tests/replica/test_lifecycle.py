@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.servers import ROOT, free_port, is_ready, replica_process, wait_until
+from batchd.testing import ROOT
+from batchd.testing.servers import free_port, is_ready, replica_process, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -89,16 +90,10 @@ def test_live_at_once_ready_only_once_the_model_has_loaded() -> None:
     from batchd.replica.app import create_app
     from batchd.replica.models import load_model
     from batchd.replica.settings import ReplicaSettings
-    from tests.support.servers import uvicorn_in_thread
+    from batchd.testing import manifests
+    from batchd.testing.servers import uvicorn_in_thread
 
-    manifest = parse_manifest(
-        {
-            "apiVersion": "serving.batchd.dev/v1alpha1",
-            "kind": "BatchedDeployment",
-            "metadata": {"name": "slowload"},
-            "spec": {"model": {"handler": "tests.support.handlers:add_one"}},
-        }
-    )
+    manifest = parse_manifest(manifests.manifest("slowload", "batchd.testing.handlers:add_one"))
     release = threading.Event()
 
     def slow_load() -> Any:  # a model that takes as long as the test wants to load

@@ -8,8 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.prometheus import Series, prometheus, promtool_check_metrics
-from tests.support.servers import ROOT, replica_process
+from batchd.testing import ROOT
+from batchd.testing.prometheus import Series, prometheus, promtool_check_metrics
+from batchd.testing.servers import replica_process
 
 pytestmark = pytest.mark.slow
 

@@ -12,16 +12,8 @@ import pytest
 from batchd.api.manifest import parse_manifest
 from batchd.replica.app import create_app
 from batchd.replica.settings import ReplicaSettings
-from tests.support.servers import uvicorn_in_thread
-
-
-def manifest(name: str, handler: str, **batching: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "serving.batchd.dev/v1alpha1",
-        "kind": "BatchedDeployment",
-        "metadata": {"name": name},
-        "spec": {"model": {"handler": handler, "device": "cpu"}, "batching": batching},
-    }
+from batchd.testing.manifests import manifest
+from batchd.testing.servers import uvicorn_in_thread
 
 
 def serve(document: dict[str, Any], **settings: Any) -> Iterator[str]:
@@ -33,7 +25,11 @@ def serve(document: dict[str, Any], **settings: Any) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def adder() -> Iterator[str]:
     yield from serve(
-        manifest("adder", "tests.support.handlers:add_one", max_batch_size=8, batch_wait_timeout_s=0.005),
+        manifest(
+            "adder",
+            "batchd.testing.handlers:add_one",
+            batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.005},
+        ),
         max_body_bytes=4096,
     )
 
@@ -127,7 +123,9 @@ def test_metrics_count_batches_and_outcomes(adder: str) -> None:
 
 def slow_adder(name: str, **batching: Any) -> Iterator[str]:
     """A replica whose model holds every batch for 0.2 s: long enough to fill a queue or pass a deadline."""
-    yield from serve(manifest(name, "tests.support.handlers:SlowAdder", batch_wait_timeout_s=0, **batching))
+    yield from serve(
+        manifest(name, "batchd.testing.handlers:SlowAdder", batching={"batch_wait_timeout_s": 0, **batching})
+    )
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +170,9 @@ async def test_a_request_past_its_timeout_gets_504(sluggish: str) -> None:
 
 @pytest.fixture(scope="module")
 def failing() -> Iterator[str]:
-    yield from serve(manifest("failing", "tests.support.handlers:Failing.handle", batch_wait_timeout_s=0.05))
+    yield from serve(
+        manifest("failing", "batchd.testing.handlers:Failing.handle", batching={"batch_wait_timeout_s": 0.05})
+    )
 
 
 async def test_a_failing_batch_answers_500_for_its_items_only(failing: str) -> None:

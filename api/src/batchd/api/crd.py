@@ -1,0 +1,235 @@
+"""The BatchedDeployment CRD, generated from the pydantic spec model so the two can never disagree.
+
+`python -m batchd.api.crd` writes `crds/batcheddeployments.serving.batchd.dev.yaml`; a test proves
+the committed file equals what this module generates. Pydantic's JSON schema is turned into a
+Kubernetes *structural* schema: `$ref`s inlined, `X | None` unwrapped to `X` (absent, not null),
+`exclusiveMinimum` in the OpenAPI v3.0 boolean form, free-form dicts kept with
+`x-kubernetes-preserve-unknown-fields`. What pydantic checks in Python validators is restated as
+CEL rules (`x-kubernetes-validations`) so that `kubectl apply` refuses the same manifests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from batchd.api.spec import (
+    GROUP,
+    KIND,
+    PLURAL,
+    SHORT_NAMES,
+    SINGULAR,
+    SOURCE_SCHEMES,
+    VERSION,
+    BatchedDeploymentSpec,
+)
+
+CRD_NAME = f"{PLURAL}.{GROUP}"
+# Relative to the repository root, where `python -m batchd.api.crd` is run.
+CRD_PATH = Path("crds") / f"{CRD_NAME}.yaml"
+
+# The field validator `_known_scheme` in spec.py, restated as a pattern the API server can check.
+SOURCE_PATTERN = "^(" + "|".join(re.escape(scheme) for scheme in SOURCE_SCHEMES) + ")"
+
+# The model validator `_task_xor_handler` in spec.py, restated in CEL.
+MODEL_RULES: list[dict[str, str]] = [
+    {
+        "rule": "has(self.task) != has(self.handler)",
+        "message": "exactly one of model.task or model.handler must be set",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "!has(self.task) || has(self.source)",
+        "message": "model.source is required with model.task",
+        "fieldPath": ".source",
+        "reason": "FieldValueRequired",
+    },
+]
+# The API server already holds names to DNS-1123 subdomains; a label also has no dots and at most
+# 63 characters. Two linear checks keep the rule cheap in the API server's CEL cost estimate.
+ROOT_RULES: list[dict[str, str]] = [
+    {
+        "rule": "self.metadata.name.size() <= 63 && !self.metadata.name.contains('.')",
+        "message": "metadata.name must be a DNS-1123 label (no dots, at most 63 characters): "
+        "it also names the Service",
+    },
+]
+
+CONDITION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "status"],
+    "properties": {
+        "type": {"type": "string", "description": "Ready, Progressing or Degraded."},
+        "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+        "reason": {"type": "string", "description": "One CamelCase word a program can match."},
+        "message": {"type": "string", "description": "What a human needs to know."},
+        "lastTransitionTime": {"type": "string", "format": "date-time"},
+        "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+    },
+}
+STATUS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Written by the operator, in step with the child Deployment's own status.",
+    "properties": {
+        "replicas": {"type": "integer", "format": "int32", "description": "Pods the Deployment has."},
+        "ready_replicas": {"type": "integer", "format": "int32", "description": "Pods ready to serve."},
+        "observed_generation": {
+            "type": "integer",
+            "format": "int64",
+            "description": "The metadata.generation this status describes.",
+        },
+        "selector": {"type": "string", "description": "Label selector of the pods (scale subresource)."},
+        "url": {"type": "string", "description": "In-cluster base URL of the Service."},
+        "model": {"type": "string", "description": "What is served: the source or the handler."},
+        "conditions": {
+            "type": "array",
+            "items": CONDITION_SCHEMA,
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    },
+}
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Model", "type": "string", "jsonPath": ".status.model"},
+    {"name": "Desired", "type": "integer", "jsonPath": ".spec.num_replicas"},
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.ready_replicas"},
+    {"name": "Max-Batch", "type": "integer", "jsonPath": ".spec.batching.max_batch_size"},
+    {"name": "Status", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+_DROPPED_KEYS = {"title", "additionalProperties", "$defs"}
+
+
+def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """One pydantic JSON-schema node as a Kubernetes structural-schema node."""
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        merged = {**target, **{key: value for key, value in node.items() if key != "$ref"}}
+        return _structural(merged, defs)
+    if "anyOf" in node:
+        # `X | None`: Kubernetes has no null for our fields; absent means None.
+        branches = [branch for branch in node["anyOf"] if branch.get("type") != "null"]
+        if len(branches) != 1:
+            raise ValueError(f"cannot express anyOf {node['anyOf']!r} structurally")
+        rest = {key: value for key, value in node.items() if key != "anyOf"}
+        return _structural({**branches[0], **rest}, defs)
+
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROPPED_KEYS or (key == "default" and value is None):
+            continue
+        if key == "exclusiveMinimum":  # JSON Schema 2020-12 number -> OpenAPI v3.0 boolean form
+            out["minimum"], out["exclusiveMinimum"] = value, True
+        elif key == "properties":
+            out[key] = {name: _structural(child, defs) for name, child in value.items()}
+        elif key == "items":
+            out[key] = _structural(value, defs)
+        else:
+            out[key] = value
+
+    extra = node.get("additionalProperties")
+    if out.get("type") == "object" and "properties" not in out:
+        if isinstance(extra, dict) and extra:
+            out["additionalProperties"] = _structural(extra, defs)  # a typed map, e.g. nodeSelector
+        else:
+            out["x-kubernetes-preserve-unknown-fields"] = True  # free-form: kwargs, embedded K8s types
+    return out
+
+
+def spec_schema() -> dict[str, Any]:
+    """The structural schema of `spec`, from `BatchedDeploymentSpec`."""
+    raw = BatchedDeploymentSpec.model_json_schema(by_alias=True, mode="validation")
+    schema = _structural(raw, raw.get("$defs", {}))
+    model = schema["properties"]["model"]
+    model["properties"]["source"]["pattern"] = SOURCE_PATTERN
+    model["x-kubernetes-validations"] = copy.deepcopy(MODEL_RULES)
+    # A default `{}` lets the API server fill in every batching default (and the printer column).
+    schema["properties"]["batching"]["default"] = {}
+    return schema
+
+
+def crd() -> dict[str, Any]:
+    """The whole CustomResourceDefinition."""
+    root = {
+        "type": "object",
+        "required": ["spec"],
+        "x-kubernetes-validations": copy.deepcopy(ROOT_RULES),
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema(),
+            "status": copy.deepcopy(STATUS_SCHEMA),
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {"app.kubernetes.io/name": "batchd", "app.kubernetes.io/component": "crd"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": list(SHORT_NAMES),
+                "categories": ["all", "batchd"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": root},
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.num_replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),
+                }
+            ],
+        },
+    }
+
+
+def render() -> str:
+    """The CRD as the YAML text committed in `crds/`."""
+    header = (
+        "# Generated by `python -m batchd.api.crd` from batchd/api/spec.py: do not edit by hand.\n"
+        "# Helm never upgrades CRDs: after upgrading batchd, run `kubectl apply -f` on this file.\n"
+    )
+    return header + yaml.safe_dump(crd(), sort_keys=False, width=100)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write the BatchedDeployment CRD generated from the spec.")
+    parser.add_argument("--output", type=Path, default=CRD_PATH, help="where to write; '-' for stdout")
+    args = parser.parse_args(argv)
+    text = render()
+    if str(args.output) == "-":
+        sys.stdout.write(text)
+    else:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text)
+        print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

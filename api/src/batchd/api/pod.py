@@ -1,0 +1,21 @@
+"""What the operator, the replica image and the Helm chart must agree on about a replica pod.
+
+Each fact lives here once. The Dockerfile and the chart cannot import Python, so
+`tests/test_agreement.py` reads them and fails when they say something else.
+"""
+
+from __future__ import annotations
+
+# The port a replica serves inference, health and /metrics on (container port named "http").
+REPLICA_PORT = 8000
+# The non-root UID and GID the replica and operator images run as.
+RUNTIME_UID = 10001
+# Where the operator mounts the replica's manifest, and where `batchd serve` reads it in a pod.
+CONFIG_DIR = "/etc/batchd"
+CONFIG_KEY = "manifest.yaml"
+CONFIG_PATH = f"{CONFIG_DIR}/{CONFIG_KEY}"
+# Every child the operator makes carries this label; its watches select on it.
+MANAGED_BY = {"app.kubernetes.io/managed-by": "batchd"}
+# The images a release ships, without their tag (the tag is the version).
+OPERATOR_IMAGE = "ghcr.io/batchd/batchd-operator"
+REPLICA_IMAGE = "ghcr.io/batchd/batchd-replica"

@@ -1,0 +1,239 @@
+"""The children of a BatchedDeployment: pure functions from the validated spec to Kubernetes manifests.
+
+No API calls here, so every manifest can be checked against the real Kubernetes schemas in unit
+tests. Owner references are added later by `kopf.adopt`; everything else a pod needs is here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+import yaml
+
+from batchd.api.manifest import document
+from batchd.api.pod import CONFIG_DIR, CONFIG_KEY, CONFIG_PATH, MANAGED_BY, REPLICA_PORT, RUNTIME_UID
+from batchd.api.spec import BatchedDeployment
+from batchd.operator.settings import Settings
+
+Manifest = dict[str, Any]
+
+PVC_ROOT = "/models"
+CACHE_DIR = "/var/cache/batchd"
+CONFIG_HASH_ANNOTATION = "serving.batchd.dev/config-hash"
+
+
+def config_map_name(name: str) -> str:
+    return f"{name}-config"
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    """The labels that select one BatchedDeployment's pods and nobody else's."""
+    return {
+        "app.kubernetes.io/name": "batchd-replica",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": "replica",
+    }
+
+
+def labels(name: str) -> dict[str, str]:
+    return {**selector_labels(name), **MANAGED_BY}
+
+
+def selector_string(name: str) -> str:
+    """The selector in `kubectl get -l` form, for the scale subresource and HPAs."""
+    return ",".join(f"{key}={value}" for key, value in sorted(selector_labels(name).items()))
+
+
+def replica_manifest(bd: BatchedDeployment) -> str:
+    """The manifest the replica reads, as YAML. `num_replicas` is left out: scaling must not roll pods."""
+    spec = bd.spec.model_dump(mode="json", by_alias=True, exclude={"num_replicas"}, exclude_defaults=False)
+    return yaml.safe_dump(document(bd.metadata.name, spec, namespace=bd.metadata.namespace), sort_keys=True)
+
+
+def config_hash(manifest_text: str, image: str) -> str:
+    """Changes whenever the replica's config or image does; it sits on the pod template to roll pods."""
+    return hashlib.sha256(f"{image}\n{manifest_text}".encode()).hexdigest()[:16]
+
+
+def replica_image(bd: BatchedDeployment, settings: Settings) -> str:
+    return bd.spec.image or settings.replica_image
+
+
+def config_map(bd: BatchedDeployment) -> Manifest:
+    name = bd.metadata.name
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": config_map_name(name), "labels": labels(name)},
+        "data": {CONFIG_KEY: replica_manifest(bd)},
+    }
+
+
+def pvc_claims(bd: BatchedDeployment) -> list[str]:
+    """Claims named by a `pvc://claim/path` source: each is mounted read-only at /models/<claim>."""
+    source = bd.spec.model.source or ""
+    if not source.startswith("pvc://"):
+        return []
+    claim = source.removeprefix("pvc://").split("/", 1)[0]
+    return [claim] if claim else []
+
+
+def termination_grace_period_s(bd: BatchedDeployment, settings: Settings) -> int:
+    """Long enough to finish the slowest accepted request after endpoints have dropped the pod."""
+    return (
+        math.ceil(bd.spec.batching.request_timeout_s) + settings.drain_delay_s + settings.termination_margin_s
+    )
+
+
+def _probe(path: str, *, period_s: int, failures: int, timeout_s: int = 5) -> Manifest:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period_s,
+        "failureThreshold": failures,
+        "timeoutSeconds": timeout_s,
+    }
+
+
+def _env(bd: BatchedDeployment, settings: Settings) -> list[Manifest]:
+    ours: list[Manifest] = [
+        {"name": "BATCHD_PVC_ROOT", "value": PVC_ROOT},
+        {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},
+        {"name": "HOME", "value": "/tmp"},
+    ]
+    if settings.model_mirror:
+        ours.append({"name": "BATCHD_MODEL_MIRROR", "value": settings.model_mirror})
+    # The user's variables win: theirs replace ours of the same name instead of duplicating them.
+    theirs = [dict(item) for item in bd.spec.env]
+    overridden = {item.get("name") for item in theirs}
+    return [item for item in ours if item["name"] not in overridden] + theirs
+
+
+def _security_context() -> Manifest:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def deployment(bd: BatchedDeployment, settings: Settings) -> Manifest:
+    name = bd.metadata.name
+    image = replica_image(bd, settings)
+    claims = pvc_claims(bd)
+    volumes: list[Manifest] = [
+        {"name": "config", "configMap": {"name": config_map_name(name)}},
+        {"name": "tmp", "emptyDir": {}},
+        {"name": "cache", "emptyDir": {}},
+        *(
+            {"name": f"model-{claim}", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+            for claim in claims
+        ),
+        *(dict(volume) for volume in bd.spec.volumes),
+    ]
+    mounts: list[Manifest] = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "cache", "mountPath": CACHE_DIR},
+        *(
+            {"name": f"model-{claim}", "mountPath": f"{PVC_ROOT}/{claim}", "readOnly": True}
+            for claim in claims
+        ),
+        *(dict(mount) for mount in bd.spec.volume_mounts),
+    ]
+    container: Manifest = {
+        "name": "replica",
+        "image": image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": ["batchd"],
+        "args": ["serve", CONFIG_PATH, "--host", "0.0.0.0", "--port", str(REPLICA_PORT)],
+        "ports": [{"name": "http", "containerPort": REPLICA_PORT, "protocol": "TCP"}],
+        "env": _env(bd, settings),
+        "resources": dict(bd.spec.resources),
+        "volumeMounts": mounts,
+        # Ready only once the model is loaded and warmed; the startup probe gives it that long.
+        "startupProbe": _probe(
+            "/v2/health/ready", period_s=10, failures=max(1, math.ceil(settings.model_load_timeout_s / 10))
+        ),
+        "readinessProbe": _probe("/v2/health/ready", period_s=5, failures=2),
+        "livenessProbe": _probe("/v2/health/live", period_s=10, failures=3),
+        # Endpoints drop the pod while it still listens; then SIGTERM drains what it accepted.
+        "lifecycle": {"preStop": {"sleep": {"seconds": settings.drain_delay_s}}},
+        "securityContext": _security_context(),
+    }
+    template_annotations = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(REPLICA_PORT),
+        "prometheus.io/path": "/metrics",
+        CONFIG_HASH_ANNOTATION: config_hash(replica_manifest(bd), image),
+    }
+    pod_spec: Manifest = {
+        "containers": [container],
+        "volumes": volumes,
+        "terminationGracePeriodSeconds": termination_grace_period_s(bd, settings),
+        # The replica never talks to the API server.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUNTIME_UID,
+            "runAsGroup": RUNTIME_UID,
+            "fsGroup": RUNTIME_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if bd.spec.node_selector:
+        pod_spec["nodeSelector"] = dict(bd.spec.node_selector)
+    if bd.spec.tolerations:
+        pod_spec["tolerations"] = [dict(toleration) for toleration in bd.spec.tolerations]
+    if bd.spec.affinity:
+        pod_spec["affinity"] = dict(bd.spec.affinity)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels(name)},
+        "spec": {
+            "replicas": bd.spec.num_replicas,
+            "selector": {"matchLabels": selector_labels(name)},
+            # Never below the ready count: a new pod must be ready before an old one goes.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "revisionHistoryLimit": 3,
+            # A rollout counts as stuck only after a full model load had its chance.
+            "progressDeadlineSeconds": settings.model_load_timeout_s + 300,
+            "template": {
+                "metadata": {"labels": labels(name), "annotations": template_annotations},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def service(bd: BatchedDeployment) -> Manifest:
+    name = bd.metadata.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": labels(name)},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(name),
+            "ports": [{"name": "http", "port": REPLICA_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def service_url(bd: BatchedDeployment, namespace: str, settings: Settings) -> str:
+    return f"http://{bd.metadata.name}.{namespace}.svc.{settings.cluster_domain}:{REPLICA_PORT}"
+
+
+def replicas_patch(num_replicas: int) -> Manifest:
+    """The only change a scale makes to the Deployment."""
+    return {"spec": {"replicas": num_replicas}}
+
+
+def children(bd: BatchedDeployment, settings: Settings) -> list[Manifest]:
+    """All children, in the order they must exist: the config before the pods that mount it."""
+    return [config_map(bd), deployment(bd, settings), service(bd)]

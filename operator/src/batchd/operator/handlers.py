@@ -1,0 +1,140 @@
+"""The Kopf handlers: thin triggers over `Reconciler.converge`, which does the work.
+
+- the resource is created, resumed or changed -> converge (children and status);
+- only `spec.num_replicas` changed (kubectl apply, kubectl scale, an HPA) -> patch the Deployment's
+  replicas and nothing else;
+- a child changes or disappears -> converge its owner: edits are undone, deletions re-created, and
+  the status follows the Deployment's own;
+- the resource is deleted -> nothing to do: owner references let the garbage collector remove the
+  children, and no finalizer is ever added, so deletion never waits for the operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+from prometheus_client import start_http_server
+
+from batchd.api.pod import MANAGED_BY
+from batchd.api.spec import GROUP, PLURAL, VERSION
+from batchd.operator.kubeapi import ApiError, KubeApi
+from batchd.operator.reconcile import InvalidSpec, Reconciler, owner_of
+from batchd.operator.settings import Settings
+
+# Transient API failures (conflicts, throttling, a restarting API server) are retried after this.
+RETRY_DELAY_S = 2.0
+CHILD_RETRIES = 3
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    # Tests and embedders may hand in their own Settings; a pod reads them from its environment.
+    operator_settings: Settings = memo.get("settings") or Settings.from_env()
+    memo.settings = operator_settings
+    settings.posting.level = logging.WARNING  # explicit transition events only, not every log line
+    memo.reconciler = Reconciler(operator_settings, await KubeApi.connect(operator_settings.kubeconfig))
+    if operator_settings.metrics_port:
+        memo.metrics_server, _thread = start_http_server(operator_settings.metrics_port)
+    logger.info(f"batchd operator started: {operator_settings!r}")
+
+
+@kopf.on.cleanup()
+async def close(memo: kopf.Memo, **_: Any) -> None:
+    if "reconciler" in memo:
+        await memo.reconciler.api.close()
+    if "metrics_server" in memo:
+        memo.metrics_server.shutdown()
+        memo.metrics_server.server_close()
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+@kopf.on.probe(id="reconciler")
+def reconciler_ready(memo: kopf.Memo, **_: Any) -> bool:
+    return "reconciler" in memo
+
+
+async def _converge(reconciler: Reconciler, namespace: str, name: str, logger: kopf.Logger) -> None:
+    try:
+        await reconciler.converge(namespace, name, logger)
+    except InvalidSpec:
+        raise
+    except ApiError as error:
+        raise kopf.TemporaryError(f"API call failed, will retry: {error}", delay=RETRY_DELAY_S) from error
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+async def reconcile(namespace: str | None, name: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    await _converge(memo.reconciler, namespace or "", name, logger)
+
+
+@kopf.on.update(GROUP, VERSION, PLURAL)
+async def reconcile_changes(
+    namespace: str | None, name: str, diff: kopf.Diff, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    if diff and all(tuple(change[1]) == ("spec", "num_replicas") for change in diff):
+        return  # a scale: `scale_deployment` patches the replicas and nothing else
+    await _converge(memo.reconciler, namespace or "", name, logger)
+
+
+# An update handler, not `on.field`: creation stays one handler in one cycle, so an edit that
+# lands while a resource is being created is seen as an update instead of being taken as handled.
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec.num_replicas")
+async def scale_deployment(
+    namespace: str | None, name: str, new: Any, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    reconciler: Reconciler = memo.reconciler
+    try:
+        if isinstance(new, int) and await reconciler.scale(namespace or "", name, new):
+            return
+    except ApiError as error:
+        raise kopf.TemporaryError(f"scaling failed, will retry: {error}", delay=RETRY_DELAY_S) from error
+    await _converge(
+        reconciler, namespace or "", name, logger
+    )  # no Deployment yet (or a bad value): full path
+
+
+async def _child_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger) -> None:
+    owner = owner_of(body)
+    if owner is None or type is None or "reconciler" not in memo:
+        return  # the initial listing (type None) is covered by the resume handlers
+    if memo.reconciler.is_own_echo(body, type):
+        return  # our own write coming back: converge already knew what it would be
+    namespace = body.metadata.namespace or ""
+    for attempt in range(1, CHILD_RETRIES + 1):  # event handlers are not retried by Kopf
+        try:
+            await memo.reconciler.converge(namespace, owner, logger)
+            return
+        except InvalidSpec:
+            return  # already reported on the resource
+        except ApiError as error:
+            logger.warning(f"converging {namespace}/{owner} failed (attempt {attempt}): {error}")
+            await asyncio.sleep(RETRY_DELAY_S * attempt)
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED_BY)
+async def deployment_changed(
+    body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    await _child_changed(body, type, memo, logger)
+
+
+@kopf.on.event("", "v1", "services", labels=MANAGED_BY)
+async def service_changed(
+    body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    await _child_changed(body, type, memo, logger)
+
+
+@kopf.on.event("", "v1", "configmaps", labels=MANAGED_BY)
+async def config_changed(
+    body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    await _child_changed(body, type, memo, logger)

@@ -1,0 +1,55 @@
+"""Operator settings, read once at startup from `BATCHD_*` environment variables.
+
+Handlers receive the frozen `Settings` through Kopf's `memo`; nothing reads the environment later,
+so a running operator never changes behaviour because a variable changed under it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, NonNegativeInt, field_validator
+from pydantic_settings import NoDecode
+
+from batchd.api import __version__
+from batchd.api.environment import EnvironmentSettings
+from batchd.api.pod import REPLICA_IMAGE
+
+Port = Annotated[int, Field(ge=0, le=65535)]
+
+
+class Settings(EnvironmentSettings):
+    """Everything the operator can be told; each default says why it is what it is."""
+
+    # The replica image when a BatchedDeployment names none: the release this operator ships with.
+    replica_image: str = f"{REPLICA_IMAGE}:{__version__}"
+    # Pinned tags by default, so IfNotPresent avoids a registry round trip per pod start.
+    image_pull_policy: str = "IfNotPresent"
+    # Namespaces to watch, comma-separated in BATCHD_NAMESPACES; empty = the whole cluster.
+    namespaces: Annotated[tuple[str, ...], NoDecode] = ()
+    # Prometheus metrics of the operator's own reconciles, on :9090/metrics; 0 = not served.
+    metrics_port: Port = 9090
+    # Kopf's liveness endpoint; the chart's livenessProbe calls it. "" = not served.
+    liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
+    # Seconds a replica may take to load and warm its model before the kubelet restarts it:
+    # large models on cold nodes pull weights for minutes.
+    model_load_timeout_s: NonNegativeInt = 900
+    # Seconds endpoints need to drop a terminating pod before it stops listening (the preStop sleep).
+    drain_delay_s: NonNegativeInt = 5
+    # Seconds of slack on top of the request timeout and drain delay before SIGKILL.
+    termination_margin_s: NonNegativeInt = 15
+    # A directory that hf:// sources resolve to inside replicas (offline clusters); "" = the hub.
+    model_mirror: str = ""
+    # The cluster's DNS suffix, for the status URL.
+    cluster_domain: str = "cluster.local"
+    # Only one operator pod runs (the chart uses the Recreate strategy); set a peering name for HA.
+    peering_name: str = ""
+    # Where the kubeconfig is when running outside a cluster ("" = in-cluster service account).
+    kubeconfig: str = Field(default="", validation_alias="KUBECONFIG", repr=False)
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(namespace.strip() for namespace in value.split(",") if namespace.strip())
+        return value

@@ -1,3 +1,0 @@
-"""The replica: a FastAPI server that gathers independent requests into batches for one model."""
-
-__version__ = "0.1.0"

@@ -1,0 +1,86 @@
+"""`create_app`: the ASGI application of one replica, with a lifespan that loads the model.
+
+The server listens from the start: `/v2/health/live` answers 200 while the model loads, and
+`/v2/health/ready` only once it is loaded and warmed; at shutdown the batcher drains so that
+every accepted request gets its answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+
+import orjson
+from fastapi import FastAPI, Request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import Response
+
+from batchd.api import __version__
+from batchd.api.spec import BatchedDeployment
+from batchd.replica.errors import http_error
+from batchd.replica.inference import InferenceRoutes
+from batchd.replica.models.base import BatchModel
+from batchd.replica.protocols import kserve_v1, open_inference
+from batchd.replica.serving import Replica
+from batchd.replica.settings import ReplicaSettings
+
+ModelLoader = Callable[[], BatchModel]
+
+
+def default_loader(manifest: BatchedDeployment, settings: ReplicaSettings) -> ModelLoader:
+    """Load the model the spec names (imported lazily: torch is heavy and only needed here)."""
+    from batchd.replica.models import load_model
+
+    return partial(
+        load_model,
+        manifest.spec.model,
+        max_concurrent_batches=manifest.spec.batching.max_concurrent_batches,
+        mirror_dir=settings.model_mirror,
+        pvc_root=settings.pvc_root,
+    )
+
+
+def create_app(
+    manifest: BatchedDeployment, settings: ReplicaSettings, load: ModelLoader | None = None
+) -> InferenceRoutes:
+    replica = Replica(manifest, settings)
+    loader = load or default_loader(manifest, settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The model loads in the background: the server listens at once, live but not ready,
+        # as the kubelet's startup probe and KServe users expect.
+        loading = asyncio.create_task(replica.start(loader), name="batchd-load-model")
+        try:
+            yield
+        finally:
+            if not loading.done():
+                loading.cancel()
+                await asyncio.gather(loading, return_exceptions=True)
+            await replica.stop()
+
+    app = FastAPI(
+        title=f"batchd replica: {replica.model_name}",
+        version=__version__,
+        lifespan=lifespan,
+        # The server's own docs stay available; they cost nothing on the request path.
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.replica = replica
+    app.include_router(open_inference.router)
+    app.include_router(kserve_v1.router)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(replica.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.exception_handler(LookupError)
+    async def not_served(request: Request, error: Exception) -> Response:
+        answer = http_error(error)
+        return Response(orjson.dumps(answer.body), status_code=answer.status, media_type="application/json")
+
+    # What uvicorn runs: the inference routes in front, the FastAPI app behind (`.replica`, `.app`).
+    return InferenceRoutes(app, replica)

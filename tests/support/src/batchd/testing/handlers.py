@@ -1,0 +1,51 @@
+"""Custom batch handlers for tests, named by import path (`batchd.testing.handlers:...`) in manifests."""
+
+from __future__ import annotations
+
+import time
+
+
+def add_one(numbers: list[int]) -> list[int]:
+    """A plain sync function handler."""
+    return [n + 1 for n in numbers]
+
+
+class SlowAdder:
+    """Adds one, after holding every batch for `delay_s`: long enough to fill a queue or pass a deadline."""
+
+    def __init__(self, delay_s: float = 0.2) -> None:
+        self.delay_s = delay_s
+
+    def __call__(self, numbers: list[int]) -> list[int]:
+        time.sleep(self.delay_s)
+        return [n + 1 for n in numbers]
+
+
+class Failing:
+    """Fails any batch that holds a negative number; the others succeed."""
+
+    async def handle(self, numbers: list[int]) -> list[int]:
+        if any(n < 0 for n in numbers):
+            raise ValueError(f"negative input in batch {numbers}")
+        return [n * 2 for n in numbers]
+
+
+class WrongLength:
+    def __call__(self, items: list[int]) -> list[int]:
+        return items[:-1] or [0, 0]
+
+
+class NotAList:
+    def __call__(self, items: list[int]) -> dict[str, int]:
+        return {"n": len(items)}
+
+
+class WithWarmup:
+    def __init__(self) -> None:
+        self.warmed = False
+
+    def warmup(self) -> None:
+        self.warmed = True
+
+    def __call__(self, items: list[float]) -> list[float]:
+        return [item * 2 for item in items]

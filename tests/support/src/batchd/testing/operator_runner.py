@@ -1,0 +1,192 @@
+"""Run the real Kopf operator against the emulated API server, in its own thread, as a user would.
+
+Kopf gets its own thread and event loop (running it inside pytest's loop breaks teardown: on stop
+Kopf cancels tasks created after it started). The API server lives in the test's loop; tests
+poll it with a bound (`eventually`) instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import kmock
+import kopf
+import yaml
+
+from batchd.operator import handlers  # noqa: F401  (registers the handlers)
+from batchd.operator.settings import Settings
+from batchd.testing.apiserver import ApiServer, default_resources, kubeconfig_for
+from batchd.testing.manifests import manifest
+
+T = TypeVar("T")
+CR_PATH = "/apis/serving.batchd.dev/v1alpha1/namespaces/{ns}/batcheddeployments"
+
+
+async def eventually(probe: Callable[[], T], *, timeout_s: float = 15.0, what: str = "the condition") -> T:
+    """Poll `probe` until it returns something truthy; fail after `timeout_s` saying what was awaited."""
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last seen: {last!r}")
+
+
+async def settled(server: ApiServer, *, quiet_s: float = 0.5, timeout_s: float = 15.0) -> None:
+    """Wait (bounded) until the operator has made no API call for `quiet_s`: nothing left in flight,
+    so what happens next is caused by what the test does next."""
+    deadline = time.monotonic() + timeout_s
+    seen, since = len(server.calls), time.monotonic()
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        if len(server.calls) != seen:
+            seen, since = len(server.calls), time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+    raise AssertionError(f"the operator kept calling the API for {timeout_s}s")
+
+
+@contextlib.asynccontextmanager
+async def api_server(tmp_path: Path, *, validate_children: bool = True) -> AsyncIterator[ApiServer]:
+    async with ApiServer() as server, kmock.Server(server):
+        server.register(default_resources(validate_children=validate_children))
+        kubeconfig = tmp_path / "kubeconfig.yaml"
+        kubeconfig.write_text(yaml.safe_dump(kubeconfig_for(str(server.url).rstrip("/"))))
+        server.kubeconfig_path = str(kubeconfig)
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def running_operator(
+    server: ApiServer, *, liveness_endpoint: str | None = None, metrics_port: int = 0
+) -> AsyncIterator[threading.Thread]:
+    """Start the operator; yield once it watches BatchedDeployments; stop it and wait on exit."""
+    stop_flag, ready_flag = threading.Event(), threading.Event()
+    settings = kopf.OperatorSettings()
+    settings.peering.standalone = True
+    settings.networking.error_backoffs = [0.1, 0.2, 0.5]
+    settings.watching.reconnect_backoff = 0.1
+    memo = kopf.Memo(
+        settings=Settings(
+            kubeconfig=server.kubeconfig_path,
+            metrics_port=metrics_port,
+            liveness_endpoint=liveness_endpoint or "",
+        )
+    )
+    previous = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = server.kubeconfig_path  # read by the login handler, in the operator's thread
+    watched_before = _watches(server)
+    thread = threading.Thread(
+        target=kopf.run,
+        kwargs=dict(
+            standalone=True,
+            clusterwide=True,
+            settings=settings,
+            memo=memo,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+            liveness_endpoint=liveness_endpoint,
+        ),
+        name="kopf-operator",
+        daemon=True,
+    )
+    thread.start()
+    try:
+        await eventually(ready_flag.is_set, what="the operator to start")
+        await eventually(lambda: _watches(server) > watched_before, what="the operator to watch the CRs")
+        yield thread
+    finally:
+        stop_flag.set()
+        await asyncio.to_thread(thread.join, 20)
+        if previous is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = previous
+        assert not thread.is_alive(), "the operator did not stop"
+
+
+def _watches(server: ApiServer) -> int:
+    return sum(1 for call in server.calls if call == ("serving.batchd.dev", "batcheddeployments", "watch"))
+
+
+async def create(server: ApiServer, document: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
+    response = await server.post(CR_PATH.format(ns=namespace), json=document)
+    body: dict[str, Any] = await response.json()
+    assert response.status == 201, body
+    return body
+
+
+async def patch(
+    server: ApiServer, path: str, body: Any, content_type: str = "application/merge-patch+json"
+) -> dict[str, Any]:
+    response = await server.patch(path, data=json.dumps(body), headers={"Content-Type": content_type})
+    result: dict[str, Any] = await response.json()
+    assert response.status == 200, result
+    return result
+
+
+async def exercise_operator(tmp_path: Path) -> frozenset[tuple[str, str, str]]:
+    """Drive the operator through its whole lifecycle; return every (group, resource, verb) it used.
+
+    The chart's RBAC test compares its ClusterRole with this set: create, spec and scale-subresource
+    scaling, a Deployment reporting ready, a child deleted and one edited, a refused child, a
+    restart, and a delete. `batchd.testing.apiserver.observed_api_calls()` has the union over the session.
+    """
+    namespace, name = "default", "lifecycle"
+    path = f"{CR_PATH.format(ns=namespace)}/{name}"
+    deployment_path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+    async with api_server(tmp_path) as server:
+        async with running_operator(server):
+            await create(server, manifest(name))
+            await eventually(
+                lambda: server.get_object("apps/deployments", namespace, name), what="Deployment"
+            )
+            await patch(server, path, {"spec": {"num_replicas": 2}})
+            await patch(server, f"{path}/scale", {"spec": {"replicas": 3}})
+
+            def replicas() -> Any:
+                return (
+                    (server.get_object("apps/deployments", namespace, name) or {})
+                    .get("spec", {})
+                    .get("replicas")
+                )
+
+            await eventually(lambda: replicas() == 3, what="the scale")
+            await patch(
+                server,
+                f"{deployment_path}/status",
+                {
+                    "status": {
+                        "observedGeneration": 99,
+                        "replicas": 3,
+                        "updatedReplicas": 3,
+                        "readyReplicas": 3,
+                    }
+                },
+            )
+            await server.delete(f"/api/v1/namespaces/{namespace}/services/{name}")
+            await eventually(lambda: server.get_object("services", namespace, name), what="Service restored")
+            await patch(server, deployment_path, {"spec": {"replicas": 7}})
+            await eventually(lambda: replicas() == 3, what="the edit undone")
+            await create(server, manifest("refused", env=[{"value": "no name"}]))
+            await eventually(
+                lambda: any(event.get("reason") == "DeploymentRefused" for event in server.posted_events),
+                what="a refusal event",
+            )
+        async with running_operator(server):
+            await server.delete(path)
+            await eventually(
+                lambda: server.get_object("apps/deployments", namespace, name) is None,
+                what="the children to go",
+            )
+        return frozenset(server.calls)
