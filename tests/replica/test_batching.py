@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from batchd.api.spec import BatchingSpec
-from batchd.replica.batching import Batcher, BatchSizeMismatch, DeadlineExceeded, Draining, QueueFull
+from batchd.replica.batching import Batcher
+from batchd.replica.errors import BatchSizeMismatch, ClientDisconnected, DeadlineExceeded, Draining, QueueFull
 
 
 class RecordingModel:
@@ -45,15 +46,15 @@ async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
 
 
 def make(model: Callable[[list[Any]], Awaitable[Sequence[Any]]], **config: Any) -> Batcher:
-    batcher = Batcher(model, BatchingSpec(**config))
-    batcher.start()
+    batcher = Batcher(BatchingSpec(**config))
+    batcher.start(model)
     return batcher
 
 
 async def test_concurrent_requests_form_batches_never_larger_than_max() -> None:
     model = RecordingModel()
     batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0.05)
-    results = await asyncio.gather(*(batcher.call([n]) for n in range(10)))
+    results = await asyncio.gather(*(batcher.infer([n]) for n in range(10)))
     assert [r[0] for r in results] == [n + 1 for n in range(10)]
     assert [len(b) for b in model.batches] == [4, 4, 2]
     assert sorted(item for batch in model.batches for item in batch) == list(range(10))
@@ -65,9 +66,9 @@ async def test_first_batch_of_one_then_full_batches_as_in_the_tutorial() -> None
     model = RecordingModel()
     model.gate.clear()
     batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0)
-    first = asyncio.ensure_future(batcher.call([0]))
+    first = asyncio.ensure_future(batcher.infer([0]))
     await until(lambda: model.batches == [[0]])
-    rest = [asyncio.ensure_future(batcher.call([n])) for n in range(1, 9)]
+    rest = [asyncio.ensure_future(batcher.infer([n])) for n in range(1, 9)]
     await until(lambda: batcher.queue_depth == 8)
     model.gate.set()
     await asyncio.gather(first, *rest)
@@ -79,10 +80,10 @@ async def test_wait_window_holds_a_partial_batch_until_it_closes() -> None:
     model = RecordingModel()
     batcher = make(model, max_batch_size=8, batch_wait_timeout_s=0.3)
     loop = asyncio.get_running_loop()
-    first = asyncio.ensure_future(batcher.call([1]))
+    first = asyncio.ensure_future(batcher.infer([1]))
     await until(lambda: batcher.queue_depth == 1)
     opened = loop.time()
-    second = asyncio.ensure_future(batcher.call([2]))
+    second = asyncio.ensure_future(batcher.infer([2]))
     await asyncio.gather(first, second)
     waited = loop.time() - opened
     assert model.batches == [[1, 2]]  # the second item joined the first one's window
@@ -93,7 +94,7 @@ async def test_wait_window_holds_a_partial_batch_until_it_closes() -> None:
 async def test_full_batch_leaves_before_the_window_closes() -> None:
     model = RecordingModel()
     batcher = make(model, max_batch_size=2, batch_wait_timeout_s=30)
-    results = await asyncio.wait_for(asyncio.gather(batcher.call([1]), batcher.call([2])), timeout=5)
+    results = await asyncio.wait_for(asyncio.gather(batcher.infer([1]), batcher.infer([2])), timeout=5)
     assert results == [[2], [3]]
     await batcher.drain()
 
@@ -101,7 +102,7 @@ async def test_full_batch_leaves_before_the_window_closes() -> None:
 async def test_opportunistic_mode_does_not_wait_for_company() -> None:
     model = RecordingModel()
     batcher = make(model, max_batch_size=32, batch_wait_timeout_s=0)
-    assert await asyncio.wait_for(batcher.call([5]), timeout=1) == [6]
+    assert await asyncio.wait_for(batcher.infer([5]), timeout=1) == [6]
     assert model.batches == [[5]]
     await batcher.drain()
 
@@ -110,7 +111,7 @@ async def test_concurrent_batches_run_together_up_to_the_limit() -> None:
     model = RecordingModel()
     model.gate.clear()
     batcher = make(model, max_batch_size=1, batch_wait_timeout_s=0, max_concurrent_batches=3)
-    calls = [asyncio.ensure_future(batcher.call([n])) for n in range(5)]
+    calls = [asyncio.ensure_future(batcher.infer([n])) for n in range(5)]
     await until(lambda: model.running == 3)
     assert batcher.queue_depth == 2  # the rest wait for a free slot
     model.gate.set()
@@ -123,10 +124,10 @@ async def test_cancelled_items_never_reach_the_model() -> None:
     model = RecordingModel()
     model.gate.clear()
     batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0)
-    busy = asyncio.ensure_future(batcher.call([0]))
+    busy = asyncio.ensure_future(batcher.infer([0]))
     await until(lambda: model.running == 1)
-    gone = asyncio.ensure_future(batcher.call([100]))
-    kept = asyncio.ensure_future(batcher.call([1]))
+    gone = asyncio.ensure_future(batcher.infer([100]))
+    kept = asyncio.ensure_future(batcher.infer([1]))
     await until(lambda: batcher.queue_depth == 2)
     gone.cancel()  # the client went away while its item waited
     model.gate.set()
@@ -136,16 +137,35 @@ async def test_cancelled_items_never_reach_the_model() -> None:
     await batcher.drain()
 
 
+async def test_an_abandoned_request_is_dropped_before_the_model() -> None:
+    model = RecordingModel()
+    model.gate.clear()
+    batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0)
+    busy = asyncio.ensure_future(batcher.infer([0]))
+    await until(lambda: model.running == 1)
+    client_left = asyncio.Event()
+    gone = asyncio.ensure_future(batcher.infer([100], abandoned=client_left.wait))
+    await until(lambda: batcher.queue_depth == 1)
+    client_left.set()  # noticed once the request has waited WATCH_AFTER_S
+    with pytest.raises(ClientDisconnected):
+        await gone
+    model.gate.set()
+    await busy
+    assert await batcher.infer([1]) == [2]
+    assert 100 not in [item for batch in model.batches for item in batch]
+    await batcher.drain()
+
+
 async def test_items_past_their_deadline_time_out_without_running() -> None:
     model = RecordingModel()
     model.gate.clear()
     batcher = make(model, max_batch_size=1, batch_wait_timeout_s=0, request_timeout_s=0.2)
-    stuck = asyncio.ensure_future(batcher.call([0]))
+    stuck = asyncio.ensure_future(batcher.infer([0]))
     await until(lambda: model.running == 1)
-    late = asyncio.ensure_future(batcher.call([1]))
-    with pytest.raises((TimeoutError, DeadlineExceeded)):
+    late = asyncio.ensure_future(batcher.infer([1]))
+    with pytest.raises(DeadlineExceeded):
         await late
-    with pytest.raises(TimeoutError):
+    with pytest.raises(DeadlineExceeded):  # running, but its answer came too late: the same error
         await stuck
     model.gate.set()
     await until(lambda: model.running == 0)
@@ -157,16 +177,16 @@ async def test_a_failing_batch_fails_only_its_own_items() -> None:
     model = RecordingModel()
     model.gate.clear()
     batcher = make(model, max_batch_size=2, batch_wait_timeout_s=0)
-    first = asyncio.ensure_future(batcher.call([1]))
+    first = asyncio.ensure_future(batcher.infer([1]))
     await until(lambda: model.running == 1)
-    doomed = [asyncio.ensure_future(batcher.call(["boom"])), asyncio.ensure_future(batcher.call([2]))]
+    doomed = [asyncio.ensure_future(batcher.infer(["boom"])), asyncio.ensure_future(batcher.infer([2]))]
     await until(lambda: batcher.queue_depth == 2)
     model.gate.set()
     assert await first == [2]
     outcomes = await asyncio.gather(*doomed, return_exceptions=True)
     assert all(isinstance(o, RuntimeError) for o in outcomes)
     # The batcher is still alive and the next batch succeeds.
-    assert await batcher.call([3]) == [4]
+    assert await batcher.infer([3]) == [4]
     await batcher.drain()
 
 
@@ -175,7 +195,7 @@ async def test_a_model_returning_the_wrong_number_of_results_gets_a_clear_error(
         return items[:-1]
 
     batcher = make(short, max_batch_size=4, batch_wait_timeout_s=0.05)
-    outcomes = await asyncio.gather(batcher.call([1]), batcher.call([2]), return_exceptions=True)
+    outcomes = await asyncio.gather(batcher.infer([1]), batcher.infer([2]), return_exceptions=True)
     assert all(isinstance(o, BatchSizeMismatch) for o in outcomes)
     assert "returned 1 result(s) for a batch of 2" in str(outcomes[0])
     await batcher.drain()
@@ -185,12 +205,12 @@ async def test_a_full_queue_refuses_whole_requests_and_keeps_what_it_accepted() 
     model = RecordingModel()
     model.gate.clear()
     batcher = make(model, max_batch_size=1, batch_wait_timeout_s=0, max_queued_requests=3)
-    busy = asyncio.ensure_future(batcher.call([0]))
+    busy = asyncio.ensure_future(batcher.infer([0]))
     await until(lambda: model.running == 1)
-    accepted = asyncio.ensure_future(batcher.call([1, 2]))
+    accepted = asyncio.ensure_future(batcher.infer([1, 2]))
     await until(lambda: batcher.queue_depth == 2)
     with pytest.raises(QueueFull) as refused:
-        batcher.submit([3, 4])  # two items, one place: nothing of it is queued
+        await batcher.infer([3, 4])  # two items, one place: nothing of it is queued
     assert refused.value.retry_after_s >= 1
     assert batcher.queue_depth == 2
     model.gate.set()
@@ -203,13 +223,13 @@ async def test_drain_finishes_accepted_items_and_refuses_new_ones() -> None:
     model = RecordingModel()
     model.gate.clear()
     batcher = make(model, max_batch_size=2, batch_wait_timeout_s=10)
-    accepted = [asyncio.ensure_future(batcher.call([n])) for n in range(5)]
+    accepted = [asyncio.ensure_future(batcher.infer([n])) for n in range(5)]
     await until(lambda: model.running == 1)
     draining = asyncio.ensure_future(batcher.drain())
     await until(lambda: batcher.draining)
     assert batcher.queue_depth == 3 and not draining.done()
     with pytest.raises(Draining):
-        batcher.submit([99])
+        await batcher.infer([99])
     model.gate.set()
     await asyncio.wait_for(draining, timeout=5)  # no 10 s windows while draining
     assert [r[0] for r in await asyncio.gather(*accepted)] == [1, 2, 3, 4, 5]

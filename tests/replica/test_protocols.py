@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from batchd.api.manifest import parse_manifest
+from batchd.bench.promtext import parse_counter, parse_histogram
 from batchd.replica.app import create_app
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing.manifests import manifest
@@ -114,11 +115,21 @@ def test_simple_call_without_a_query_is_refused(adder: str) -> None:
 
 
 def test_metrics_count_batches_and_outcomes(adder: str) -> None:
-    httpx.post(f"{adder}/v1/models/adder:predict", json={"instances": [1, 2]})
-    text = httpx.get(f"{adder}/metrics").text
-    assert 'batchd_batch_size_count{deployment="adder",model="adder"}' in text
-    assert 'batchd_requests_total{deployment="adder",model="adder",outcome="success"}' in text
-    assert 'batchd_rejections_total{deployment="adder",model="adder",reason="invalid"}' in text
+    def counts() -> tuple[float, float, float, float]:
+        text = httpx.get(f"{adder}/metrics").text
+        return (
+            parse_histogram(text, "batchd_batch_size").count,
+            parse_histogram(text, "batchd_batch_size").sum,
+            parse_counter(text, "batchd_requests", {"outcome": "success"}),
+            parse_counter(text, "batchd_rejections", {"reason": "invalid"}),
+        )
+
+    before = counts()
+    assert httpx.post(f"{adder}/v1/models/adder:predict", json={"instances": [1, 2]}).status_code == 200
+    assert httpx.post(f"{adder}/v1/models/adder:predict", json={"instances": ["x"]}).status_code == 400
+    after = counts()
+    batches, items, successes, invalid = (a - b for a, b in zip(after, before, strict=True))
+    assert (batches, items, successes, invalid) == (1, 2, 1, 1)
 
 
 def slow_adder(name: str, **batching: Any) -> Iterator[str]:
@@ -149,7 +160,7 @@ async def test_overload_answers_503_with_retry_after_and_the_server_stays_up(slo
         "predictions": [8]
     }
     metrics = httpx.get(f"{slow}/metrics").text
-    assert 'batchd_rejections_total{deployment="slow",model="slow",reason="queue_full"} 0.0' not in metrics
+    assert parse_counter(metrics, "batchd_rejections", {"reason": "queue_full"}) == statuses.count(503)
 
 
 @pytest.fixture(scope="module")

@@ -63,8 +63,6 @@ def reconciler_ready(memo: kopf.Memo, **_: Any) -> bool:
 async def _converge(reconciler: Reconciler, namespace: str, name: str, logger: kopf.Logger) -> None:
     try:
         await reconciler.converge(namespace, name, logger)
-    except InvalidSpec:
-        raise
     except ApiError as error:
         raise kopf.TemporaryError(f"API call failed, will retry: {error}", delay=RETRY_DELAY_S) from error
 

@@ -13,7 +13,6 @@ from typing import Any
 
 Status = dict[str, Any]
 Condition = dict[str, Any]
-CONDITION_TYPES = ("Ready", "Progressing", "Degraded")
 
 
 @dataclass(frozen=True)

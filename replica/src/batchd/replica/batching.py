@@ -6,9 +6,14 @@ and it leaves when it is full or the window closes (a zero window is opportunist
 take what is there). While the model computes, new items keep queueing, so the next batch is
 usually full the moment a slot frees.
 
-Where we differ from Ray: the queue is bounded (`QueueFull` -> 503), items whose client went
-away or whose deadline passed are dropped before they reach the model, shutdown drains instead
-of relying on `__del__`, and the model runs off the event loop (the model layer's job).
+`infer(items)` is the whole path of one request, for the HTTP routes and for anything else:
+admission (all of the request's items or none), the wait for results, and the request's one
+deadline (`request_timeout_s`, counted from admission). An abandoned or late request cancels
+its futures, and the batcher drops cancelled items before they reach the model.
+
+Where we differ from Ray: the queue is bounded (`QueueFull` -> 503), a request whose client
+went away or whose deadline passed never reaches the model, shutdown drains instead of
+relying on `__del__`, and the model runs off the event loop (the model layer's job).
 """
 
 from __future__ import annotations
@@ -18,34 +23,22 @@ import collections
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from batchd.api.spec import BatchingSpec
+from batchd.replica.errors import BatchSizeMismatch, ClientDisconnected, DeadlineExceeded, Draining, QueueFull
 
 logger = logging.getLogger(__name__)
 
 RunBatch = Callable[[list[Any]], Awaitable[Sequence[Any]]]
+# Resolves when the request's client has gone away (for HTTP: the ASGI disconnect message).
+Abandoned = Callable[[], Awaitable[None]]
 
-
-class QueueFull(Exception):
-    """The queue cannot take the request's items; the client should retry later."""
-
-    def __init__(self, requested: int, free: int, retry_after_s: float) -> None:
-        super().__init__(f"queue full: {requested} item(s) asked for, {free} place(s) free")
-        self.retry_after_s = retry_after_s
-
-
-class Draining(Exception):
-    """The replica is shutting down and admits no new work."""
-
-
-class BatchSizeMismatch(ValueError):
-    """The model returned a different number of results than it was given items."""
-
-
-class DeadlineExceeded(Exception):
-    """The item's request deadline passed before the model reached it."""
+# Most answers come back within milliseconds, and a watcher task per request costs more than
+# the whole request path on a cheap model (it took an eighth of the trivial handler's time).
+# So the deadline and the client are watched only for requests still waiting after this.
+WATCH_AFTER_S = 0.05
 
 
 class BatchObserver(Protocol):
@@ -69,16 +62,15 @@ class _Pending:
     item: Any
     future: asyncio.Future[Any]
     arrived_at: float  # loop.time()
-    deadline: float  # loop.time()
 
 
-@dataclass
-class _Stats:
-    """Running averages used to suggest a Retry-After that reflects how fast the queue drains."""
+class _DrainRate:
+    """Recent batch sizes and durations, for a Retry-After that reflects how fast the queue drains."""
 
-    batch_seconds: float = 0.0
-    batch_items: float = 0.0
-    batches: int = field(default=0)
+    def __init__(self) -> None:
+        self.batch_seconds = 0.0
+        self.batch_items = 0.0
+        self.batches = 0
 
     def record(self, size: int, duration_s: float) -> None:
         self.batches += 1
@@ -86,26 +78,28 @@ class _Stats:
         self.batch_seconds += weight * (duration_s - self.batch_seconds)
         self.batch_items += weight * (size - self.batch_items)
 
+    def seconds_to_serve(self, items: int) -> float:
+        if self.batches == 0 or self.batch_items <= 0:
+            return 1.0
+        return max(1.0, items / max(self.batch_items, 1.0) * self.batch_seconds)
+
 
 class Batcher:
-    """Turns `submit(items)` calls from many requests into `run_batch(batch)` calls on the model."""
+    """Turns `infer(items)` calls from many requests into `run_batch(batch)` calls on the model."""
 
-    def __init__(self, run_batch: RunBatch, config: BatchingSpec, observer: BatchObserver | None = None):
-        self._run_batch = run_batch
-        self._max_batch_size = config.max_batch_size
-        self._wait_s = config.batch_wait_timeout_s
-        self._max_queued = config.max_queued_requests
-        self._timeout_s = config.request_timeout_s
+    def __init__(self, config: BatchingSpec, observer: BatchObserver | None = None) -> None:
+        self._config = config
         self._observer: BatchObserver = observer or _NoObserver()
+        self._run_batch: RunBatch | None = None
         self._slots = asyncio.Semaphore(config.max_concurrent_batches)
         self._queue: collections.deque[_Pending] = collections.deque()
         self._arrived = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
         self._former: asyncio.Task[None] | None = None
         self._draining = False
-        self._stats = _Stats()
+        self._rate = _DrainRate()
 
-    # -- what the routes call --------------------------------------------------------------
+    # -- state -----------------------------------------------------------------------------
 
     @property
     def queue_depth(self) -> int:
@@ -113,51 +107,61 @@ class Batcher:
 
     @property
     def draining(self) -> bool:
+        """True from the first shutdown signal on: nothing new is admitted, accepted work finishes."""
         return self._draining
 
-    def submit(self, items: Sequence[Any]) -> list[asyncio.Future[Any]]:
-        """Queue every item of one request, or none of them; one future per item.
+    # -- the path of one request -----------------------------------------------------------
 
-        Admission is all-or-nothing so that a request is never half-served. The futures
-        resolve with the item's result, or with the exception that failed its batch.
+    async def infer(self, items: Sequence[Any], abandoned: Abandoned | None = None) -> list[Any]:
+        """The results of one request's items, in order.
+
+        Raises `Draining` or `QueueFull` (nothing was queued), `DeadlineExceeded` once
+        `request_timeout_s` has passed since admission, `ClientDisconnected` when `abandoned`
+        resolves first, or the exception that failed the item's batch.
         """
+        futures = self._admit(items)
+        waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
+        deadline = asyncio.get_running_loop().time() + self._config.request_timeout_s
+        try:
+            result = await _wait(waiter, deadline, abandoned)
+        finally:
+            for future in futures:  # dropped before the model if they have not run yet
+                future.cancel()
+        return [result] if len(futures) == 1 else list(result)
+
+    def _admit(self, items: Sequence[Any]) -> list[asyncio.Future[Any]]:
+        """Queue every item of one request, or none of them: a request is never half-served."""
         if self._draining:
-            raise Draining("the replica is shutting down")
-        free = self._max_queued - len(self._queue)
+            raise Draining("the replica is shutting down; retry on another replica")
+        free = self._config.max_queued_requests - len(self._queue)
         if len(items) > free:
-            raise QueueFull(len(items), free, self._retry_after_s())
+            raise QueueFull(len(items), free, self._rate.seconds_to_serve(len(self._queue)))
         loop = asyncio.get_running_loop()
         now = loop.time()
-        deadline = now + self._timeout_s
         futures = []
         for item in items:
             future = loop.create_future()
-            self._queue.append(_Pending(item, future, now, deadline))
+            self._queue.append(_Pending(item, future, now))
             futures.append(future)
         self._arrived.set()
         return futures
 
-    async def call(self, items: Sequence[Any]) -> list[Any]:
-        """Submit, then wait for every result within `request_timeout_s` (or raise TimeoutError)."""
-        futures = self.submit(items)
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                return list(await asyncio.gather(*futures))
-        finally:
-            # A client that left or timed out: its items are dropped if they have not run yet.
-            for future in futures:
-                future.cancel()
-
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> None:
-        if self._former is None:
+    def start(self, run_batch: RunBatch) -> None:
+        """Begin forming batches for `run_batch` (once the model is loaded and warm)."""
+        if self._former is None and not self._draining:
+            self._run_batch = run_batch
             self._former = asyncio.create_task(self._form_batches(), name="batchd-batcher")
+
+    def begin_draining(self) -> None:
+        """Admit nothing new from now on; what is queued still runs."""
+        self._draining = True
+        self._arrived.set()
 
     async def drain(self) -> None:
         """Admit nothing new, finish every item already accepted, then stop."""
-        self._draining = True
-        self._arrived.set()
+        self.begin_draining()
         if self._former is not None:
             await self._former
             self._former = None
@@ -181,14 +185,15 @@ class Batcher:
         """Wait for the first live item, then for the window to close or the batch to fill."""
         loop = asyncio.get_running_loop()
         while True:
-            while not self._drop_dead_head(loop.time()):
+            while not self._drop_dead_head():
                 if self._draining:
                     return None
                 self._arrived.clear()
                 await self._arrived.wait()
 
-            window_closes = self._queue[0].arrived_at + self._wait_s
-            while len(self._queue) < self._max_batch_size and not self._draining:
+            max_batch_size = self._config.max_batch_size
+            window_closes = self._queue[0].arrived_at + self._config.batch_wait_timeout_s
+            while len(self._queue) < max_batch_size and not self._draining:
                 remaining = window_closes - loop.time()
                 if remaining <= 0:
                     break
@@ -199,40 +204,30 @@ class Batcher:
                 except TimeoutError:
                     break
 
-            now = loop.time()
-            batch = self._take_live(now, self._max_batch_size)
+            batch = self._take_live(max_batch_size)
             if batch:  # else everything in the window went away: start over
-                self._observer.batch_dispatched(len(batch), now - batch[0].arrived_at)
+                self._observer.batch_dispatched(len(batch), loop.time() - batch[0].arrived_at)
                 return batch
 
-    def _drop_dead_head(self, now: float) -> bool:
-        """Drop dead items at the head of the queue; True when a live item is first in line."""
+    def _drop_dead_head(self) -> bool:
+        """Drop abandoned items at the head of the queue; True when a live item is first in line."""
         while self._queue:
-            if self._is_alive(self._queue[0], now):
+            if not self._queue[0].future.done():
                 return True
             self._queue.popleft()
         return False
 
-    def _take_live(self, now: float, limit: int) -> list[_Pending]:
+    def _take_live(self, limit: int) -> list[_Pending]:
         batch: list[_Pending] = []
         while self._queue and len(batch) < limit:
             pending = self._queue.popleft()
-            if self._is_alive(pending, now):
+            if not pending.future.done():
                 batch.append(pending)
         return batch
 
-    @staticmethod
-    def _is_alive(pending: _Pending, now: float) -> bool:
-        """False for items whose client left, or whose deadline passed (those are failed here)."""
-        if pending.future.done():
-            return False
-        if pending.deadline <= now:
-            pending.future.set_exception(DeadlineExceeded("request_timeout_s passed while queued"))
-            return False
-        return True
-
     async def _execute(self, batch: list[_Pending]) -> None:
         """Run one batch; every future in it resolves, whatever happens."""
+        assert self._run_batch is not None
         started = time.perf_counter()
         failed = True
         try:
@@ -256,13 +251,46 @@ class Batcher:
                 raise
         finally:
             duration = time.perf_counter() - started
-            self._stats.record(len(batch), duration)
+            self._rate.record(len(batch), duration)
             self._observer.batch_finished(len(batch), duration, failed)
             self._slots.release()
 
-    def _retry_after_s(self) -> float:
-        """How long the current queue should take to drain, at the recent batch rate."""
-        if self._stats.batches == 0 or self._stats.batch_items <= 0:
-            return 1.0
-        batches_ahead = len(self._queue) / max(self._stats.batch_items, 1.0)
-        return max(1.0, batches_ahead * self._stats.batch_seconds)
+
+async def _wait(waiter: asyncio.Future[Any], deadline: float, abandoned: Abandoned | None) -> Any:
+    """The waiter's result; or DeadlineExceeded at `deadline`, or ClientDisconnected once `abandoned`
+    resolves. Both are watched by a task that starts only for requests still waiting after
+    WATCH_AFTER_S, and that cancels the waiter when it has a reason to."""
+    loop = asyncio.get_running_loop()
+    why: list[BaseException] = []
+    watcher: asyncio.Task[None] | None = None
+
+    def start_watching() -> None:
+        nonlocal watcher
+        watcher = loop.create_task(_watch(waiter, deadline, abandoned, why))
+
+    timer = loop.call_at(min(loop.time() + WATCH_AFTER_S, deadline), start_watching)
+    try:
+        return await waiter
+    except asyncio.CancelledError:
+        if why:  # cancelled by the watcher, not by the server shutting this task down
+            raise why[0] from None
+        raise
+    finally:
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
+
+
+async def _watch(
+    waiter: asyncio.Future[Any], deadline: float, abandoned: Abandoned | None, why: list[BaseException]
+) -> None:
+    try:
+        async with asyncio.timeout_at(deadline):
+            if abandoned is None:
+                await asyncio.Future()  # only the deadline can end this wait
+            else:
+                await abandoned()
+        why.append(ClientDisconnected("the client went away before its answer was ready"))
+    except TimeoutError:
+        why.append(DeadlineExceeded("request_timeout_s passed before the model answered"))
+    waiter.cancel()

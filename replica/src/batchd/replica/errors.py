@@ -1,7 +1,8 @@
 """Every way a request can fail, and the one table that maps each to an HTTP answer.
 
 KServe repeats this mapping in nine handlers; we keep it in one place so that the status code,
-the `outcome` label on the metrics and the rejection reason can never disagree.
+the `outcome` label on the metrics and the rejection reason can never disagree. The batcher,
+the model layer and the protocols raise these; nothing here imports them.
 """
 
 from __future__ import annotations
@@ -9,7 +10,25 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from batchd.replica.batching import BatchSizeMismatch, DeadlineExceeded, Draining, QueueFull
+
+class QueueFull(Exception):
+    """The queue cannot take the request's items; the client should retry later."""
+
+    def __init__(self, requested: int, free: int, retry_after_s: float) -> None:
+        super().__init__(f"queue full: {requested} item(s) asked for, {free} place(s) free")
+        self.retry_after_s = retry_after_s
+
+
+class Draining(Exception):
+    """The replica is shutting down and admits no new work."""
+
+
+class DeadlineExceeded(Exception):
+    """`request_timeout_s` passed before the request's results were ready."""
+
+
+class BatchSizeMismatch(ValueError):
+    """The model returned a different number of results than it was given items."""
 
 
 class InvalidInput(ValueError):
@@ -49,7 +68,6 @@ ERROR_TABLE: tuple[tuple[type[BaseException], ErrorAnswer], ...] = (
     (Draining, ErrorAnswer(503, "rejected", rejection="draining", retry=True)),
     (NotReady, ErrorAnswer(503, "rejected", retry=True)),
     (DeadlineExceeded, ErrorAnswer(504, "timeout")),
-    (TimeoutError, ErrorAnswer(504, "timeout")),
     (ClientDisconnected, ErrorAnswer(499, "cancelled")),
     (asyncio.CancelledError, ErrorAnswer(499, "cancelled")),
     (BatchSizeMismatch, ErrorAnswer(500, "error")),
@@ -66,8 +84,6 @@ def answer_for(error: BaseException) -> ErrorAnswer:
 
 def describe(error: BaseException) -> str:
     """The message a client sees: ours verbatim, a model's exception with its type for context."""
-    if isinstance(error, (TimeoutError, DeadlineExceeded)):
-        return "request_timeout_s passed before the model answered"
     if answer_for(error) is MODEL_ERROR:
         return f"model error: {type(error).__name__}: {error}"
     return str(error) or type(error).__name__

@@ -14,10 +14,10 @@ given up when the client disconnects), encode the answer, count the outcome.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -32,8 +32,6 @@ from batchd.replica.serving import Replica
 logger = logging.getLogger(__name__)
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
-# Requests still unanswered after this get a task that watches for the deadline and a disconnect.
-WATCH_AFTER_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +60,6 @@ class InferenceRoutes:
     def __init__(self, app: ASGIApp, replica: Replica) -> None:
         self.app = app
         self.replica = replica
-        self._timeout_s = replica.manifest.spec.batching.request_timeout_s
         self._max_body = replica.settings.max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -108,61 +105,16 @@ class InferenceRoutes:
         return answer
 
     async def _infer(self, name: str | None, items: list[Any], field: str, receive: Receive) -> list[Any]:
-        """Queue the items and wait for their results; a client that leaves cancels what has not run."""
+        """Batch the items with everybody else's; a client that leaves cancels what has not run."""
         if name is not None:
             self.replica.check_name(name)
-        futures = self.replica.submit(items, field)
-        waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
-        try:
-            result = await _wait(waiter, receive, self._timeout_s)
-        finally:
-            for future in futures:  # dropped before the model if they have not run yet
-                future.cancel()
-        return [result] if len(futures) == 1 else list(result)
+        return await self.replica.infer(items, field, partial(_disconnected, receive))
 
 
-async def _wait(waiter: asyncio.Future[Any], receive: Receive, timeout_s: float) -> Any:
-    """The waiter's result, or TimeoutError past `timeout_s`, or ClientDisconnected.
-
-    Most answers come back within milliseconds, and a watcher task per request would cost more
-    than the whole request path (it did: an eighth of the trivial handler's time). So a watcher
-    starts only for requests still waiting after WATCH_AFTER_S; it enforces the deadline and
-    notices a client that left, and in either case cancels the waiter.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    why: list[BaseException] = []
-    watcher: asyncio.Task[None] | None = None
-
-    def start_watching() -> None:
-        nonlocal watcher
-        watcher = loop.create_task(_watch(waiter, receive, deadline, why))
-
-    timer = loop.call_later(min(WATCH_AFTER_S, timeout_s), start_watching)
-    try:
-        return await waiter
-    except asyncio.CancelledError:
-        if why:  # cancelled by the watcher, not by the server shutting this task down
-            raise why[0] from None
-        raise
-    finally:
-        timer.cancel()
-        if watcher is not None:
-            watcher.cancel()
-
-
-async def _watch(
-    waiter: asyncio.Future[Any], receive: Receive, deadline: float, why: list[BaseException]
-) -> None:
-    try:
-        async with asyncio.timeout_at(deadline):
-            # The body has been read, so the next ASGI message can only be the client leaving.
-            while (await receive())["type"] != "http.disconnect":
-                pass
-        why.append(ClientDisconnected("the client went away before its answer was ready"))
-    except TimeoutError:
-        why.append(TimeoutError())
-    waiter.cancel()
+async def _disconnected(receive: Receive) -> None:
+    """Returns when the client has gone (the body has been read, so nothing else can arrive)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:

@@ -8,7 +8,6 @@ protocols behave the same way.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -17,24 +16,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from batchd.api.spec import BatchedDeployment
-from batchd.replica.batching import Batcher, Draining
-from batchd.replica.errors import (
-    InvalidInput,
-    NotReady,
-    TooLarge,
-    UnknownModel,
-)
+from batchd.replica.batching import Abandoned, Batcher
+from batchd.replica.errors import Draining, InvalidInput, NotReady, TooLarge, UnknownModel
 from batchd.replica.metrics import ReplicaMetrics
 from batchd.replica.models.base import BatchModel, TensorSpec
 from batchd.replica.settings import ReplicaSettings
 
 logger = logging.getLogger(__name__)
-
-
-class State(enum.Enum):
-    LOADING = "loading"
-    READY = "ready"
-    DRAINING = "draining"
 
 
 class Replica:
@@ -45,15 +33,11 @@ class Replica:
         self.settings = settings
         self.model_name = manifest.model_name
         self.metrics = ReplicaMetrics(deployment=manifest.metadata.name, model=self.model_name)
-        self.state = State.LOADING
-        self.model: BatchModel | None = None
-        self.batcher: Batcher | None = None
+        self.batcher = Batcher(manifest.spec.batching, observer=self.metrics)
+        self.model: BatchModel | None = None  # set once loaded and warmed
         self.inflight = 0  # requests accepted and not yet answered; kept by the inference routes
         self.load_error: Exception | None = None
-        self.metrics.track(
-            queue_depth=lambda: self.batcher.queue_depth if self.batcher else 0,
-            inflight=lambda: self.inflight,
-        )
+        self.metrics.track(queue_depth=lambda: self.batcher.queue_depth, inflight=lambda: self.inflight)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -71,30 +55,28 @@ class Replica:
 
     async def _load(self, load: Callable[[], BatchModel]) -> None:
         started = time.perf_counter()
-        model = self.model = await asyncio.to_thread(load)
+        model = await asyncio.to_thread(load)
         await model.warmup(self.manifest.spec.batching.max_batch_size)
-        self.batcher = Batcher(model.predict_batch, self.manifest.spec.batching, observer=self.metrics)
-        self.batcher.start()
-        if self.state is State.LOADING:  # a SIGTERM during loading wins
-            self.state = State.READY
-            self.metrics.model_ready.set(1)
+        self.model = model
+        self.batcher.start(model.predict_batch)  # unless a SIGTERM came during loading
+        self.metrics.model_ready.set(1 if self.ready else 0)
         logger.info("model %r ready in %.1f s", self.model_name, time.perf_counter() - started)
 
     def begin_draining(self) -> None:
         """Turn unready at once (SIGTERM); accepted work still completes."""
-        self.state = State.DRAINING
+        self.batcher.begin_draining()
         self.metrics.model_ready.set(0)
 
     async def stop(self) -> None:
         self.begin_draining()
-        if self.batcher is not None:
-            await self.batcher.drain()
+        await self.batcher.drain()
         if self.model is not None:
             self.model.close()
 
     @property
     def ready(self) -> bool:
-        return self.state is State.READY
+        """Loaded, warmed and not shutting down: what /v2/health/ready answers."""
+        return self.model is not None and not self.batcher.draining
 
     @property
     def output_specs(self) -> tuple[TensorSpec, ...]:
@@ -107,11 +89,11 @@ class Replica:
         if name != self.model_name:
             raise UnknownModel(f"model {name!r} is not served here; this replica serves {self.model_name!r}")
 
-    def submit(self, items: Sequence[Any], field: str) -> list[asyncio.Future[Any]]:
-        """Validate each item and queue them all with everybody else's; one future per item, in order."""
-        if self.state is State.DRAINING:
-            raise Draining("the replica is shutting down; retry on another replica")
-        if self.model is None or self.batcher is None:
+    async def infer(self, items: Sequence[Any], field: str, abandoned: Abandoned | None = None) -> list[Any]:
+        """Validate each item, then batch them with everybody else's; the results in order."""
+        if self.model is None:
+            if self.batcher.draining:
+                raise Draining("the replica is shutting down; retry on another replica")
             raise NotReady(f"model {self.model_name!r} is still loading")
         if not items:
             raise InvalidInput(f"{field}: the batch is empty")
@@ -126,4 +108,4 @@ class Replica:
             except ValidationError as error:
                 problem = error.errors(include_url=False)[0]
                 raise InvalidInput(f"{field}[{position}]: {problem['msg']} (got {item!r})") from None
-        return self.batcher.submit(valid)
+        return await self.batcher.infer(valid, abandoned)

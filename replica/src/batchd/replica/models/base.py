@@ -6,7 +6,7 @@ A model takes a list of items and returns one result per item, in order. How it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from pydantic import TypeAdapter
@@ -31,7 +31,6 @@ class ModelMetadata:
     platform: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class BatchModel(Protocol):

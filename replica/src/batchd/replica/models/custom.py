@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from batchd.api.spec import ModelSpec
-from batchd.replica.batching import BatchSizeMismatch
+from batchd.replica.errors import BatchSizeMismatch
 from batchd.replica.models.base import Datatype, ModelLoadError, ModelMetadata, TensorSpec
 from batchd.replica.models.executor import ModelExecutor
 from batchd.replica.models.results import plain
@@ -46,7 +46,6 @@ class CustomHandlerModel:
             platform="python",
             inputs=(TensorSpec("input", datatype),),
             outputs=(TensorSpec("output", _DATATYPES.get(return_item_type_of(handler), "BYTES")),),
-            extra={"handler": handler_path},
         )
 
     async def predict_batch(self, items: list[Any]) -> list[Any]:

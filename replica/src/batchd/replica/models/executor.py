@@ -32,10 +32,6 @@ class ModelExecutor:
         future = asyncio.run_coroutine_threadsafe(coroutine, self._model_loop())
         return await asyncio.wrap_future(future)
 
-    def run_async_blocking(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """For the loading thread: run a coroutine on the model loop and wait for it."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._model_loop()).result()
-
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=False)
         with self._lock:

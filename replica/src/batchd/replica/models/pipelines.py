@@ -127,7 +127,6 @@ def _embeddings(location: str, device: str, dtype: Any, executor: ModelExecutor)
         platform="transformers/feature-extraction",
         inputs=(TensorSpec("text", "BYTES"),),
         outputs=(TensorSpec("embedding", "FP32", (-1, dimension)),),
-        extra={"pooling": pooling, "normalize": normalize, "device": device},
     )
     return PipelineModel(embed, executor, metadata)
 
@@ -194,7 +193,6 @@ def _transformers_pipeline(
         platform=f"transformers/{task}",
         inputs=(TensorSpec("text", "BYTES"),),
         outputs=outputs,
-        extra={"device": device},
     )
     return PipelineModel(run, executor, metadata, item_adapter, warmup_text)
 
