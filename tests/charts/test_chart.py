@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import helm_python as helm
+import yaml
 import kubernetes_validate
 import pytest
 
@@ -156,3 +157,60 @@ def test_every_copy_of_the_crd_equals_the_one_in_crds() -> None:
     for copy in copies:
         assert copy.read_text() == source.read_text(), f"{copy} differs from {source}: copy it again"
     assert helm.Chart.load(str(CHART)).crds, "Helm does not see the chart's crds/ folder"
+
+
+def _leaves(values: dict[str, Any], schema: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
+    """Every documented key: nested objects of values.yaml down to the schema's own leaves."""
+    found: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        node = schema["properties"][key]
+        node = {**schema.get("definitions", {}).get(node.get("$ref", "").rsplit("/", 1)[-1], {}), **node}
+        found[prefix + key] = node
+        if isinstance(value, dict) and "properties" in node:
+            found |= _leaves(value, {**node, "definitions": schema.get("definitions", {})}, f"{prefix}{key}.")
+    return found
+
+
+def test_every_value_is_commented_described_and_in_the_chart_readme() -> None:
+    text = (CHART / "values.yaml").read_text()
+    values = yaml.safe_load(text)
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    readme = (CHART / "README.md").read_text()
+    lines = text.splitlines()
+    assert lines[0] == "# yaml-language-server: $schema=values.schema.json"
+    documented = _leaves(values, schema)
+    for key, node in documented.items():
+        assert node.get("description"), f"values.schema.json: {key} has no description"
+        if not any(other.startswith(f"{key}.") for other in documented):
+            assert f"`{key}`" in readme, f"README.md does not name {key}"
+        leaf = key.rsplit(".", 1)[-1]
+        (index,) = [
+            i for i, line in enumerate(lines) if line.lstrip().startswith(f"{leaf}:") and _depth(lines, i) == key
+        ]
+        assert lines[index - 1].lstrip().startswith("#"), f"values.yaml: {key} has no comment"
+
+
+def _depth(lines: list[str], index: int) -> str:
+    """The dotted key of line `index` in values.yaml, from the indentation above it."""
+    line = lines[index]
+    indent = len(line) - len(line.lstrip())
+    parts = [line.strip().split(":", 1)[0]]
+    for previous in reversed(lines[:index]):
+        stripped = previous.lstrip()
+        if stripped and not stripped.startswith("#") and len(previous) - len(stripped) < indent:
+            parts.insert(0, stripped.split(":", 1)[0])
+            indent = len(previous) - len(stripped)
+    return ".".join(parts)
+
+
+def test_full_name_override_names_every_operator_resource() -> None:
+    objects = render({"fullnameOverride": "inference-operator"})
+    names = {o["kind"]: o["metadata"]["name"] for o in objects if o["kind"] != "ConfigMap"}
+    assert all(name.startswith("inference-operator") for name in names.values()), names
+    assert names["Deployment"] == names["ServiceAccount"] == "inference-operator"
+
+
+def test_the_chart_icon_exists_where_chart_yaml_points() -> None:
+    icon = yaml.safe_load((CHART / "Chart.yaml").read_text())["icon"]
+    prefix = "https://raw.githubusercontent.com/batchd/batchd/main/"
+    assert icon.startswith(prefix) and (ROOT / icon.removeprefix(prefix)).is_file()
