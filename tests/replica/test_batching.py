@@ -45,6 +45,14 @@ async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
             await asyncio.sleep(0.001)
 
 
+async def occupied(model: RecordingModel, batcher: Batcher) -> asyncio.Future[list[Any]]:
+    """A request whose batch holds the model at its gate, so that whatever follows must queue."""
+    model.gate.clear()
+    busy = asyncio.ensure_future(batcher.infer([0]))
+    await until(lambda: model.running == 1)
+    return busy
+
+
 def make(model: Callable[[list[Any]], Awaitable[Sequence[Any]]], **config: Any) -> Batcher:
     batcher = Batcher(BatchingSpec(**config))
     batcher.start(model)
@@ -122,10 +130,8 @@ async def test_concurrent_batches_run_together_up_to_the_limit() -> None:
 
 async def test_cancelled_items_never_reach_the_model() -> None:
     model = RecordingModel()
-    model.gate.clear()
     batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0)
-    busy = asyncio.ensure_future(batcher.infer([0]))
-    await until(lambda: model.running == 1)
+    busy = await occupied(model, batcher)
     gone = asyncio.ensure_future(batcher.infer([100]))
     kept = asyncio.ensure_future(batcher.infer([1]))
     await until(lambda: batcher.queue_depth == 2)
@@ -139,10 +145,8 @@ async def test_cancelled_items_never_reach_the_model() -> None:
 
 async def test_an_abandoned_request_is_dropped_before_the_model() -> None:
     model = RecordingModel()
-    model.gate.clear()
     batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0)
-    busy = asyncio.ensure_future(batcher.infer([0]))
-    await until(lambda: model.running == 1)
+    busy = await occupied(model, batcher)
     client_left = asyncio.Event()
     gone = asyncio.ensure_future(batcher.infer([100], abandoned=client_left.wait))
     await until(lambda: batcher.queue_depth == 1)
@@ -158,10 +162,8 @@ async def test_an_abandoned_request_is_dropped_before_the_model() -> None:
 
 async def test_items_past_their_deadline_time_out_without_running() -> None:
     model = RecordingModel()
-    model.gate.clear()
     batcher = make(model, max_batch_size=1, batch_wait_timeout_s=0, request_timeout_s=0.2)
-    stuck = asyncio.ensure_future(batcher.infer([0]))
-    await until(lambda: model.running == 1)
+    stuck = await occupied(model, batcher)
     late = asyncio.ensure_future(batcher.infer([1]))
     with pytest.raises(DeadlineExceeded):
         await late
@@ -203,10 +205,8 @@ async def test_a_model_returning_the_wrong_number_of_results_gets_a_clear_error(
 
 async def test_a_full_queue_refuses_whole_requests_and_keeps_what_it_accepted() -> None:
     model = RecordingModel()
-    model.gate.clear()
     batcher = make(model, max_batch_size=1, batch_wait_timeout_s=0, max_queued_requests=3)
-    busy = asyncio.ensure_future(batcher.infer([0]))
-    await until(lambda: model.running == 1)
+    busy = await occupied(model, batcher)
     accepted = asyncio.ensure_future(batcher.infer([1, 2]))
     await until(lambda: batcher.queue_depth == 2)
     with pytest.raises(QueueFull) as refused:

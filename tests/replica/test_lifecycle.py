@@ -6,7 +6,6 @@ import asyncio
 import re
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,15 @@ from typing import Any
 import httpx
 import pytest
 
-from batchd.testing import ROOT
-from batchd.testing.servers import free_port, is_ready, replica_process, wait_until
+from batchd.testing import ROOT, manifests
+from batchd.testing.servers import (
+    batchd_command,
+    free_port,
+    is_ready,
+    replica_process,
+    wait_until,
+    write_manifest,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -49,36 +55,22 @@ async def test_sigterm_during_load_answers_every_accepted_request(tmp_path: Path
         assert "Traceback" not in replica.log()
 
 
+def serve_until_exit(manifest_path: Path, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """`batchd serve` for a manifest it cannot serve: it must exit by itself, saying why."""
+    command = [*batchd_command(), "serve", str(manifest_path), "--port", str(free_port())]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+
+
 def test_a_bad_manifest_exits_2_with_the_field_named(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(
-        "apiVersion: serving.batchd.dev/v1alpha1\nkind: BatchedDeployment\nmetadata: {name: bad}\n"
-        "spec:\n  model: {handler: examples.adder:BatchAdder.handle_batch}\n  batching: {max_batch_size: 0}\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-m", "batchd.replica.cli", "serve", str(bad), "--port", str(free_port())],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    bad = write_manifest(tmp_path, manifests.manifest("bad", batching={"max_batch_size": 0}))
+    result = serve_until_exit(bad, timeout_s=60)
     assert result.returncode == 2
     assert "spec.batching.max_batch_size" in result.stderr and "(got 0)" in result.stderr
 
 
-def test_a_model_that_cannot_load_exits_non_zero_and_says_why(tmp_path: Path) -> None:
-    missing = tmp_path / "missing.yaml"
-    missing.write_text(
-        "apiVersion: serving.batchd.dev/v1alpha1\nkind: BatchedDeployment\nmetadata: {name: missing}\n"
-        "spec:\n  model: {task: feature-extraction, source: 'file:///nonexistent/model'}\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-m", "batchd.replica.cli", "serve", str(missing), "--port", str(free_port())],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+def test_a_model_that_cannot_load_exits_3_and_says_why(tmp_path: Path) -> None:
+    model = {"task": "feature-extraction", "source": "file:///nonexistent/model"}
+    result = serve_until_exit(write_manifest(tmp_path, manifests.manifest("missing", model)), timeout_s=120)
     assert result.returncode == 3  # what the README promises, so that a pod's restarts say why
     assert "model.source" in result.stderr and "/nonexistent/model" in result.stderr
 
@@ -88,7 +80,6 @@ def test_live_at_once_ready_only_once_the_model_has_loaded() -> None:
     from batchd.replica.app import create_app
     from batchd.replica.models import load_model
     from batchd.replica.settings import ReplicaSettings
-    from batchd.testing import manifests
     from batchd.testing.servers import uvicorn_in_thread
 
     manifest = parse_manifest(manifests.manifest("slowload", "batchd.testing.handlers:add_one"))

@@ -41,7 +41,10 @@ KubeObject = dict[str, Any]
 
 class _Strict(BaseModel):
     # Unknown fields are refused: a typo such as `max_batchsize` must not pass silently.
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    # Attribute docstrings are the fields' descriptions (in the CRD too).
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, frozen=True, use_attribute_docstrings=True
+    )
 
 
 class ModelSpec(_Strict):
@@ -97,29 +100,24 @@ class ModelSpec(_Strict):
 
 
 class BatchingSpec(_Strict):
-    """How requests are gathered into batches; the knobs of Ray Serve's `@serve.batch`, plus bounds."""
+    """How requests are gathered into batches: the knobs of Ray Serve's `@serve.batch`, plus bounds."""
 
-    max_batch_size: int = Field(
-        default=32, ge=1, le=4096, description="The largest batch the model is ever called with."
-    )
-    batch_wait_timeout_s: float = Field(
-        default=0.01,
-        ge=0,
-        le=60,
-        description="How long a batch waits to fill after its first item; 0 = opportunistic batching.",
-    )
-    max_concurrent_batches: int = Field(
-        default=1, ge=1, le=64, description="Batches that may run on the model at the same time."
-    )
-    max_queued_requests: int = Field(
-        default=1024,
-        ge=1,
-        le=1_000_000,
-        description="Items that may wait for a batch; past it the replica answers 503 with Retry-After.",
-    )
-    request_timeout_s: float = Field(
-        default=30, gt=0, le=3600, description="A request still unanswered after this gets 504."
-    )
+    max_batch_size: Annotated[int, Field(ge=1, le=4096)] = 32
+    """The largest batch the model is ever called with."""
+
+    batch_wait_timeout_s: Annotated[float, Field(ge=0, le=60)] = 0.01
+    """How long a batch waits to fill after its first item arrived, in seconds.
+    0 is opportunistic batching: take what is queued and go."""
+
+    max_concurrent_batches: Annotated[int, Field(ge=1, le=64)] = 1
+    """Batches that may run on the model at the same time."""
+
+    max_queued_requests: Annotated[int, Field(ge=1, le=1_000_000)] = 1024
+    """Items that may wait for a batch. Past it the replica answers 503 with Retry-After,
+    so that an overload sheds load instead of growing latency without bound."""
+
+    request_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30
+    """A request still unanswered this long after it was accepted gets 504."""
 
 
 class BatchedDeploymentSpec(_Strict):
