@@ -61,7 +61,7 @@ def test_crd_has_scale_status_and_printer_columns() -> None:
     }
     assert "status" in version["subresources"]
     columns = {column["name"]: column["jsonPath"] for column in version["additionalPrinterColumns"]}
-    assert columns["Desired"] == ".spec.num_replicas"
+    assert columns["Desired"] == ".status.desired_replicas"  # num_replicas, or the autoscaler's count
     assert columns["Ready"] == ".status.ready_replicas"
     assert columns["Max-Batch"] == ".spec.batching.max_batch_size"
     assert committed_crd()["spec"]["names"]["shortNames"] == ["bd"]
@@ -134,6 +134,22 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("name too long for a Service", _with("metadata.name", "x" * 64), "metadata.name"),
     ("dotted name", _with("metadata.name", "my.model"), "metadata.name"),
     ("uppercase name", _with("metadata.name", "MyModel"), "metadata.name"),
+    (
+        "autoscaling min above max",
+        _with("spec.autoscaling", {"min_replicas": 5, "max_replicas": 2}),
+        "spec.autoscaling",
+    ),
+    ("autoscaling without max", _with("spec.autoscaling", {"min_replicas": 2}), "spec.autoscaling"),
+    (
+        "autoscaling to zero",
+        _with("spec.autoscaling", {"min_replicas": 0, "max_replicas": 2}),
+        "spec.autoscaling.min_replicas",
+    ),
+    (
+        "negative downscale delay",
+        _with("spec.autoscaling", {"max_replicas": 2, "downscale_delay_s": -1}),
+        "spec.autoscaling.downscale_delay_s",
+    ),
 ]
 
 

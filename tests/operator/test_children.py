@@ -162,14 +162,31 @@ def _template_hash(spec: BatchedDeployment, settings: Settings = SETTINGS) -> st
     return str(annotations[children.CONFIG_HASH_ANNOTATION])
 
 
-def test_a_config_change_rolls_the_pods_and_a_scale_does_not() -> None:
+def test_a_model_or_image_change_rolls_the_pods() -> None:
     base = bd(num_replicas=1)
-    assert _template_hash(bd(num_replicas=1, batching={"max_batch_size": 64})) != _template_hash(base)
+    assert _template_hash(bd(model={"task": "fill-mask", "source": "hf://x/y"})) != _template_hash(base)
+    assert _template_hash(bd(resources={"limits": {"cpu": "2"}})) != _template_hash(base)
     assert _template_hash(base, Settings(replica_image="other:1")) != _template_hash(base)
-    scaled = bd(num_replicas=7)
-    assert _template_hash(scaled) == _template_hash(base)
-    assert children.config_map(scaled) == children.config_map(base)
-    assert children.service(scaled) == children.service(base)
+
+
+def test_scaling_autoscaling_and_batching_changes_never_roll_the_pods() -> None:
+    base = bd(num_replicas=1)
+    for change in (
+        bd(num_replicas=7),
+        bd(autoscaling={"max_replicas": 4}),
+        bd(batching={"max_batch_size": 64, "request_timeout_s": 5}),
+    ):
+        assert _template_hash(change) == _template_hash(base)
+        assert children.service(change) == children.service(base)
+    # A scale leaves the replicas' manifest alone; a batching change reaches it, with its generation.
+    assert children.config_map(bd(num_replicas=7, autoscaling={"max_replicas": 9})) == children.config_map(
+        base
+    )
+    retuned = parse_manifest(
+        yaml.safe_load(children.config_map(bd(batching={"max_batch_size": 64}), 5)["data"]["manifest.yaml"])
+    )
+    assert (retuned.spec.batching.max_batch_size, retuned.batching_generation) == (64, 5)
+    assert retuned.spec.autoscaling is None  # the replica never sees what only the operator acts on
 
 
 def test_scale_patch_touches_only_the_replicas() -> None:

@@ -216,24 +216,40 @@ async def test_deleted_or_edited_children_are_restored(tmp_path: Path) -> None:
         assert server.refused == []
 
 
-async def test_a_config_edit_rolls_the_pods(tmp_path: Path) -> None:
+def template_hash(server: ApiServer, name: str) -> str:
+    deployment = server.get_object(DEPLOYMENTS, NS, name) or {}
+    return str(deployment["spec"]["template"]["metadata"]["annotations"][children.CONFIG_HASH_ANNOTATION])
+
+
+async def test_a_model_edit_rolls_the_pods(tmp_path: Path) -> None:
     async with api_server(tmp_path) as server, running_operator(server):
         await create(server, manifest("adder"))
-        first = await eventually(lambda: server.get_object(DEPLOYMENTS, NS, "adder"), what="the Deployment")
-        annotation = children.CONFIG_HASH_ANNOTATION
-        old_hash = first["spec"]["template"]["metadata"]["annotations"][annotation]
+        await eventually(lambda: server.get_object(DEPLOYMENTS, NS, "adder"), what="the Deployment")
+        old_hash = template_hash(server, "adder")
+        await patch(server, f"{CR_PATH.format(ns=NS)}/adder", {"spec": {"model": {"init_kwargs": {"x": 1}}}})
+        await eventually(lambda: template_hash(server, "adder") != old_hash, what="a new pod template")
+
+
+async def test_a_batching_edit_reaches_the_replicas_manifest_without_rolling_the_pods(tmp_path: Path) -> None:
+    async with api_server(tmp_path) as server, running_operator(server):
+        await create(server, manifest("adder"))
+        await eventually(lambda: cr(server, "adder").get("status", {}).get("batching"), what="a status")
+        old_hash = template_hash(server, "adder")
+        generation = cr(server, "adder")["status"]["batching"]["generation"]
         await patch(server, f"{CR_PATH.format(ns=NS)}/adder", {"spec": {"batching": {"max_batch_size": 8}}})
+
+        def replicas_manifest() -> str:
+            config = server.get_object("configmaps", NS, children.config_map_name("adder")) or {}
+            return str(config.get("data", {}).get("manifest.yaml", ""))
+
+        await eventually(lambda: "max_batch_size: 8" in replicas_manifest(), what="the new batching")
+        new_generation = cr(server, "adder")["metadata"]["generation"]
+        assert f"serving.batchd.dev/batching-generation: '{new_generation}'" in replicas_manifest()
         await eventually(
-            lambda: (
-                (server.get_object(DEPLOYMENTS, NS, "adder") or first)["spec"]["template"]["metadata"][
-                    "annotations"
-                ][annotation]
-                != old_hash
-            ),
-            what="a new pod template",
+            lambda: cr(server, "adder")["status"]["batching"]["generation"] == new_generation > generation,
+            what="the status to name the new batching generation",
         )
-        config = server.get_object("configmaps", NS, children.config_map_name("adder"))
-        assert config is not None and "max_batch_size: 8" in config["data"]["manifest.yaml"]
+        assert template_hash(server, "adder") == old_hash  # the running pods stay
 
 
 async def test_operator_restarted_midway_makes_no_duplicates(tmp_path: Path) -> None:

@@ -233,3 +233,40 @@ async def test_drain_finishes_accepted_items_and_refuses_new_ones() -> None:
     model.gate.set()
     await asyncio.wait_for(draining, timeout=5)  # no 10 s windows while draining
     assert [r[0] for r in await asyncio.gather(*accepted)] == [1, 2, 3, 4, 5]
+
+
+async def test_a_new_configuration_applies_from_the_next_batch_and_keeps_accepted_deadlines() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=2, batch_wait_timeout_s=0, request_timeout_s=0.3)
+    busy = await occupied(model, batcher)
+    early = [asyncio.ensure_future(batcher.infer([n])) for n in range(1, 5)]
+    await until(lambda: batcher.queue_depth == 4)
+    batcher.reconfigure(BatchingSpec(max_batch_size=8, batch_wait_timeout_s=0, request_timeout_s=30))
+    late = asyncio.ensure_future(batcher.infer([9]))
+    # The items accepted before keep the 0.3 s they were admitted with; the new one gets 30 s.
+    for request in early:
+        with pytest.raises(DeadlineExceeded):
+            await request
+    with pytest.raises(DeadlineExceeded):  # in the model, but under the old deadline too
+        await busy
+    model.gate.set()
+    assert await late == [10]
+    assert model.batches[-1] == [9]  # the early items never ran: their clients had their answer
+    batcher.reconfigure(BatchingSpec(max_batch_size=8, batch_wait_timeout_s=0.05))
+    results = await asyncio.gather(*(batcher.infer([n]) for n in range(6)))
+    assert [r[0] for r in results] == [1, 2, 3, 4, 5, 6]
+    assert model.batches[-1] == [0, 1, 2, 3, 4, 5]  # one batch of six: larger than the first limit
+    await batcher.drain()
+
+
+async def test_more_concurrent_batches_take_effect_at_once() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=1, batch_wait_timeout_s=0, max_concurrent_batches=1)
+    busy = await occupied(model, batcher)
+    waiting = [asyncio.ensure_future(batcher.infer([n])) for n in (1, 2)]
+    await until(lambda: batcher.queue_depth == 2)
+    batcher.reconfigure(BatchingSpec(max_batch_size=1, batch_wait_timeout_s=0, max_concurrent_batches=3))
+    await until(lambda: model.running == 3)
+    model.gate.set()
+    await asyncio.gather(busy, *waiting)
+    await batcher.drain()

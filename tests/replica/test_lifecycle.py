@@ -87,9 +87,7 @@ def test_live_at_once_ready_only_once_the_model_has_loaded() -> None:
 
     def slow_load() -> Any:  # a model that takes as long as the test wants to load
         release.wait(timeout=60)
-        return load_model(
-            manifest.spec.model, max_concurrent_batches=1, mirror_dir=None, pvc_root=Path("/models")
-        )
+        return load_model(manifest.spec.model, mirror_dir=None, pvc_root=Path("/models"))
 
     app = create_app(manifest, ReplicaSettings(), load=slow_load)
     with uvicorn_in_thread(app, wait_ready=False) as url:

@@ -21,7 +21,7 @@ from batchd.replica.models.custom import BatchSizeMismatch
 
 def load(handler: str, **init_kwargs: Any) -> BatchModel:
     spec = ModelSpec(handler=handler, init_kwargs=init_kwargs)
-    return load_model(spec, max_concurrent_batches=1, mirror_dir=None, pvc_root=Path("/models"))
+    return load_model(spec, mirror_dir=None, pvc_root=Path("/models"))
 
 
 def test_the_seeds_adder_runs_unchanged_and_types_its_items() -> None:

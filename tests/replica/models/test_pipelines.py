@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 
 def load(tmp: Path | None = None, **model: Any) -> BatchModel:
-    return load_model(ModelSpec(**model), max_concurrent_batches=1, mirror_dir=tmp, pvc_root=Path("/models"))
+    return load_model(ModelSpec(**model), mirror_dir=tmp, pvc_root=Path("/models"))
 
 
 @pytest.fixture(scope="module")

@@ -51,6 +51,15 @@ MODEL_RULES: list[dict[str, str]] = [
         "reason": "FieldValueRequired",
     },
 ]
+# The model validator `_min_at_most_max` in spec.py, restated in CEL.
+AUTOSCALING_RULES: list[dict[str, str]] = [
+    {
+        "rule": "self.min_replicas <= self.max_replicas",
+        "message": "autoscaling.min_replicas must not exceed autoscaling.max_replicas",
+        "fieldPath": ".min_replicas",
+        "reason": "FieldValueInvalid",
+    },
+]
 # The API server already holds names to DNS-1123 subdomains; a label also has no dots and at most
 # 63 characters. Two linear checks keep the rule cheap in the API server's CEL cost estimate.
 ROOT_RULES: list[dict[str, str]] = [
@@ -87,6 +96,52 @@ STATUS_SCHEMA: dict[str, Any] = {
         "selector": {"type": "string", "description": "Label selector of the pods (scale subresource)."},
         "url": {"type": "string", "description": "In-cluster base URL of the Service."},
         "model": {"type": "string", "description": "What is served: the source or the handler."},
+        "desired_replicas": {
+            "type": "integer",
+            "format": "int32",
+            "description": "Replicas asked of the Deployment: num_replicas, or the autoscaler's count.",
+        },
+        "autoscaling": {
+            "type": "object",
+            "description": "What the autoscaler last saw and did (with spec.autoscaling only).",
+            "properties": {
+                "load": {
+                    "type": "integer",
+                    "format": "int64",
+                    "description": "Items the ready replicas hold, queued or in the model, summed.",
+                },
+                "ready_replicas": {"type": "integer", "format": "int32", "description": "Replicas it read."},
+                "target_ongoing_items": {"type": "integer", "format": "int64", "description": "Per replica."},
+                "recommended_replicas": {
+                    "type": "integer",
+                    "format": "int32",
+                    "description": "What the load alone asks for, before bounds and delays.",
+                },
+                "last_scale_time": {"type": "string", "format": "date-time"},
+                "last_scale_reason": {"type": "string", "description": "Why it last changed the count."},
+            },
+        },
+        "batching": {
+            "type": "object",
+            "description": "Live retuning: which spec.batching the replicas run.",
+            "properties": {
+                "generation": {
+                    "type": "integer",
+                    "format": "int64",
+                    "description": "metadata.generation when spec.batching last changed.",
+                },
+                "hash": {"type": "string", "description": "Of spec.batching, to notice the next change."},
+                "ready_replicas_applied": {
+                    "type": "integer",
+                    "format": "int32",
+                    "description": "Ready replicas that report running this generation.",
+                },
+                "applied": {
+                    "type": "boolean",
+                    "description": "True once every ready replica runs this generation.",
+                },
+            },
+        },
         "conditions": {
             "type": "array",
             "items": CONDITION_SCHEMA,
@@ -97,9 +152,10 @@ STATUS_SCHEMA: dict[str, Any] = {
 }
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Model", "type": "string", "jsonPath": ".status.model"},
-    {"name": "Desired", "type": "integer", "jsonPath": ".spec.num_replicas"},
+    {"name": "Desired", "type": "integer", "jsonPath": ".status.desired_replicas"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.ready_replicas"},
     {"name": "Max-Batch", "type": "integer", "jsonPath": ".spec.batching.max_batch_size"},
+    {"name": "Load", "type": "integer", "jsonPath": ".status.autoscaling.load", "priority": 1},
     {"name": "Status", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
@@ -131,6 +187,8 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out[key] = {name: _structural(child, defs) for name, child in value.items()}
         elif key == "items":
             out[key] = _structural(value, defs)
+        elif key == "description":
+            out[key] = " ".join(value.split())  # docstrings wrap; kubectl explain re-wraps
         else:
             out[key] = value
 
@@ -150,6 +208,7 @@ def spec_schema() -> dict[str, Any]:
     model = schema["properties"]["model"]
     model["properties"]["source"]["pattern"] = SOURCE_PATTERN
     model["x-kubernetes-validations"] = copy.deepcopy(MODEL_RULES)
+    schema["properties"]["autoscaling"]["x-kubernetes-validations"] = copy.deepcopy(AUTOSCALING_RULES)
     # A default `{}` lets the API server fill in every batching default (and the printer column).
     schema["properties"]["batching"]["default"] = {}
     return schema

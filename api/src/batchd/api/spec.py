@@ -20,6 +20,11 @@ KIND = "BatchedDeployment"
 PLURAL = "batcheddeployments"
 SINGULAR = "batcheddeployment"
 SHORT_NAMES = ["bd"]
+# The bound on batching.max_concurrent_batches: replicas size their model thread pools by it, so
+# that live retuning can raise the concurrency without a restart.
+MAX_CONCURRENT_BATCHES = 64
+# On the manifest the operator writes for replicas: the generation of the `spec.batching` in it.
+BATCHING_GENERATION_ANNOTATION = f"{GROUP}/batching-generation"
 
 # The transformers pipeline tasks a replica knows how to batch, encode and answer.
 PipelineTask = Literal[
@@ -109,7 +114,7 @@ class BatchingSpec(_Strict):
     """How long a batch waits to fill after its first item arrived, in seconds.
     0 is opportunistic batching: take what is queued and go."""
 
-    max_concurrent_batches: Annotated[int, Field(ge=1, le=64)] = 1
+    max_concurrent_batches: Annotated[int, Field(ge=1, le=MAX_CONCURRENT_BATCHES)] = 1
     """Batches that may run on the model at the same time."""
 
     max_queued_requests: Annotated[int, Field(ge=1, le=1_000_000)] = 1024
@@ -120,12 +125,57 @@ class BatchingSpec(_Strict):
     """A request still unanswered this long after it was accepted gets 504."""
 
 
+class AutoscalingSpec(_Strict):
+    """Replicas from the replicas' own load: Ray Serve's autoscaling_config, decided by the operator.
+
+    Load is the batch items a replica holds: waiting in its queue or inside the model. The
+    operator reads it from every ready replica, asks for enough replicas that each holds about
+    `target_ongoing_items`, and changes the count only when the ask has held for the delay.
+    """
+
+    min_replicas: Annotated[int, Field(ge=1, le=10_000)] = 1
+    """The fewest replicas, however idle (at least 1: an idle replica is what notices new load)."""
+
+    max_replicas: Annotated[int, Field(ge=1, le=10_000)]
+    """The most replicas, however loaded."""
+
+    target_ongoing_items: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    """Items each replica should hold (queued plus in the model). Default: one full batch per
+    concurrent batch slot (max_batch_size x max_concurrent_batches), where a replica still has
+    headroom; twice that is a replica at its limit."""
+
+    upscale_delay_s: Annotated[float, Field(ge=0, le=3600)] = 10
+    """How long more replicas must have been wanted before they are added (HPA's scale-up
+    stabilization window): a burst shorter than this adds nothing."""
+
+    downscale_delay_s: Annotated[float, Field(ge=0, le=86_400)] = 300
+    """How long fewer replicas must have been enough before any is removed: load that comes
+    back within this never finds the replicas gone."""
+
+    @model_validator(mode="after")
+    def _min_at_most_max(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"autoscaling.min_replicas ({self.min_replicas}) must not exceed "
+                f"autoscaling.max_replicas ({self.max_replicas})"
+            )
+        return self
+
+
 class BatchedDeploymentSpec(_Strict):
     """The `spec` of a BatchedDeployment."""
 
-    num_replicas: int = Field(default=1, ge=0, le=10_000, description="Replica pods; the scale subresource.")
+    num_replicas: int = Field(
+        default=1,
+        ge=0,
+        le=10_000,
+        description="Replica pods (the scale subresource). With autoscaling, only the count to start with.",
+    )
     model: ModelSpec
     batching: BatchingSpec = Field(default_factory=BatchingSpec)
+    autoscaling: AutoscalingSpec | None = Field(
+        default=None, description="Scale on the replicas' own load between min_replicas and max_replicas."
+    )
     image: Annotated[str | None, Field(min_length=1, max_length=1024)] = Field(
         default=None, description="Replica image; defaults to the operator's configured image."
     )
@@ -148,6 +198,7 @@ class ObjectMeta(BaseModel):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     namespace: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
 
 
 class BatchedDeployment(BaseModel):
@@ -164,3 +215,18 @@ class BatchedDeployment(BaseModel):
     def model_name(self) -> str:
         """The name in inference URLs and metric labels."""
         return self.spec.model.name or self.metadata.name
+
+    @property
+    def batching_generation(self) -> int:
+        """Which `spec.batching` this manifest carries: the resource's generation when it last
+        changed, as the operator writes it into the replicas' manifest (0 for a local file)."""
+        return int(self.metadata.annotations.get(BATCHING_GENERATION_ANNOTATION, "0"))
+
+    @property
+    def target_ongoing_items(self) -> int | None:
+        """The autoscaler's target per replica, with its default filled in; None without autoscaling."""
+        autoscaling = self.spec.autoscaling
+        if autoscaling is None:
+            return None
+        batching = self.spec.batching
+        return autoscaling.target_ongoing_items or batching.max_batch_size * batching.max_concurrent_batches

@@ -86,7 +86,6 @@ def replica_model(manifest_path: Path, mirror: Path | None) -> Callable[[list[An
     manifest = load_manifest(manifest_path)
     model = load_model(
         manifest.spec.model,
-        max_concurrent_batches=manifest.spec.batching.max_concurrent_batches,
         mirror_dir=mirror,
         pvc_root=Path("/models"),
     )

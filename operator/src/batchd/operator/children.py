@@ -14,7 +14,7 @@ import yaml
 
 from batchd.api.manifest import document
 from batchd.api.pod import CONFIG_DIR, CONFIG_KEY, CONFIG_PATH, MANAGED_BY, REPLICA_PORT, RUNTIME_UID
-from batchd.api.spec import BatchedDeployment
+from batchd.api.spec import BATCHING_GENERATION_ANNOTATION, BatchedDeployment
 from batchd.operator.settings import Settings
 
 Manifest = dict[str, Any]
@@ -22,6 +22,8 @@ Manifest = dict[str, Any]
 PVC_ROOT = "/models"
 CACHE_DIR = "/var/cache/batchd"
 CONFIG_HASH_ANNOTATION = "serving.batchd.dev/config-hash"
+# Fields of the spec that only the operator acts on.
+NOT_FOR_REPLICAS = {"num_replicas", "autoscaling"}
 
 
 def config_map_name(name: str) -> str:
@@ -46,28 +48,40 @@ def selector_string(name: str) -> str:
     return ",".join(f"{key}={value}" for key, value in sorted(selector_labels(name).items()))
 
 
-def replica_manifest(bd: BatchedDeployment) -> str:
-    """The manifest the replica reads, as YAML. `num_replicas` is left out: scaling must not roll pods."""
-    spec = bd.spec.model_dump(mode="json", by_alias=True, exclude={"num_replicas"}, exclude_defaults=False)
-    return yaml.safe_dump(document(bd.metadata.name, spec, namespace=bd.metadata.namespace), sort_keys=True)
+def replica_manifest(bd: BatchedDeployment, batching_generation: int = 0) -> str:
+    """The manifest the replica reads, as YAML, with the generation of its `spec.batching`.
+
+    The replica count is left out (the replica does not need it, and scaling must not touch the
+    ConfigMap); `spec.batching` is in, and replicas apply a change of it live (see `pod_hash`).
+    """
+    spec = bd.spec.model_dump(mode="json", by_alias=True, exclude=NOT_FOR_REPLICAS)
+    manifest = document(bd.metadata.name, spec, namespace=bd.metadata.namespace)
+    manifest["metadata"]["annotations"] = {BATCHING_GENERATION_ANNOTATION: str(batching_generation)}
+    return yaml.safe_dump(manifest, sort_keys=True)
 
 
-def config_hash(manifest_text: str, image: str) -> str:
-    """Changes whenever the replica's config or image does; it sits on the pod template to roll pods."""
-    return hashlib.sha256(f"{image}\n{manifest_text}".encode()).hexdigest()[:16]
+def pod_hash(bd: BatchedDeployment, image: str) -> str:
+    """Changes whenever a new pod is needed: it sits on the pod template, so a change rolls the pods.
+
+    Changes that running replicas take in place are left out: the count, and `spec.batching`
+    (live retuning through the mounted manifest).
+    """
+    spec = bd.spec.model_dump(mode="json", by_alias=True, exclude=NOT_FOR_REPLICAS | {"batching"})
+    text = yaml.safe_dump({"name": bd.metadata.name, "image": image, "spec": spec}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def replica_image(bd: BatchedDeployment, settings: Settings) -> str:
     return bd.spec.image or settings.replica_image
 
 
-def config_map(bd: BatchedDeployment) -> Manifest:
+def config_map(bd: BatchedDeployment, batching_generation: int = 0) -> Manifest:
     name = bd.metadata.name
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": config_map_name(name), "labels": labels(name)},
-        "data": {CONFIG_KEY: replica_manifest(bd)},
+        "data": {CONFIG_KEY: replica_manifest(bd, batching_generation)},
     }
 
 
@@ -120,7 +134,8 @@ def _security_context() -> Manifest:
     }
 
 
-def deployment(bd: BatchedDeployment, settings: Settings) -> Manifest:
+def deployment(bd: BatchedDeployment, settings: Settings, replicas: int | None = None) -> Manifest:
+    """The replicas' Deployment; `replicas` is the count to ask for (default `num_replicas`)."""
     name = bd.metadata.name
     image = replica_image(bd, settings)
     claims = pvc_claims(bd)
@@ -168,7 +183,7 @@ def deployment(bd: BatchedDeployment, settings: Settings) -> Manifest:
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(REPLICA_PORT),
         "prometheus.io/path": "/metrics",
-        CONFIG_HASH_ANNOTATION: config_hash(replica_manifest(bd), image),
+        CONFIG_HASH_ANNOTATION: pod_hash(bd, image),
     }
     pod_spec: Manifest = {
         "containers": [container],
@@ -196,7 +211,7 @@ def deployment(bd: BatchedDeployment, settings: Settings) -> Manifest:
         "kind": "Deployment",
         "metadata": {"name": name, "labels": labels(name)},
         "spec": {
-            "replicas": bd.spec.num_replicas,
+            "replicas": bd.spec.num_replicas if replicas is None else replicas,
             "selector": {"matchLabels": selector_labels(name)},
             # Never below the ready count: a new pod must be ready before an old one goes.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
@@ -234,6 +249,8 @@ def replicas_patch(num_replicas: int) -> Manifest:
     return {"spec": {"replicas": num_replicas}}
 
 
-def children(bd: BatchedDeployment, settings: Settings) -> list[Manifest]:
+def children(
+    bd: BatchedDeployment, settings: Settings, replicas: int | None = None, batching_generation: int = 0
+) -> list[Manifest]:
     """All children, in the order they must exist: the config before the pods that mount it."""
-    return [config_map(bd), deployment(bd, settings), service(bd)]
+    return [config_map(bd, batching_generation), deployment(bd, settings, replicas), service(bd)]

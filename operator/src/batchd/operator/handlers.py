@@ -6,7 +6,12 @@
 - a child changes or disappears -> converge its owner: edits are undone, deletions re-created, and
   the status follows the Deployment's own;
 - the resource is deleted -> nothing to do: owner references let the garbage collector remove the
-  children, and no finalizer is ever added, so deletion never waits for the operator.
+  children, and no finalizer is ever added, so deletion never waits for the operator;
+- every poll interval one loop reads the load of every resource's ready replicas (`observer`):
+  the batching generation they run, and with `spec.autoscaling` the replica count. It learns the
+  resources and their pods from the watch events below, so no poll lists anything. One loop
+  rather than a Kopf daemon per resource: Kopf gives every resource with a daemon a finalizer,
+  and deleting a resource should never wait for the operator.
 """
 
 from __future__ import annotations
@@ -15,13 +20,16 @@ import asyncio
 import logging
 from typing import Any
 
+import aiohttp
 import kopf
 from prometheus_client import start_http_server
 
 from batchd.api.pod import MANAGED_BY
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.operator.kubeapi import ApiError, KubeApi
+from batchd.operator.observer import Observer
 from batchd.operator.reconcile import InvalidSpec, Reconciler, owner_of
+from batchd.operator.replicas import INSTANCE_LABEL, replica_pod
 from batchd.operator.settings import Settings
 
 # Transient API failures (conflicts, throttling, a restarting API server) are retried after this.
@@ -36,6 +44,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     memo.settings = operator_settings
     settings.posting.level = logging.WARNING  # explicit transition events only, not every log line
     memo.reconciler = Reconciler(operator_settings, await KubeApi.connect(operator_settings.kubeconfig))
+    memo.observer = Observer(memo.reconciler, aiohttp.ClientSession())
+    memo.observing = asyncio.create_task(memo.observer.run(), name="batchd-observer")
     if operator_settings.metrics_port:
         memo.metrics_server, _thread = start_http_server(operator_settings.metrics_port)
     logger.info(f"batchd operator started: {operator_settings!r}")
@@ -43,6 +53,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
+    if "observing" in memo:
+        memo.observing.cancel()
+        await asyncio.gather(memo.observing, return_exceptions=True)
+    if "observer" in memo:
+        await memo.observer.session.close()
     if "reconciler" in memo:
         await memo.reconciler.api.close()
     if "metrics_server" in memo:
@@ -86,9 +101,24 @@ async def reconcile_changes(
 # lands while a resource is being created is seen as an update instead of being taken as handled.
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec.num_replicas")
 async def scale_deployment(
-    namespace: str | None, name: str, new: Any, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+    namespace: str | None,
+    name: str,
+    new: Any,
+    body: kopf.Body,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
     reconciler: Reconciler = memo.reconciler
+    if body.spec.get("autoscaling"):
+        # The autoscaler owns the count; scaling by hand (or by an HPA) would be undone at its next poll.
+        kopf.warn(
+            body,
+            reason="AutoscalerOwnsReplicas",
+            message=f"spec.num_replicas={new} is not applied while spec.autoscaling is set; "
+            "change autoscaling.min_replicas/max_replicas instead",
+        )
+        return
     try:
         if isinstance(new, int) and await reconciler.scale(namespace or "", name, new):
             return
@@ -136,3 +166,26 @@ async def config_changed(
     body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
     await _child_changed(body, type, memo, logger)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def track_resource(
+    namespace: str | None, name: str, body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    memo.observer.track(namespace or "", name, None if type == "DELETED" else dict(body))
+
+
+@kopf.on.event("", "v1", "pods", labels={**MANAGED_BY, "app.kubernetes.io/component": "replica"})
+def track_replica_pod(
+    namespace: str | None,
+    name: str,
+    labels: kopf.Labels,
+    meta: kopf.Meta,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    type: str | None,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    owner = (namespace or "", labels.get(INSTANCE_LABEL, ""))
+    memo.observer.track_pod(owner, name, None if type == "DELETED" else replica_pod(name, meta, spec, status))

@@ -30,7 +30,8 @@ for _outcome in OUTCOMES:  # every series exists from the start, so rate() sees 
 
 DESIRED_REPLICAS = Gauge(
     "batchd_operator_desired_replicas",
-    "spec.num_replicas of each BatchedDeployment.",
+    "Replicas the operator asks of each BatchedDeployment's Deployment: num_replicas, "
+    "or the autoscaler's count.",
     ["namespace", "deployment"],
 )
 READY_REPLICAS = Gauge(
@@ -38,6 +39,37 @@ READY_REPLICAS = Gauge(
     "Ready replica pods of each BatchedDeployment, as its Deployment reports them.",
     ["namespace", "deployment"],
 )
+
+
+REPLICA_LOAD = Gauge(
+    "batchd_operator_replica_load",
+    "Items queued or in the model over the ready replicas of each autoscaled BatchedDeployment, "
+    "as the operator last read them.",
+    ["namespace", "deployment"],
+)
+RECOMMENDED_REPLICAS = Gauge(
+    "batchd_operator_recommended_replicas",
+    "Replicas the load alone asks for (before the up- and downscale delays), per autoscaled resource.",
+    ["namespace", "deployment"],
+)
+SCALES = Counter(
+    "batchd_operator_scales",
+    "Replica counts the autoscaler changed, by direction (up, down).",
+    ["direction"],
+)
+for _direction in ("up", "down"):
+    SCALES.labels(direction=_direction)
+
+
+def record_load(namespace: str, deployment: str, load: int, recommended: int) -> None:
+    REPLICA_LOAD.labels(namespace, deployment).set(load)
+    RECOMMENDED_REPLICAS.labels(namespace, deployment).set(recommended)
+
+
+def forget_load(namespace: str, deployment: str) -> None:
+    for gauge in (REPLICA_LOAD, RECOMMENDED_REPLICAS):
+        with contextlib.suppress(KeyError):
+            gauge.remove(namespace, deployment)
 
 
 def record_replicas(namespace: str, deployment: str, desired: int, ready: int) -> None:
@@ -50,3 +82,4 @@ def forget(namespace: str, deployment: str) -> None:
     for gauge in (DESIRED_REPLICAS, READY_REPLICAS):
         with contextlib.suppress(KeyError):
             gauge.remove(namespace, deployment)
+    forget_load(namespace, deployment)

@@ -22,6 +22,7 @@ import kopf
 from batchd.api.manifest import ManifestError, parse_manifest
 from batchd.api.spec import API_VERSION, PLURAL, BatchedDeployment
 from batchd.operator import children, status
+from batchd.operator.autoscaler import desired_replicas
 from batchd.operator.kubeapi import ApiError, KubeApi, object_path
 from batchd.operator.metrics import RECONCILE_DURATION, RECONCILES, forget, record_replicas
 from batchd.operator.settings import Settings
@@ -128,13 +129,19 @@ class Reconciler:
         document = {key: body.get(key) for key in ("apiVersion", "kind", "metadata", "spec")}
         deployment: dict[str, Any] | None = None
         bd: BatchedDeployment | None = None
+        desired, batching = 0, {}
         try:
             bd = parse_manifest(document, origin=f"{namespace}/{name}")
         except ManifestError as error:
             outcome, message = "invalid", str(error)
             conditions = status.conditions_for_invalid_spec(message, generation=generation)
         else:
-            manifests = children.children(bd, self.settings)
+            old_status = body.get("status") or {}
+            desired = desired_replicas(bd, old_status.get("desired_replicas"))
+            batching = status.batching_generation(
+                bd.spec.batching.model_dump(mode="json"), generation, old_status
+            )
+            manifests = children.children(bd, self.settings, desired, batching["generation"])
             kopf.adopt(manifests, owner=kopf.Body(cast(kopf.RawBody, body)))
             try:
                 for manifest in manifests:
@@ -154,7 +161,7 @@ class Reconciler:
             else:
                 outcome, message = "success", ""
                 conditions = status.conditions_from_deployment(
-                    deployment, desired=bd.spec.num_replicas, generation=generation
+                    deployment, desired=desired, generation=generation
                 )
 
         old_status = body.get("status") or {}
@@ -167,9 +174,11 @@ class Reconciler:
             url=children.service_url(bd, namespace, self.settings) if bd else "",
             model=(bd.spec.model.source or bd.spec.model.handler or "") if bd else "",
             now=datetime.datetime.now(datetime.UTC),
+            desired_replicas=desired if bd else None,
+            batching=batching if bd else None,
         )
         if bd is not None:
-            record_replicas(namespace, name, bd.spec.num_replicas, int(new_status.get("ready_replicas") or 0))
+            record_replicas(namespace, name, desired, int(new_status.get("ready_replicas") or 0))
         if new_status != old_status:
             await self.api.merge_patch(self.parent_path(namespace, name, "status"), {"status": new_status})
         for change in status.transitions(old_status.get("conditions", []), new_status["conditions"]):

@@ -8,6 +8,8 @@ status does. `transitions()` tells the handlers which changes deserve a Kubernet
 from __future__ import annotations
 
 import datetime
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,13 +146,13 @@ def conditions_for_refused_child(kind: str, message: str, *, generation: int) ->
 def merge_conditions(old: list[Condition], new: list[Condition], now: datetime.datetime) -> list[Condition]:
     """`new`, with each `lastTransitionTime` kept from `old` unless that condition's status moved."""
     previous = {condition.get("type"): condition for condition in old or []}
-    stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    at = stamp(now)
     merged = []
     for condition in new:
         before = previous.get(condition["type"], {})
         moved = before.get("status") != condition["status"]
         merged.append(
-            {**condition, "lastTransitionTime": stamp if moved else before.get("lastTransitionTime", stamp)}
+            {**condition, "lastTransitionTime": at if moved else before.get("lastTransitionTime", at)}
         )
     return merged
 
@@ -168,6 +170,30 @@ def transitions(old: list[Condition], new: list[Condition]) -> list[Transition]:
     return changed
 
 
+def batching_generation(batching: dict[str, Any], generation: int, old: Status) -> dict[str, Any]:
+    """`status.batching`'s generation and hash: the generation moves only when spec.batching does,
+    so that replicas are told of a new batching only when there is one."""
+    digest = hashlib.sha256(json.dumps(batching, sort_keys=True).encode()).hexdigest()[:16]
+    previous = old.get("batching") or {}
+    if previous.get("hash") == digest and isinstance(previous.get("generation"), int):
+        return {**previous, "hash": digest}
+    return {"generation": generation, "hash": digest, "ready_replicas_applied": 0, "applied": False}
+
+
+def batching_applied(batching: dict[str, Any], generations: list[int]) -> dict[str, Any]:
+    """`status.batching` once the ready replicas have said which generation each runs."""
+    applied = sum(1 for generation in generations if generation == batching.get("generation"))
+    return {
+        **batching,
+        "ready_replicas_applied": applied,
+        "applied": bool(generations) and applied == len(generations),
+    }
+
+
+def stamp(now: datetime.datetime) -> str:
+    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def build_status(
     *,
     old: Status,
@@ -178,15 +204,28 @@ def build_status(
     url: str,
     model: str,
     now: datetime.datetime,
+    desired_replicas: int | None = None,
+    batching: dict[str, Any] | None = None,
 ) -> Status:
-    """The whole status: replica counts from the Deployment, conditions with stable transition times."""
+    """The whole status: replica counts from the Deployment, conditions with stable transition times.
+    What the replica observer wrote (`autoscaling`, and `batching` when not given) is kept."""
     deployment_status = (deployment or {}).get("status", {}) or {}
-    return {
-        "replicas": int(deployment_status.get("replicas", 0) or 0),
-        "ready_replicas": int(deployment_status.get("readyReplicas", 0) or 0),
-        "observed_generation": generation,
-        "selector": selector,
-        "url": url,
-        "model": model,
-        "conditions": merge_conditions(old.get("conditions", []), conditions, now),
-    }
+    kept = {key: old[key] for key in ("autoscaling", "batching", "desired_replicas") if key in old}
+    computed: Status = {}
+    if desired_replicas is not None:
+        computed["desired_replicas"] = desired_replicas
+    if batching is not None:
+        computed["batching"] = batching
+    return (
+        kept
+        | computed
+        | {
+            "replicas": int(deployment_status.get("replicas", 0) or 0),
+            "ready_replicas": int(deployment_status.get("readyReplicas", 0) or 0),
+            "observed_generation": generation,
+            "selector": selector,
+            "url": url,
+            "model": model,
+            "conditions": merge_conditions(old.get("conditions", []), conditions, now),
+        }
+    )

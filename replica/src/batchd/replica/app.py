@@ -11,6 +11,8 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
@@ -23,6 +25,7 @@ from batchd.replica.errors import http_error
 from batchd.replica.inference import InferenceRoutes
 from batchd.replica.models.base import BatchModel
 from batchd.replica.protocols import kserve_v1, open_inference
+from batchd.replica.retuning import watch_manifest
 from batchd.replica.serving import Replica
 from batchd.replica.settings import ReplicaSettings
 
@@ -36,15 +39,18 @@ def default_loader(manifest: BatchedDeployment, settings: ReplicaSettings) -> Mo
     return partial(
         load_model,
         manifest.spec.model,
-        max_concurrent_batches=manifest.spec.batching.max_concurrent_batches,
         mirror_dir=settings.model_mirror,
         pvc_root=settings.pvc_root,
     )
 
 
 def create_app(
-    manifest: BatchedDeployment, settings: ReplicaSettings, load: ModelLoader | None = None
+    manifest: BatchedDeployment,
+    settings: ReplicaSettings,
+    load: ModelLoader | None = None,
+    manifest_path: Path | None = None,
 ) -> InferenceRoutes:
+    """The replica's ASGI app; with `manifest_path`, changes to that file's batching retune it live."""
     replica = Replica(manifest, settings)
     loader = load or default_loader(manifest, settings)
 
@@ -52,13 +58,16 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The model loads in the background: the server listens at once, live but not ready,
         # as the kubelet's startup probe and KServe users expect.
-        loading = asyncio.create_task(replica.start(loader), name="batchd-load-model")
+        background = [asyncio.create_task(replica.start(loader), name="batchd-load-model")]
+        if manifest_path is not None:
+            watch = watch_manifest(replica, manifest_path, settings.config_poll_s)
+            background.append(asyncio.create_task(watch, name="batchd-watch-manifest"))
         try:
             yield
         finally:
-            if not loading.done():
-                loading.cancel()
-                await asyncio.gather(loading, return_exceptions=True)
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             await replica.stop()
 
     app = FastAPI(
@@ -72,6 +81,11 @@ def create_app(
     app.state.replica = replica
     app.include_router(open_inference.router)
     app.include_router(kserve_v1.router)
+
+    @app.get("/load", tags=["batchd"])
+    async def load_now() -> dict[str, Any]:
+        """Items queued and in the model, and the batching generation: what the operator reads."""
+        return replica.load()
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

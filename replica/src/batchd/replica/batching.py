@@ -91,7 +91,8 @@ class Batcher:
         self._config = config
         self._observer: BatchObserver = observer or _NoObserver()
         self._run_batch: RunBatch | None = None
-        self._slots = asyncio.Semaphore(config.max_concurrent_batches)
+        self._running_items = 0  # items inside batches the model is computing now
+        self._slot_freed = asyncio.Event()
         self._queue: collections.deque[_Pending] = collections.deque()
         self._arrived = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
@@ -104,6 +105,14 @@ class Batcher:
     @property
     def queue_depth(self) -> int:
         return len(self._queue)
+
+    @property
+    def running_items(self) -> int:
+        return self._running_items
+
+    @property
+    def config(self) -> BatchingSpec:
+        return self._config
 
     @property
     def draining(self) -> bool:
@@ -154,6 +163,17 @@ class Batcher:
             self._run_batch = run_batch
             self._former = asyncio.create_task(self._form_batches(), name="batchd-batcher")
 
+    def reconfigure(self, config: BatchingSpec) -> None:
+        """Batch by `config` from the next batch on (live retuning).
+
+        Nothing already accepted is touched: queued items stay queued (even above a lowered
+        `max_queued_requests`), running batches finish, and each request keeps the deadline it
+        was admitted with. A larger `max_concurrent_batches` takes effect at once.
+        """
+        self._config = config
+        self._slot_freed.set()
+        self._arrived.set()  # a window that is open re-reads its size and length
+
     def begin_draining(self) -> None:
         """Admit nothing new from now on; what is queued still runs."""
         self._draining = True
@@ -172,14 +192,19 @@ class Batcher:
 
     async def _form_batches(self) -> None:
         while True:
-            await self._slots.acquire()
+            while len(self._running) >= self._config.max_concurrent_batches:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
             batch = await self._next_batch()
             if batch is None:  # drained and empty
-                self._slots.release()
                 return
             task = asyncio.create_task(self._execute(batch))
             self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            task.add_done_callback(self._batch_done)
+
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self._slot_freed.set()
 
     async def _next_batch(self) -> list[_Pending] | None:
         """Wait for the first live item, then for the window to close or the batch to fill."""
@@ -191,9 +216,8 @@ class Batcher:
                 self._arrived.clear()
                 await self._arrived.wait()
 
-            max_batch_size = self._config.max_batch_size
-            window_closes = self._queue[0].arrived_at + self._config.batch_wait_timeout_s
-            while len(self._queue) < max_batch_size and not self._draining:
+            while len(self._queue) < self._config.max_batch_size and not self._draining:
+                window_closes = self._queue[0].arrived_at + self._config.batch_wait_timeout_s
                 remaining = window_closes - loop.time()
                 if remaining <= 0:
                     break
@@ -204,7 +228,7 @@ class Batcher:
                 except TimeoutError:
                     break
 
-            batch = self._take_live(max_batch_size)
+            batch = self._take_live(self._config.max_batch_size)
             if batch:  # else everything in the window went away: start over
                 self._observer.batch_dispatched(len(batch), loop.time() - batch[0].arrived_at)
                 return batch
@@ -230,6 +254,7 @@ class Batcher:
         assert self._run_batch is not None
         started = time.perf_counter()
         failed = True
+        self._running_items += len(batch)
         try:
             results = await self._run_batch([pending.item for pending in batch])
             if len(results) != len(batch):
@@ -250,10 +275,10 @@ class Batcher:
             if not isinstance(error, Exception):
                 raise
         finally:
+            self._running_items -= len(batch)
             duration = time.perf_counter() - started
             self._rate.record(len(batch), duration)
             self._observer.batch_finished(len(batch), duration, failed)
-            self._slots.release()
 
 
 async def _wait(waiter: asyncio.Future[Any], deadline: float, abandoned: Abandoned | None) -> Any:

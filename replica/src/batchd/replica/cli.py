@@ -85,7 +85,7 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    app = create_app(manifest, settings)
+    app = create_app(manifest, settings, manifest_path=args.manifest)
     config = uvicorn.Config(
         app,
         host=settings.host,

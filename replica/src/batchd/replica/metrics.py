@@ -18,6 +18,9 @@ SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 OUTCOMES = ("success", "error", "timeout", "rejected", "invalid", "cancelled")
 REJECTION_REASONS = ("queue_full", "draining", "too_large", "invalid")
+# Outcomes of reading a changed manifest (live retuning): applied, refused as invalid, or a change
+# only a new pod can make (the operator rolls the pods for those).
+RELOAD_OUTCOMES = ("applied", "invalid", "needs_restart")
 
 
 class ReplicaMetrics:
@@ -35,6 +38,11 @@ class ReplicaMetrics:
             return Histogram(name, doc, labels, buckets=buckets, registry=self.registry).labels(*values)
 
         self.queue_depth = gauge("batchd_queue_depth", "Items waiting to join a batch.")
+        self.running_items = gauge("batchd_running_items", "Items in batches the model is computing now.")
+        self.batching_generation = gauge(
+            "batchd_batching_generation",
+            "Generation of the spec.batching this replica runs (the resource's metadata.generation).",
+        )
         self.inflight = gauge("batchd_inflight_requests", "Requests accepted and not yet answered.")
         self.model_ready = gauge("batchd_model_ready", "1 once the model is loaded and warmed, 0 otherwise.")
         self.batch_size = histogram(
@@ -65,6 +73,12 @@ class ReplicaMetrics:
             (*labels, "outcome"),
             registry=self.registry,
         )
+        reloads = Counter(
+            "batchd_config_reloads",
+            "Changes of the mounted manifest, by outcome: applied, invalid or needs_restart.",
+            (*labels, "outcome"),
+            registry=self.registry,
+        )
         rejections = Counter(
             "batchd_rejections",
             "Requests refused before queueing, by reason.",
@@ -76,11 +90,21 @@ class ReplicaMetrics:
         self._request_duration = {o: request_duration.labels(*values, o) for o in OUTCOMES}
         self._requests = {o: requests.labels(*values, o) for o in OUTCOMES}
         self._rejections = {r: rejections.labels(*values, r) for r in REJECTION_REASONS}
+        self._reloads = {o: reloads.labels(*values, o) for o in RELOAD_OUTCOMES}
 
-    def track(self, queue_depth: Callable[[], float], inflight: Callable[[], float]) -> None:
+    def track(
+        self,
+        queue_depth: Callable[[], float],
+        running_items: Callable[[], float],
+        inflight: Callable[[], float],
+    ) -> None:
         """Read the live gauges at scrape time rather than on every request."""
         self.queue_depth.set_function(queue_depth)
+        self.running_items.set_function(running_items)
         self.inflight.set_function(inflight)
+
+    def reloaded(self, outcome: str) -> None:
+        self._reloads[outcome].inc()
 
     def request_done(self, outcome: str, duration_s: float) -> None:
         self._requests[outcome].inc()

@@ -37,7 +37,28 @@ class Replica:
         self.model: BatchModel | None = None  # set once loaded and warmed
         self.inflight = 0  # requests accepted and not yet answered; kept by the inference routes
         self.load_error: Exception | None = None
-        self.metrics.track(queue_depth=lambda: self.batcher.queue_depth, inflight=lambda: self.inflight)
+        self.metrics.track(
+            queue_depth=lambda: self.batcher.queue_depth,
+            running_items=lambda: self.batcher.running_items,
+            inflight=lambda: self.inflight,
+        )
+        self.metrics.batching_generation.set(manifest.batching_generation)
+
+    def retune(self, manifest: BatchedDeployment) -> None:
+        """Batch by `manifest.spec.batching` from the next batch on (see `retuning`)."""
+        self.manifest = manifest
+        self.batcher.reconfigure(manifest.spec.batching)
+        self.metrics.batching_generation.set(manifest.batching_generation)
+
+    def load(self) -> dict[str, Any]:
+        """What the operator reads to autoscale and to follow live retuning (`GET /load`)."""
+        return {
+            "ready": self.ready,
+            "queued_items": self.batcher.queue_depth,
+            "running_items": self.batcher.running_items,
+            "inflight_requests": self.inflight,
+            "batching_generation": self.manifest.batching_generation,
+        }
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -97,7 +118,7 @@ class Replica:
             raise NotReady(f"model {self.model_name!r} is still loading")
         if not items:
             raise InvalidInput(f"{field}: the batch is empty")
-        limit = self.manifest.spec.batching.max_queued_requests
+        limit = self.batcher.config.max_queued_requests
         if len(items) > limit:
             raise TooLarge(f"{field}: {len(items)} items, more than max_queued_requests={limit} ever fit")
         validate = self.model.item_adapter.validate_python

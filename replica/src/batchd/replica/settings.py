@@ -28,6 +28,8 @@ class ReplicaSettings(EnvironmentSettings):
     # The pod's terminationGracePeriodSeconds must be longer.
     drain_timeout_s: PositiveFloat = 60.0
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # How often the mounted manifest is read for live retuning (seconds); a stat and a small read.
+    config_poll_s: PositiveFloat = 1.0
 
     @field_validator("log_level", mode="before")
     @classmethod

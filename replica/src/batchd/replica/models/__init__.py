@@ -11,11 +11,9 @@ from batchd.replica.models.executor import ModelExecutor
 __all__ = ["BatchModel", "ModelLoadError", "load_model"]
 
 
-def load_model(
-    spec: ModelSpec, *, max_concurrent_batches: int, mirror_dir: Path | None, pvc_root: Path
-) -> BatchModel:
+def load_model(spec: ModelSpec, *, mirror_dir: Path | None, pvc_root: Path) -> BatchModel:
     """Load the model `spec` names. Blocking: the app calls it in a thread during start-up."""
-    executor = ModelExecutor(max_concurrent_batches)
+    executor = ModelExecutor()
     try:
         if spec.handler is not None:
             from batchd.replica.models.custom import load_custom_handler

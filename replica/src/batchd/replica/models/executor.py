@@ -1,9 +1,10 @@
 """Running model code off the server's event loop, whatever shape that code has.
 
-Sync callables run in a thread pool sized to `max_concurrent_batches`. `async def` callables
-(Ray Serve's handlers are all `async def`, and the tutorial's block inside) run on an event
-loop of their own, in a thread of its own: a handler that blocks stalls only that loop, never
-the one accepting requests.
+Sync callables run in a thread pool of up to MAX_CONCURRENT_BATCHES threads, started only as
+batches need them (the batcher bounds how many run at once, and live retuning may raise it).
+`async def` callables (Ray Serve's handlers are all `async def`, and the tutorial's block
+inside) run on an event loop of their own, in a thread of its own: a handler that blocks stalls
+only that loop, never the one accepting requests.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from batchd.api.spec import MAX_CONCURRENT_BATCHES
+
 T = TypeVar("T")
 
 
 class ModelExecutor:
-    def __init__(self, max_concurrent_batches: int, name: str = "batchd-model") -> None:
-        self._pool = ThreadPoolExecutor(max_workers=max_concurrent_batches, thread_name_prefix=name)
+    def __init__(self, name: str = "batchd-model") -> None:
+        self._pool = ThreadPoolExecutor(max_workers=MAX_CONCURRENT_BATCHES, thread_name_prefix=name)
         self._name = name
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None

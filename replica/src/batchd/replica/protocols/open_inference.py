@@ -57,4 +57,6 @@ async def model_metadata(name: str, request: Request) -> dict[str, Any]:
         "platform": metadata.platform if metadata else "",
         "inputs": [dataclasses.asdict(spec) for spec in metadata.inputs] if metadata else [],
         "outputs": [dataclasses.asdict(spec) for spec in metadata.outputs] if metadata else [],
+        # Which spec.batching this replica runs (live retuning), as the operator's status expects.
+        "parameters": {"batching_generation": replica.manifest.batching_generation},
     }

@@ -1,0 +1,197 @@
+"""One look at a BatchedDeployment's replicas, and what follows from it.
+
+Every `replica_poll_interval_s` the operator reads each ready replica's own load (`replicas`),
+then: records which batching generation the replicas run (`status.batching`, for live
+retuning), and with `spec.autoscaling` asks the autoscaler for a count and applies it: the
+least loaded pods are marked cheapest to delete before a scale-down (the ReplicaSet controller
+removes those first, and they drain like any pod on SIGTERM), the Deployment's replicas change,
+the status says why, and an event records it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import aiohttp
+import kopf
+
+from batchd.api.manifest import ManifestError, parse_manifest
+from batchd.operator import children, status
+from batchd.operator.autoscaler import Autoscaler, Decision, Policy
+from batchd.operator.kubeapi import ApiError, object_path
+from batchd.operator.metrics import SCALES, forget_load, record_load, record_replicas
+from batchd.operator.reconcile import Reconciler
+from batchd.operator.replicas import DELETION_COST_ANNOTATION, ReplicaLoad, ReplicaPod, read_loads
+
+logger = logging.getLogger(__name__)
+
+# A load write to the status is skipped while the load moves by less than this share: the status
+# is for people and events, the metrics carry every poll.
+LOAD_CHANGE_WORTH_WRITING = 0.1
+
+
+Key = tuple[str, str]  # (namespace, name) of a BatchedDeployment
+
+
+@dataclass
+class Observer:
+    """The resources and replica pods the watches reported, and one loop that looks at them all."""
+
+    reconciler: Reconciler
+    session: aiohttp.ClientSession
+    resources: dict[Key, dict[str, Any]] = field(default_factory=dict)  # the last body of each
+    pods: dict[Key, dict[str, ReplicaPod]] = field(default_factory=dict)  # by resource, by pod name
+    autoscalers: dict[Key, Autoscaler] = field(default_factory=dict)
+
+    def track(self, namespace: str, name: str, body: dict[str, Any] | None) -> None:
+        """A resource as its watch saw it; None once it is deleted."""
+        key = (namespace, name)
+        if body is None or body.get("metadata", {}).get("deletionTimestamp"):
+            self.resources.pop(key, None)
+            self.autoscalers.pop(key, None)
+            forget_load(namespace, name)
+        else:
+            self.resources[key] = body
+
+    def track_pod(self, owner: Key, name: str, pod: ReplicaPod | None) -> None:
+        """A replica pod as its watch saw it; None once it is deleted."""
+        pods = self.pods.setdefault(owner, {})
+        if pod is None:
+            pods.pop(name, None)
+            if not pods:
+                del self.pods[owner]
+        else:
+            pods[name] = pod
+
+    async def run(self) -> None:
+        """Every poll interval, look at every resource at once (their replicas answer in parallel)."""
+        loop = asyncio.get_running_loop()
+        interval_s = self.reconciler.settings.replica_poll_interval_s
+        while True:
+            started = loop.time()
+            await asyncio.gather(*(self._observe_logged(key) for key in list(self.resources)))
+            await asyncio.sleep(max(0.0, interval_s - (loop.time() - started)))
+
+    async def _observe_logged(self, key: Key) -> None:
+        body = self.resources.get(key)
+        if body is None:
+            return
+        try:
+            await self.observe(*key, body, list(self.pods.get(key, {}).values()))
+        except ApiError as error:  # the next poll tries again
+            logger.warning("observing %s/%s failed: %s", *key, error)
+        except Exception:  # one resource's trouble must not stop the loop for all the others
+            logger.exception("observing %s/%s failed", *key)
+
+    async def observe(
+        self, namespace: str, name: str, body: Mapping[str, Any], pods: Sequence[ReplicaPod]
+    ) -> Decision | None:
+        """Read the replicas once and act on it; returns the autoscaler's decision, if it made one."""
+        document = {key: body.get(key) for key in ("apiVersion", "kind", "metadata", "spec")}
+        try:
+            bd = parse_manifest(document, origin=f"{namespace}/{name}")
+        except ManifestError:
+            return None  # converge reports it; there is nothing to observe for a spec it refused
+        settings = self.reconciler.settings
+        loads = await read_loads(self.session, pods, settings.replica_poll_timeout_s)
+        old = dict(body.get("status") or {})
+        updates: dict[str, Any] = {}
+        if old.get("batching"):
+            batching = status.batching_applied(old["batching"], [load.batching_generation for load in loads])
+            if batching != old["batching"]:
+                updates["batching"] = batching
+
+        decision: Decision | None = None
+        policy = Policy.of(bd)
+        if policy is None:
+            self.autoscalers.pop((namespace, name), None)
+        elif loads:  # no ready replica has said anything: nothing to decide on
+            current = old.get("desired_replicas")
+            if not isinstance(current, int):
+                current = policy.bounded(bd.spec.num_replicas)
+            decision = await self._autoscale(namespace, name, body, current, policy, loads, updates)
+        if updates:
+            async with self.reconciler.locks[(namespace, name)]:
+                await self._patch_status(namespace, name, updates)
+        return decision
+
+    async def _autoscale(
+        self,
+        namespace: str,
+        name: str,
+        body: Mapping[str, Any],
+        current: int,
+        policy: Policy,
+        loads: list[ReplicaLoad],
+        updates: dict[str, Any],
+    ) -> Decision:
+        load = sum(replica.items for replica in loads)
+        old = body.get("status") or {}
+        autoscaler = self.autoscalers.setdefault((namespace, name), Autoscaler())
+        decision = autoscaler.decide(policy, current, load, len(loads), time.monotonic())
+        record_load(namespace, name, load, decision.recommended)
+
+        seen = {
+            "load": load,
+            "ready_replicas": len(loads),
+            "target_ongoing_items": policy.target_ongoing_items,
+            "recommended_replicas": decision.recommended,
+        }
+        before = old.get("autoscaling") or {}
+        written = before.get("load", 0)
+        moved = abs(load - written) > max(1.0, LOAD_CHANGE_WORTH_WRITING * written)
+        if moved or any(before.get(key) != value for key, value in seen.items() if key != "load"):
+            updates["autoscaling"] = {**before, **seen}
+        if decision.replicas == current:
+            return decision
+
+        now = status.stamp(datetime.datetime.now(datetime.UTC))
+        updates["autoscaling"] = {
+            **before,
+            **seen,
+            "last_scale_time": now,
+            "last_scale_reason": decision.reason,
+        }
+        updates["desired_replicas"] = decision.replicas
+        async with self.reconciler.locks[(namespace, name)]:
+            if decision.replicas < current:
+                await self._mark_deletion_costs(namespace, loads)
+            # The status first: a converge that runs next reads the new count from it.
+            await self._patch_status(namespace, name, updates)
+            updates.clear()
+            deployment = object_path("apps/v1", "deployments", namespace, name)
+            await self.reconciler.api.merge_patch(deployment, children.replicas_patch(decision.replicas))
+        direction = "up" if decision.replicas > current else "down"
+        SCALES.labels(direction=direction).inc()
+        record_replicas(namespace, name, decision.replicas, int(old.get("ready_replicas") or 0))
+        kopf.event(
+            cast(kopf.Body, body),
+            type="Normal",
+            reason="ScaledUp" if direction == "up" else "ScaledDown",
+            message=f"{current} -> {decision.replicas} replicas: {decision.reason}",
+        )
+        return decision
+
+    async def _mark_deletion_costs(self, namespace: str, loads: list[ReplicaLoad]) -> None:
+        """Each pod's deletion cost is its load: the ReplicaSet controller removes the cheapest first."""
+        for replica in loads:
+            if replica.pod.deletion_cost == replica.items:
+                continue
+            path = object_path("v1", "pods", namespace, replica.pod.name)
+            patch = {"metadata": {"annotations": {DELETION_COST_ANNOTATION: str(replica.items)}}}
+            try:
+                await self.reconciler.api.merge_patch(path, patch)
+            except ApiError as error:
+                if error.status != 404:  # gone already: one fewer to choose from
+                    raise
+
+    async def _patch_status(self, namespace: str, name: str, updates: dict[str, Any]) -> None:
+        await self.reconciler.api.merge_patch(
+            self.reconciler.parent_path(namespace, name, "status"), {"status": updates}
+        )

@@ -1,0 +1,90 @@
+"""The replica pods of each BatchedDeployment, and the load each one reports about itself.
+
+The operator keeps a Kopf index of the replica pods (by the labels it gave their template) and,
+for the ready ones, reads `GET /load` on the pod's own address: the items queued and in the
+model, and the batching generation it runs. No Prometheus adapter and no metrics pipeline sits
+in between, so a decision is as fresh as the last poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+
+
+@dataclass(frozen=True)
+class ReplicaPod:
+    """What the operator needs to know of one replica pod."""
+
+    name: str
+    ip: str
+    port: int
+    ready: bool  # the kubelet's Ready condition
+    terminating: bool  # deletionTimestamp set: draining, about to go
+    deletion_cost: int | None  # our pod-deletion-cost annotation, as last written
+
+    @property
+    def serving(self) -> bool:
+        return self.ready and not self.terminating and bool(self.ip)
+
+
+@dataclass(frozen=True)
+class ReplicaLoad:
+    pod: ReplicaPod
+    items: int  # queued plus in the model
+    batching_generation: int
+
+
+def replica_pod(
+    name: str, meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]
+) -> ReplicaPod:
+    """A pod object (as Kopf hands it to the index) reduced to what the operator reads."""
+    conditions = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    ports = [
+        port.get("containerPort")
+        for container in spec.get("containers") or []
+        for port in container.get("ports") or []
+        if port.get("name") == "http"
+    ]
+    cost = (meta.get("annotations") or {}).get(DELETION_COST_ANNOTATION)
+    return ReplicaPod(
+        name=name,
+        ip=str(status.get("podIP") or ""),
+        port=int(ports[0]) if ports else 0,
+        ready=ready,
+        terminating=bool(meta.get("deletionTimestamp")),
+        deletion_cost=int(cost) if cost is not None and str(cost).lstrip("-").isdigit() else None,
+    )
+
+
+async def read_loads(
+    session: aiohttp.ClientSession, pods: Sequence[ReplicaPod], timeout_s: float
+) -> list[ReplicaLoad]:
+    """The load of every serving pod that answers within `timeout_s`; the others are left out."""
+    answers = await asyncio.gather(*(_read(session, pod, timeout_s) for pod in pods if pod.serving))
+    return [answer for answer in answers if answer is not None]
+
+
+async def _read(session: aiohttp.ClientSession, pod: ReplicaPod, timeout_s: float) -> ReplicaLoad | None:
+    try:
+        async with session.get(
+            f"http://{pod.ip}:{pod.port}/load", timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as response:
+            if response.status != 200:
+                return None
+            body = await response.json()
+        if not body.get("ready"):
+            return None
+        return ReplicaLoad(
+            pod, int(body["queued_items"]) + int(body["running_items"]), int(body["batching_generation"])
+        )
+    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
+        return None  # a replica that cannot say is not counted; the next poll asks again
