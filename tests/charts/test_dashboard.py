@@ -21,7 +21,8 @@ from batchd.testing.helm import CHART
 from batchd.testing.manifests import manifest
 from batchd.testing.operator_runner import api_server, create, eventually, running_operator
 from batchd.testing.prometheus import Series, prometheus
-from batchd.testing.servers import free_port, replica_process
+from batchd.testing.cluster import Cluster
+from batchd.testing.servers import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -54,6 +55,9 @@ def test_the_dashboard_is_well_formed() -> None:
         "latency",
         "rejections",
         "ready",
+        "autoscaler",
+        "scale decisions",
+        "batching generation",
     ):
         assert wanted in titles
     assert all(not re.search(r"\$\w", expr) for _, expr in panel_queries()), "an unsubstituted variable"
@@ -63,32 +67,34 @@ def has_data(series: Series) -> bool:
     return bool(series)
 
 
-async def test_every_panel_returns_data_from_a_replica_under_load(tmp_path: Path) -> None:
+async def test_every_panel_returns_data_from_a_replica_under_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     metrics_port = free_port()
-    with replica_process(ROOT / "examples" / "adder.yaml", tmp_path / "replica") as replica:
-        async with api_server(tmp_path) as server, running_operator(server, metrics_port=metrics_port):
-            await create(server, manifest("adder", num_replicas=2))
-            await eventually(
-                lambda: (
-                    "batchd_operator_desired_replicas{"
-                    in httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
-                ),
-                what="the operator to export the desired replicas",
-            )
-            targets = [replica.url.removeprefix("http://"), f"127.0.0.1:{metrics_port}"]
-            with prometheus(targets, tmp_path / "prometheus") as prom:
-                async with httpx.AsyncClient(base_url=replica.url, timeout=60) as client:
-                    for _ in range(3):  # a few bursts, so rates span more than one scrape
-                        await asyncio.gather(
-                            *(
-                                client.post("/v1/models/adder:predict", json={"instances": [n]})
-                                for n in range(24)
-                            )
-                        )
-                empty: list[Any] = []
-                for title, expr in panel_queries():
-                    try:
-                        await asyncio.to_thread(prom.wait_for, expr, has_data, 20)
-                    except TimeoutError:
-                        empty.append((title, expr))
+    monkeypatch.setenv("BATCHD_DRAIN_DELAY_S", "0")
+    async with (
+        api_server(tmp_path) as server,
+        running_operator(server, metrics_port=metrics_port, replica_poll_interval_s=0.2),
+        Cluster(server, tmp_path / "cluster") as cluster,
+    ):
+        # The seeds' adder (0.2 s a batch of up to 4), autoscaled, on a real replica process.
+        await create(server, manifest("adder", autoscaling={"max_replicas": 2}, batching={"max_batch_size": 4}))
+        (url,) = await eventually(lambda: cluster.endpoints("adder"), timeout_s=60, what="a ready replica")
+        await eventually(
+            lambda: "batchd_operator_replica_load{" in httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text,
+            what="the operator to export the load it read",
+        )
+        targets = [url.removeprefix("http://"), f"127.0.0.1:{metrics_port}"]
+        with prometheus(targets, tmp_path / "prometheus") as prom:
+            async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+                for _ in range(3):  # a few bursts, so rates span more than one scrape
+                    await asyncio.gather(
+                        *(client.post("/v1/models/adder:predict", json={"instances": [n]}) for n in range(24))
+                    )
+            empty: list[Any] = []
+            for title, expr in panel_queries():
+                try:
+                    await asyncio.to_thread(prom.wait_for, expr, has_data, 20)
+                except TimeoutError:
+                    empty.append((title, expr))
     assert empty == [], "panels whose queries return nothing"

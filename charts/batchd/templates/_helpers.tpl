@@ -65,6 +65,9 @@ calls recorded in the operator's end-to-end tests): nothing more.
   resources: ["configmaps", "services"]
   verbs: ["list", "watch", "create", "patch"]
 - apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
 {{- end }}

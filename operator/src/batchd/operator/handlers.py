@@ -45,7 +45,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     settings.posting.level = logging.WARNING  # explicit transition events only, not every log line
     memo.reconciler = Reconciler(operator_settings, await KubeApi.connect(operator_settings.kubeconfig))
     memo.observer = Observer(memo.reconciler, aiohttp.ClientSession())
-    memo.observing = asyncio.create_task(memo.observer.run(), name="batchd-observer")
     if operator_settings.metrics_port:
         memo.metrics_server, _thread = start_http_server(operator_settings.metrics_port)
     logger.info(f"batchd operator started: {operator_settings!r}")
@@ -53,11 +52,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
-    if "observing" in memo:
-        memo.observing.cancel()
-        await asyncio.gather(memo.observing, return_exceptions=True)
     if "observer" in memo:
-        await memo.observer.session.close()
+        await memo.observer.close()
     if "reconciler" in memo:
         await memo.reconciler.api.close()
     if "metrics_server" in memo:
@@ -169,14 +165,17 @@ async def config_changed(
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def track_resource(
+async def track_resource(
     namespace: str | None, name: str, body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
     memo.observer.track(namespace or "", name, None if type == "DELETED" else dict(body))
+    # Started from a resource handler, not at startup: its task inherits the context in which Kopf
+    # posts events (`kopf.event`), which startup handlers do not have.
+    memo.observer.ensure_running()
 
 
 @kopf.on.event("", "v1", "pods", labels={**MANAGED_BY, "app.kubernetes.io/component": "replica"})
-def track_replica_pod(
+async def track_replica_pod(
     namespace: str | None,
     name: str,
     labels: kopf.Labels,

@@ -48,6 +48,7 @@ class Observer:
     resources: dict[Key, dict[str, Any]] = field(default_factory=dict)  # the last body of each
     pods: dict[Key, dict[str, ReplicaPod]] = field(default_factory=dict)  # by resource, by pod name
     autoscalers: dict[Key, Autoscaler] = field(default_factory=dict)
+    _loop_task: asyncio.Task[None] | None = None
 
     def track(self, namespace: str, name: str, body: dict[str, Any] | None) -> None:
         """A resource as its watch saw it; None once it is deleted."""
@@ -68,6 +69,17 @@ class Observer:
                 del self.pods[owner]
         else:
             pods[name] = pod
+
+    def ensure_running(self) -> None:
+        """Start the loop, once (Kopf hands each resource a copy of the memo, not this object's task)."""
+        if self._loop_task is None:
+            self._loop_task = asyncio.create_task(self.run(), name="batchd-observer")
+
+    async def close(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        await self.session.close()
 
     async def run(self) -> None:
         """Every poll interval, look at every resource at once (their replicas answer in parallel)."""

@@ -13,8 +13,14 @@ https://kubernetes.io/docs/reference/using-api/api-concepts/ and the CRD docs):
 - validates: custom resources against the CRD (defaults, schema, CEL), built-in kinds against
   the Kubernetes schemas (kubernetes-validate) -> 422 naming the field;
 - deletes dependents whose ownerReferences point at a deleted owner (background GC), and keeps
-  an object with finalizers until they are removed.
-Every request the operator makes is recorded as (group, resource, verb) for the RBAC test.
+  an object with finalizers until they are removed;
+- deletes a Pod that runs on a node gracefully: DELETE sets `deletionTimestamp` (now + the grace
+  period) and `deletionGracePeriodSeconds` and keeps the Pod until the kubelet, having stopped its
+  containers, deletes it again with `gracePeriodSeconds=0` (a later DELETE may only shorten the
+  period); a Pod on no node, or one that has finished, goes at once. Pods start with
+  `status.phase: Pending`.
+Every request the operator makes is recorded as (group, resource, verb) for the RBAC test; the
+stand-in cluster's own components (`batchd.testing.cluster`) are other identities, not recorded.
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 # Every (group, resource, verb) any operator made in this test session.
 _OBSERVED: set[tuple[str, str, str]] = set()
 
+# User-Agents that are not the operator: the test's own client and the stand-in cluster's components.
+NOT_THE_OPERATOR = ("kmock/", "kubelet/", "kube-controller-manager/")
+
 Validator = Callable[[dict[str, Any]], list[str]]
 
 
@@ -48,6 +57,10 @@ def observed_api_calls() -> frozenset[tuple[str, str, str]]:
 
 def _error(status: int, reason: str, message: str) -> k8s.KubernetesError:
     return k8s.KubernetesError(status=status, reason=reason, message=message, details={})
+
+
+def _timestamp(moment: datetime.datetime | None = None) -> str:
+    return (moment or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def validate_builtin(document: dict[str, Any]) -> list[str]:
@@ -135,6 +148,8 @@ class Resource:
         validator: Validator | None = None,
         replicas_path: tuple[str, ...] = ("spec", "replicas"),
         custom: bool = False,
+        initial_status: dict[str, Any] | None = None,
+        graceful: bool = False,
     ) -> None:
         self.key = kmock.resource(group, version, plural)
         self.group, self.plural, self.kind, self.custom = group, plural, kind, custom
@@ -142,6 +157,8 @@ class Resource:
         self.subresources = subresources
         self.validator = validator
         self.replicas_path = replicas_path
+        self.initial_status = initial_status  # what the API server sets on create, whatever was sent
+        self.graceful = graceful  # deletion waits for the kubelet (pods)
         self.info = kmock.ResourceInfo(
             kind=kind,
             namespaced=namespaced,
@@ -176,6 +193,15 @@ def default_resources(validate_children: bool = True) -> list[Resource]:
         Resource("", "configmaps", "ConfigMap", validator=children_validator),
         Resource("", "services", "Service", subresources=("status",), validator=children_validator),
         Resource("", "events", "Event"),
+        Resource(
+            "",
+            "pods",
+            "Pod",
+            subresources=("status",),
+            validator=children_validator,
+            initial_status={"phase": "Pending"},
+            graceful=True,
+        ),
         Resource("events.k8s.io", "events", "Event"),
         Resource(
             "apps",
@@ -211,8 +237,8 @@ class ApiServer(kmock.KubernetesEmulator):
     def _record(self, request: rendering.Request) -> None:
         if request.resource is None or not request.resource.plural:
             return  # discovery (/api, /apis/GROUP): open to every authenticated client, not RBAC-bound
-        if str(request.headers.get("User-Agent", "")).startswith("kmock/"):
-            return  # the test's own calls
+        if str(request.headers.get("User-Agent", "")).startswith(NOT_THE_OPERATOR):
+            return  # the test's own calls, the stand-in kubelet's and controllers'
         method = request.method.value.upper() if request.method else ""
         if request.params.get("watch") in ("true", "1"):
             verb = "watch"
@@ -301,6 +327,8 @@ class ApiServer(kmock.KubernetesEmulator):
         if request.namespace:
             metadata["namespace"] = request.namespace
         document.pop("status", None) if "status" in resource.subresources else None
+        if resource.initial_status is not None:
+            document["status"] = copy.deepcopy(resource.initial_status)
         self._validate(resource, document)
         metadata = document["metadata"]  # defaulting may have replaced it
         async with self._lock:
@@ -311,7 +339,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 uid=str(uuid.uuid4()),
                 resourceVersion=self._next_revision(),
                 generation=1,
-                creationTimestamp=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                creationTimestamp=_timestamp(),
             )
             if key in self._objects:
                 self._objects[key].create(document)
@@ -391,7 +419,11 @@ class ApiServer(kmock.KubernetesEmulator):
                 updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
             updated["metadata"]["resourceVersion"] = self._next_revision()
             meta = updated["metadata"]
-            if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            if (
+                meta.get("deletionTimestamp")
+                and not meta.get("finalizers")
+                and not meta.get("deletionGracePeriodSeconds")  # a pod waits for its kubelet
+            ):
                 stored.create(updated)
                 stored.delete()
                 self.live_uids.discard(meta["uid"])
@@ -407,20 +439,27 @@ class ApiServer(kmock.KubernetesEmulator):
     # -- delete and garbage collection ----------------------------------------------------------------
     async def _delete(self, request: rendering.Request, resource: Resource) -> aiohttp.web.StreamResponse:
         assert request.name is not None
+        requested = _requested_grace_period(request)
         async with self._lock:
             stored = self._stored(resource, request.namespace, request.name)
             document = copy.deepcopy(stored.raw)
-            await self._delete_one(resource, stored, document)
+            await self._delete_one(resource, stored, document, requested)
         return aiohttp.web.json_response(document)
 
-    async def _delete_one(self, resource: Resource, stored: Any, document: dict[str, Any]) -> None:
+    async def _delete_one(
+        self, resource: Resource, stored: Any, document: dict[str, Any], grace_s: int | None = None
+    ) -> None:
         meta = document["metadata"]
-        if meta.get("finalizers"):
-            if not meta.get("deletionTimestamp"):
-                meta["deletionTimestamp"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                meta["resourceVersion"] = self._next_revision()
-                stored.create(document)
-                await self._emit(resource, "MODIFIED", document)
+        period = _grace_period_s(resource, document, grace_s)
+        if meta.get("deletionTimestamp") and period >= (meta.get("deletionGracePeriodSeconds") or 0):
+            return  # already being deleted; a later DELETE may only shorten the grace period
+        if period > 0 or meta.get("finalizers"):
+            deadline = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=period)
+            meta["deletionTimestamp"] = _timestamp(deadline)
+            meta["deletionGracePeriodSeconds"] = period
+            meta["resourceVersion"] = self._next_revision()
+            stored.create(document)
+            await self._emit(resource, "MODIFIED", document)
             return
         stored.delete()
         self.live_uids.discard(meta["uid"])
@@ -490,6 +529,31 @@ class ApiServer(kmock.KubernetesEmulator):
             if known.plural == plural and known.group == group.split("/")[0]:
                 return known
         raise KeyError(resource)
+
+
+def _requested_grace_period(request: rendering.Request) -> int | None:
+    """`gracePeriodSeconds` from the query or the DeleteOptions body; None = the object's own."""
+    value = request.params.get("gracePeriodSeconds")
+    if value is None and isinstance(request.data, dict):
+        value = request.data.get("gracePeriodSeconds")
+    if value is None:
+        return None
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        raise _error(400, "BadRequest", f"gracePeriodSeconds: not an integer: {value!r}") from None
+
+
+def _grace_period_s(resource: Resource, document: dict[str, Any], requested: int | None) -> int:
+    """How long deletion waits, as the API server's pod strategy decides it; 0 for other kinds."""
+    if not resource.graceful:
+        return 0
+    spec = document.get("spec") or {}
+    if not spec.get("nodeName") or (document.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return 0  # no kubelet runs it, or its containers are done: nothing to wait for
+    if requested is not None:
+        return requested
+    return int(spec.get("terminationGracePeriodSeconds", 30))
 
 
 def kubeconfig_for(url: str) -> dict[str, Any]:

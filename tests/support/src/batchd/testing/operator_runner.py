@@ -24,6 +24,7 @@ import yaml
 from batchd.operator import handlers  # noqa: F401  (registers the handlers)
 from batchd.operator.settings import Settings
 from batchd.testing.apiserver import ApiServer, default_resources, kubeconfig_for
+from batchd.testing.cluster import Cluster
 from batchd.testing.manifests import manifest
 
 T = TypeVar("T")
@@ -68,9 +69,10 @@ async def api_server(tmp_path: Path, *, validate_children: bool = True) -> Async
 
 @contextlib.asynccontextmanager
 async def running_operator(
-    server: ApiServer, *, liveness_endpoint: str | None = None, metrics_port: int = 0
+    server: ApiServer, *, liveness_endpoint: str | None = None, metrics_port: int = 0, **settings_: Any
 ) -> AsyncIterator[threading.Thread]:
-    """Start the operator; yield once it watches BatchedDeployments; stop it and wait on exit."""
+    """Start the operator (with `Settings` fields in `settings_`, e.g. replica_poll_interval_s);
+    yield once it watches BatchedDeployments; stop it and wait on exit."""
     stop_flag, ready_flag = threading.Event(), threading.Event()
     settings = kopf.OperatorSettings()
     settings.peering.standalone = True
@@ -81,6 +83,7 @@ async def running_operator(
             kubeconfig=server.kubeconfig_path,
             metrics_port=metrics_port,
             liveness_endpoint=liveness_endpoint or "",
+            **settings_,
         )
     )
     previous = os.environ.get("KUBECONFIG")
@@ -139,8 +142,10 @@ async def exercise_operator(tmp_path: Path) -> frozenset[tuple[str, str, str]]:
     """Drive the operator through its whole lifecycle; return every (group, resource, verb) it used.
 
     The chart's RBAC test compares its ClusterRole with this set: create, spec and scale-subresource
-    scaling, a Deployment reporting ready, a child deleted and one edited, a refused child, a
-    restart, and a delete. `batchd.testing.apiserver.observed_api_calls()` has the union over the session.
+    scaling, a Deployment reporting ready, a child deleted and one edited, a refused child, an
+    autoscaled resource scaling down (real replicas on the stand-in cluster, whose pods it reads
+    and marks), a restart, and a delete. `batchd.testing.apiserver.observed_api_calls()` has the
+    union over the session.
     """
     namespace, name = "default", "lifecycle"
     path = f"{CR_PATH.format(ns=namespace)}/{name}"
@@ -182,6 +187,27 @@ async def exercise_operator(tmp_path: Path) -> frozenset[tuple[str, str, str]]:
             await eventually(
                 lambda: any(event.get("reason") == "DeploymentRefused" for event in server.posted_events),
                 what="a refusal event",
+            )
+        async with (
+            running_operator(server, replica_poll_interval_s=0.2),
+            Cluster(server, tmp_path / "cluster") as cluster,
+        ):
+            # Idle at two replicas with min_replicas 1 and no downscale delay: one goes at once.
+            autoscaling = {"min_replicas": 1, "max_replicas": 2, "downscale_delay_s": 0}
+            await create(
+                server,
+                manifest(
+                    "autoscaled", "batchd.testing.handlers:add_one", num_replicas=2, autoscaling=autoscaling
+                ),
+            )
+            pods = cluster.pods
+            await eventually(
+                lambda: sum(pod.ready for pod in pods("autoscaled")) == 2, timeout_s=60, what="2 ready"
+            )
+            await eventually(
+                lambda: len(pods("autoscaled")) == 1 and pods("autoscaled")[0].deletion_cost is not None,
+                timeout_s=60,
+                what="a scale-down, least loaded pod first",
             )
         async with running_operator(server):
             await server.delete(path)

@@ -1,0 +1,204 @@
+"""Autoscaling and live retuning end to end: the real operator, real replica processes, real load.
+
+The operator runs against the emulated API server; the stand-in cluster (`batchd.testing.cluster`)
+runs a real `batchd serve` for every pod the Deployment asks for, each on its own loopback
+address; open-loop traffic goes to the ready endpoints as kube-proxy would send it. The handler
+holds every batch for a fixed time, as a GPU does for a batch of any size up to its limit, so
+one replica serves at most max_batch_size / BATCH_S items a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from batchd.bench.promtext import parse_histogram
+from batchd.testing.apiserver import ApiServer
+from batchd.testing.cluster import Cluster, PodView
+from batchd.testing.manifests import manifest
+from batchd.testing.operator_runner import CR_PATH, api_server, create, eventually, patch, running_operator
+from batchd.testing.traffic import Traffic, unanswered
+
+pytestmark = pytest.mark.slow
+
+NS = "default"
+BATCH_S = 0.1  # every batch holds the model this long
+MAX_BATCH = 4  # so one replica serves at most 40 items/s
+POLL_S = 0.25  # the operator reads every ready replica this often
+START_S = 60.0
+
+
+def slow_adder(name: str, **spec: Any) -> dict[str, Any]:
+    model = {"handler": "batchd.testing.handlers:SlowAdder", "init_kwargs": {"delay_s": BATCH_S}}
+    spec.setdefault("batching", {"max_batch_size": MAX_BATCH, "batch_wait_timeout_s": 0.02})
+    return manifest(name, model, **spec)
+
+
+@contextlib.asynccontextmanager
+async def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[ApiServer, Cluster]]:
+    # A 1 s preStop: endpoints drop a pod before it stops listening, as in a cluster.
+    monkeypatch.setenv("BATCHD_DRAIN_DELAY_S", "1")
+    async with (
+        api_server(tmp_path) as server,
+        running_operator(server, replica_poll_interval_s=POLL_S),
+        Cluster(server, tmp_path / "cluster", config_sync_period_s=0.2) as cluster,
+    ):
+        yield server, cluster
+
+
+def cr(server: ApiServer, name: str) -> dict[str, Any]:
+    return server.get_object("serving.batchd.dev/batcheddeployments", NS, name) or {}
+
+
+def ready(cluster: Cluster, name: str) -> list[PodView]:
+    return [pod for pod in cluster.pods(name) if pod.ready and not pod.terminating]
+
+
+def traffic(cluster: Cluster, name: str, rate: float | Any) -> Traffic:
+    return Traffic(lambda: cluster.endpoints(name), f"/v1/models/{name}:predict", b'{"instances": [1]}', rate)
+
+
+def events(server: ApiServer, reason: str) -> list[dict[str, Any]]:
+    return [event for event in server.posted_events if event.get("reason") == reason]
+
+
+async def test_load_scales_up_until_the_queues_are_under_target_then_back_down_losing_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    autoscaling = {"min_replicas": 1, "max_replicas": 4, "upscale_delay_s": 1, "downscale_delay_s": 4}
+    async with stack(tmp_path, monkeypatch) as (server, cluster):
+        await create(server, slow_adder("auto", autoscaling=autoscaling))
+        await eventually(lambda: len(ready(cluster, "auto")) == 1, timeout_s=START_S, what="one replica")
+
+        load = traffic(cluster, "auto", rate=100)  # 2.5 times what one replica can serve
+        sending = asyncio.create_task(load.run(duration_s=60))
+        try:
+
+            def carried() -> bool:
+                # Enough ready replicas that each holds no more than its target (max_batch_size).
+                status = cr(server, "auto").get("status", {}).get("autoscaling", {})
+                serving = len(ready(cluster, "auto"))
+                return (
+                    serving >= 3 and status.get("ready_replicas") == serving and status["load"] <= 4 * serving
+                )
+
+            await eventually(carried, timeout_s=45, what="replicas that carry the load")
+        finally:
+            load.stop()
+            outcomes = await sending
+        assert len(events(server, "ScaledUp")) >= 1
+
+        # Idle now: back to the minimum once the downscale delay has passed, the least loaded first.
+        await eventually(
+            lambda: len(cluster.pods("auto")) == 1 and cr(server, "auto")["status"]["desired_replicas"] == 1,
+            timeout_s=30,
+            what="scale back to min_replicas",
+        )
+        status = cr(server, "auto")["status"]["autoscaling"]
+        assert "enough for 4 s" in status["last_scale_reason"] and events(server, "ScaledDown")
+
+    assert len(outcomes) > 500
+    lost = unanswered(outcomes)
+    assert not lost, f"{len(lost)} of {len(outcomes)} requests got no usable answer, e.g. {lost[:3]}"
+
+
+async def test_steady_load_does_not_flap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    autoscaling = {"min_replicas": 1, "max_replicas": 6, "upscale_delay_s": 1, "downscale_delay_s": 4}
+
+    def wobbling(elapsed_s: float) -> float:
+        # 60 items/s (one and a half replicas' worth), +-20% in a 3 s cycle.
+        phase = int(elapsed_s * 2) % 6
+        return 60 * (0.8, 1.0, 1.2, 1.2, 1.0, 0.8)[phase]
+
+    async with stack(tmp_path, monkeypatch) as (server, cluster):
+        await create(server, slow_adder("steady", autoscaling=autoscaling))
+        await eventually(lambda: len(ready(cluster, "steady")) == 1, timeout_s=START_S, what="one replica")
+        load = traffic(cluster, "steady", rate=wobbling)
+        sending = asyncio.create_task(load.run(duration_s=90))
+        loop = asyncio.get_running_loop()
+        try:
+            # Settle first: the backlog one replica built up is worked off, and the count is
+            # whatever the load needs (unchanged for longer than the downscale delay). Then watch.
+            history: list[tuple[float, int]] = []
+
+            def settled() -> bool:
+                history.append((loop.time(), cr(server, "steady")["status"]["desired_replicas"]))
+                since = [count for at, count in history if at >= loop.time() - 6]
+                return history[0][0] < loop.time() - 6 and len(set(since)) == 1 and since[0] > 1
+
+            await eventually(settled, timeout_s=50, what="a settled replica count")
+            watched = []
+            until = loop.time() + 15
+            while loop.time() < until:
+                watched.append(cr(server, "steady")["status"]["desired_replicas"])
+                await asyncio.sleep(0.25)
+        finally:
+            load.stop()
+            outcomes = await sending
+        assert len(set(watched)) == 1, f"the replica count moved under steady load: {watched}"
+    assert not unanswered(outcomes)
+
+
+def batch_sizes(url: str) -> tuple[float, float]:
+    histogram = parse_histogram(httpx.get(f"{url}/metrics", timeout=5).text, "batchd_batch_size")
+    return histogram.count, histogram.sum
+
+
+async def test_a_batching_change_under_load_reaches_the_same_processes_and_fails_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with stack(tmp_path, monkeypatch) as (server, cluster):
+        spec = {"batching": {"max_batch_size": 2, "batch_wait_timeout_s": 0.02}}
+        await create(server, slow_adder("retuned", num_replicas=2, **spec))
+        pods = await eventually(
+            lambda: ready(cluster, "retuned") if len(ready(cluster, "retuned")) == 2 else [],
+            timeout_s=START_S,
+            what="two replicas",
+        )
+        await eventually(
+            lambda: cr(server, "retuned")["status"].get("batching", {}).get("applied"), what="status"
+        )
+        load = traffic(cluster, "retuned", rate=50)
+        sending = asyncio.create_task(load.run(duration_s=60))
+        try:
+            await asyncio.sleep(2)  # load, under the first batching
+            before = {pod.name: batch_sizes(pod.url) for pod in pods}
+            assert all(items / count <= 2 for count, items in before.values())
+
+            path = f"{CR_PATH.format(ns=NS)}/retuned"
+            await patch(
+                server, path, {"spec": {"batching": {"max_batch_size": 8, "batch_wait_timeout_s": 0.1}}}
+            )
+            generation = cr(server, "retuned")["metadata"]["generation"]
+            await eventually(
+                lambda: (
+                    cr(server, "retuned")["status"]["batching"]
+                    == {
+                        **cr(server, "retuned")["status"]["batching"],
+                        "generation": generation,
+                        "applied": True,
+                        "ready_replicas_applied": 2,
+                    }
+                ),
+                timeout_s=20,
+                what="every ready replica on the new batching generation",
+            )
+            middle = {pod.name: batch_sizes(pod.url) for pod in pods}
+            await asyncio.sleep(2)  # load, under the new batching
+            after = {pod.name: batch_sizes(pod.url) for pod in pods}
+        finally:
+            load.stop()
+            outcomes = await sending
+
+        for name, (count, items) in after.items():
+            count_before, items_before = middle[name]
+            assert (items - items_before) / (count - count_before) > 2, "batches did not grow"
+        same = [pod for pod in cluster.pods("retuned") if pod.ready]
+        assert {(pod.name, pod.pid) for pod in same} == {(pod.name, pod.pid) for pod in pods}  # not restarted
+    assert outcomes and not [outcome for outcome in outcomes if outcome.status != 200]
