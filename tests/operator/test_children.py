@@ -45,7 +45,11 @@ GPU = bd(
     volumeMounts=[{"name": "shm", "mountPath": "/dev/shm"}],
     batching={"request_timeout_s": 120},
 )
-EXAMPLES = [load_manifest(path) for path in sorted((ROOT / "examples").glob("*.yaml"))]
+EXAMPLES = [
+    load_manifest(path)
+    for path in sorted((ROOT / "examples").glob("*.yaml"))
+    if yaml.safe_load(path.read_text()).get("kind") == "BatchedDeployment"
+]
 CASES = [("gpu", GPU), *((example.metadata.name, example) for example in EXAMPLES)]
 
 
