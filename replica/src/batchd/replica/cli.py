@@ -12,18 +12,16 @@ import argparse
 import contextlib
 import logging
 import math
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import uvicorn
 
 from batchd.api.manifest import ManifestError, load_manifest
 from batchd.replica.app import create_app
-from batchd.replica.serving import Replica
 from batchd.replica.settings import ReplicaSettings
+from batchd.replica.shutdown import ReplicaServer
 
 TERMINATION_LOG = Path("/dev/termination-log")
 # How every replica runs uvicorn; the benchmark's bare-uvicorn floor uses the same.
@@ -33,29 +31,10 @@ UVICORN_OPTIONS: dict[str, Any] = {
     "backlog": 4096,
     # Inside a pod nothing is proxied with X-Forwarded-* headers worth trusting; skip the parsing.
     "proxy_headers": False,
+    # Idle keep-alive connections stay open longer than clients keep theirs (aiohttp 15 s, httpx
+    # 5 s): a server that closes an idle connection races a client sending on it (see shutdown).
+    "timeout_keep_alive": 75,
 }
-
-
-class ReplicaServer(uvicorn.Server):
-    """uvicorn, plus: on SIGTERM turn unready before the listener closes and the queue drains."""
-
-    def __init__(self, config: uvicorn.Config, replica: Replica) -> None:
-        super().__init__(config)
-        self.replica = replica
-
-    async def on_tick(self, counter: int) -> bool:
-        # A model that failed to load ends the process: the pod restarts and says why.
-        if self.replica.load_error is not None:
-            return True
-        return await super().on_tick(counter)
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.replica.begin_draining()
-        super().handle_exit(sig, frame)
-        if sig == signal.SIGTERM and sig in self._captured_signals:
-            # uvicorn re-raises captured signals once it has stopped, so the process would die
-            # of SIGTERM (143). A drained stop is a clean one: the kubelet should see exit 0.
-            self._captured_signals.remove(sig)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -96,7 +75,7 @@ def serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s),
         **UVICORN_OPTIONS,
     )
-    server = ReplicaServer(config, app.replica)
+    server = ReplicaServer(config, app.replica, settings.drain_timeout_s)
     server.run()
     load_error = app.replica.load_error
     if load_error is not None or not server.started:

@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import orjson
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from batchd.replica.errors import ClientDisconnected, InvalidInput, TooLarge, answer_for, describe, http_error
 from batchd.replica.protocols import kserve_v1, simple
@@ -63,6 +63,8 @@ class InferenceRoutes:
         self._max_body = replica.settings.max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.replica.batcher.draining and scope["type"] == "http":
+            send = _closing(send)  # every answer from now on tells the client to leave (see shutdown)
         call = match(scope["method"], scope["path"]) if scope["type"] == "http" else None
         if call is None:
             await self.app(scope, receive, send)
@@ -141,6 +143,17 @@ def _parse_json(body: bytes) -> Any:
         return orjson.loads(body)
     except orjson.JSONDecodeError as error:
         raise InvalidInput(f"request body: not valid JSON: {error}") from None
+
+
+def _closing(send: Send) -> Send:
+    """`send`, with `Connection: close` on the response: the client reconnects elsewhere."""
+
+    async def send_closing(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+        await send(message)
+
+    return send_closing
 
 
 async def _send_json(
