@@ -175,10 +175,10 @@ async def test_items_past_their_deadline_time_out_without_running() -> None:
     assert model.batches == [[0]]  # the late item was dropped before the model
 
 
-async def test_a_failing_batch_fails_only_its_own_items() -> None:
+async def test_without_isolation_a_failing_batch_fails_only_its_own_items() -> None:
     model = RecordingModel()
     model.gate.clear()
-    batcher = make(model, max_batch_size=2, batch_wait_timeout_s=0)
+    batcher = make(model, max_batch_size=2, batch_wait_timeout_s=0, isolate_failures=False)
     first = asyncio.ensure_future(batcher.infer([1]))
     await until(lambda: model.running == 1)
     doomed = [asyncio.ensure_future(batcher.infer(["boom"])), asyncio.ensure_future(batcher.infer([2]))]
@@ -189,6 +189,50 @@ async def test_a_failing_batch_fails_only_its_own_items() -> None:
     assert all(isinstance(o, RuntimeError) for o in outcomes)
     # The batcher is still alive and the next batch succeeds.
     assert await batcher.infer([3]) == [4]
+    await batcher.drain()
+
+
+class CountingObserver:
+    def __init__(self) -> None:
+        self.isolated: list[tuple[int, int]] = []
+
+    def batch_dispatched(self, size: int, waited_s: float) -> None:
+        pass
+
+    def batch_finished(self, size: int, duration_s: float, failed: bool) -> None:
+        pass
+
+    def batch_isolated(self, extra_calls: int, failed_items: int) -> None:
+        self.isolated.append((extra_calls, failed_items))
+
+
+async def test_isolation_fails_only_the_items_that_fail_alone() -> None:
+    model = RecordingModel()
+    observer = CountingObserver()
+    batcher = Batcher(BatchingSpec(max_batch_size=8, batch_wait_timeout_s=1), observer)
+    batcher.start(model)
+    items: list[Any] = [0, 1, "boom", 3, 4, "boom", 6, 7]  # a full batch with two poisoned items
+    outcomes = await asyncio.gather(*(batcher.infer([item]) for item in items), return_exceptions=True)
+    for item, outcome in zip(items, outcomes, strict=True):
+        if item == "boom":
+            assert isinstance(outcome, RuntimeError)
+        else:
+            assert outcome == [item + 1]
+    ((extra_calls, failed_items),) = observer.isolated
+    assert failed_items == 2 and extra_calls == len(model.batches) - 1 <= 2 * 2 * 2 + 1  # ~2k log2(n/k)
+    assert [len(batch) for batch in model.batches][:3] == [8, 4, 2]  # halves, then halves again
+    await batcher.drain()
+
+
+async def test_isolation_is_bounded_when_everything_fails() -> None:
+    model = RecordingModel()
+    observer = CountingObserver()
+    batcher = Batcher(BatchingSpec(max_batch_size=16, batch_wait_timeout_s=1), observer)
+    batcher.start(model)
+    outcomes = await asyncio.gather(*(batcher.infer(["boom"]) for _ in range(16)), return_exceptions=True)
+    assert all(isinstance(outcome, RuntimeError) for outcome in outcomes)
+    ((extra_calls, failed_items),) = observer.isolated
+    assert extra_calls <= 2 * 16 - 2 and failed_items == 16
     await batcher.drain()
 
 

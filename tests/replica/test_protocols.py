@@ -182,16 +182,35 @@ async def test_a_request_past_its_timeout_gets_504(sluggish: str) -> None:
 @pytest.fixture(scope="module")
 def failing() -> Iterator[str]:
     yield from serve(
-        manifest("failing", "batchd.testing.handlers:Failing.handle", batching={"batch_wait_timeout_s": 0.05})
+        manifest(
+            "failing",
+            "batchd.testing.handlers:Failing.handle",
+            batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.5},
+        )
     )
 
 
-async def test_a_failing_batch_answers_500_for_its_items_only(failing: str) -> None:
+async def test_poisoned_items_of_a_full_batch_fail_alone_and_their_batch_mates_are_answered(
+    failing: str,
+) -> None:
+    numbers = [3, -1, 5, 8, -7, 2, 9, 4]  # one full batch (max_batch_size 8), two poisoned items
+    before = httpx.get(f"{failing}/metrics").text
     async with httpx.AsyncClient(base_url=failing, timeout=30) as client:
-        bad = await client.post("/v1/models/failing:predict", json={"instances": [-1]})
-        good = await client.post("/v1/models/failing:predict", json={"instances": [4]})
-    assert bad.status_code == 500 and "negative input" in bad.json()["error"]
-    assert good.json() == {"predictions": [8]}
+        answers = await asyncio.gather(
+            *(client.post("/v1/models/failing:predict", json={"instances": [n]}) for n in numbers)
+        )
+    after = httpx.get(f"{failing}/metrics").text
+    for number, answer in zip(numbers, answers, strict=True):
+        if number < 0:
+            assert answer.status_code == 500 and "negative input" in answer.json()["error"]
+        else:
+            assert answer.json() == {"predictions": [number * 2]}
+    sizes = parse_histogram(after, "batchd_batch_size").minus(parse_histogram(before, "batchd_batch_size"))
+    assert (sizes.count, sizes.sum) == (1, 8)  # they really shared one batch
+    isolated = parse_counter(after, "batchd_isolated_failures") - parse_counter(
+        before, "batchd_isolated_failures"
+    )
+    assert isolated == 2
 
 
 @pytest.fixture(scope="module")

@@ -48,12 +48,17 @@ class BatchObserver(Protocol):
 
     def batch_finished(self, size: int, duration_s: float, failed: bool) -> None: ...
 
+    def batch_isolated(self, extra_calls: int, failed_items: int) -> None: ...
+
 
 class _NoObserver:
     def batch_dispatched(self, size: int, waited_s: float) -> None:
         pass
 
     def batch_finished(self, size: int, duration_s: float, failed: bool) -> None:
+        pass
+
+    def batch_isolated(self, extra_calls: int, failed_items: int) -> None:
         pass
 
 
@@ -251,27 +256,20 @@ class Batcher:
 
     async def _execute(self, batch: list[_Pending]) -> None:
         """Run one batch; every future in it resolves, whatever happens."""
-        assert self._run_batch is not None
         started = time.perf_counter()
         failed = True
         self._running_items += len(batch)
         try:
-            results = await self._run_batch([pending.item for pending in batch])
-            if len(results) != len(batch):
-                raise BatchSizeMismatch(
-                    f"the model returned {len(results)} result(s) for a batch of {len(batch)}"
-                )
-            for pending, result in zip(batch, results, strict=True):
-                if not pending.future.done():
-                    pending.future.set_result(result)
+            await self._resolve(batch)
             failed = False
         except BaseException as error:
             # Even a cancelled batch resolves its futures: no request is left hanging.
             if isinstance(error, Exception):
                 logger.exception("batch of %d failed", len(batch))
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(error if isinstance(error, Exception) else Draining())
+            if isinstance(error, Exception) and self._config.isolate_failures and len(batch) > 1:
+                await self._isolate(batch, error)
+            else:
+                _fail(batch, error if isinstance(error, Exception) else Draining())
             if not isinstance(error, Exception):
                 raise
         finally:
@@ -279,6 +277,73 @@ class Batcher:
             duration = time.perf_counter() - started
             self._rate.record(len(batch), duration)
             self._observer.batch_finished(len(batch), duration, failed)
+
+    async def _resolve(self, batch: list[_Pending]) -> None:
+        """One model call for `batch`, its results set on the futures still waiting for them."""
+        assert self._run_batch is not None
+        results = await self._run_batch([pending.item for pending in batch])
+        if len(results) != len(batch):
+            raise BatchSizeMismatch(
+                f"the model returned {len(results)} result(s) for a batch of {len(batch)}"
+            )
+        for pending, result in zip(batch, results, strict=True):
+            if not pending.future.done():
+                pending.future.set_result(result)
+
+    async def _isolate(self, batch: list[_Pending], error: Exception) -> None:
+        """Find the items that fail alone, so that only they fail (`isolate_failures`).
+
+        A failed group is split in halves and each half run again, down to single items; when
+        the first half succeeds, the second must hold the failure and is split without running
+        it whole. k bad items among n cost about 2k log2(n/k) extra calls, never more than 2n-2
+        (every half of every half): every item that does not fail alone gets its answer.
+        """
+        budget = 2 * len(batch) - 2
+        calls = 0
+
+        async def probe(group: list[_Pending]) -> bool:
+            """Run `group` again; True when it succeeded, else it is split to find who failed."""
+            nonlocal budget, calls
+            live = [pending for pending in group if not pending.future.done()]
+            if not live:
+                return True  # its clients left, or their deadlines passed: nothing to find out
+            if budget <= 0:
+                _fail(live, error)
+                return False
+            budget -= 1
+            calls += 1
+            try:
+                await self._resolve(live)
+                return True
+            except Exception as group_error:
+                await split(live, group_error)
+                return False
+
+        async def split(group: list[_Pending], group_error: Exception) -> None:
+            if len(group) == 1 or isinstance(group_error, BatchSizeMismatch):
+                _fail(group, group_error)
+                return
+            left, right = group[: len(group) // 2], group[len(group) // 2 :]
+            if await probe(left) and len(right) > 1:
+                await split(right, group_error)
+            else:
+                await probe(right)
+
+        try:
+            await split(batch, error)
+        finally:
+            self._observer.batch_isolated(calls, sum(1 for pending in batch if _failed(pending.future)))
+            _fail(batch, error)  # anything a cancellation left undecided
+
+
+def _failed(future: asyncio.Future[Any]) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is not None
+
+
+def _fail(batch: list[_Pending], error: Exception) -> None:
+    for pending in batch:
+        if not pending.future.done():
+            pending.future.set_exception(error)
 
 
 async def _wait(waiter: asyncio.Future[Any], deadline: float, abandoned: Abandoned | None) -> Any:

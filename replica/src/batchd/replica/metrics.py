@@ -59,6 +59,18 @@ class ReplicaMetrics:
         self.batch_failures = Counter(
             "batchd_batch_failures_total", "Batches whose model call raised.", labels, registry=self.registry
         ).labels(*values)
+        self.isolation_calls = Counter(
+            "batchd_isolation_calls",
+            "Extra model calls made to find the items that failed a batch (isolate_failures).",
+            labels,
+            registry=self.registry,
+        ).labels(*values)
+        self.isolated_failures = Counter(
+            "batchd_isolated_failures",
+            "Items that failed alone, found by isolation; their batch-mates were answered.",
+            labels,
+            registry=self.registry,
+        ).labels(*values)
 
         request_duration = Histogram(
             "batchd_request_duration_seconds",
@@ -117,6 +129,10 @@ class ReplicaMetrics:
     def batch_dispatched(self, size: int, waited_s: float) -> None:
         self.batch_size.observe(size)
         self.batch_wait.observe(waited_s)
+
+    def batch_isolated(self, extra_calls: int, failed_items: int) -> None:
+        self.isolation_calls.inc(extra_calls)
+        self.isolated_failures.inc(failed_items)
 
     def batch_finished(self, size: int, duration_s: float, failed: bool) -> None:
         self.batch_execution.observe(duration_s)
