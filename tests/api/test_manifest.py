@@ -69,7 +69,8 @@ def test_bad_specs_are_refused_naming_the_field_and_the_value(
 
 
 def test_every_example_manifest_loads() -> None:
-    paths = sorted((ROOT / "examples").glob("*.yaml"))
+    # hpa.yaml and keda.yaml hold other kinds (tests/test_examples.py checks them).
+    paths = [path for path in sorted((ROOT / "examples").glob("*.yaml")) if path.stem not in ("hpa", "keda")]
     assert paths
     for path in paths:
         assert load_manifest(path).metadata.name == path.stem.replace("_", "-"), path

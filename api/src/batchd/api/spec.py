@@ -40,6 +40,24 @@ SOURCE_SCHEMES = ("hf://", "file://", "pvc://")
 # A DNS-1123 label: model names appear in URLs and Prometheus labels.
 MODEL_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
 
+# The Open Inference Protocol (V2) tensor datatypes.
+Datatype = Literal[
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BYTES",
+]
+TENSOR_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+
 # Anything embedded from Kubernetes: kept as given, validated by the API server's own types.
 KubeObject = dict[str, Any]
 
@@ -50,6 +68,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(
         extra="forbid", populate_by_name=True, frozen=True, use_attribute_docstrings=True
     )
+
+
+class TensorSpec(_Strict):
+    """One input or output of the model, as the Open Inference Protocol's model metadata states it."""
+
+    name: Annotated[str, Field(pattern=TENSOR_NAME_PATTERN, max_length=63)]
+    """The tensor's name in V2 requests and answers."""
+
+    datatype: Datatype
+    """Its V2 datatype: what a client such as tritonclient sends (or reads) for it."""
+
+    shape: tuple[Annotated[int, Field(ge=-1)], ...] = (-1,)
+    """Its shape; the first dimension is the batch (-1), each row of it one batch item."""
 
 
 class ModelSpec(_Strict):
@@ -83,6 +114,14 @@ class ModelSpec(_Strict):
     )
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
         default="auto", description="auto is float16 on cuda and float32 on cpu."
+    )
+    inputs: tuple[TensorSpec, ...] | None = Field(
+        default=None,
+        description="The V2 inputs the model takes, when the handler's annotation cannot say: "
+        "items are checked and converted to these datatypes, and the model metadata states them.",
+    )
+    outputs: tuple[TensorSpec, ...] | None = Field(
+        default=None, description="The V2 outputs the model returns, for the model metadata and V2 answers."
     )
 
     @field_validator("source")

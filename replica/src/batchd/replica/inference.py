@@ -26,7 +26,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from batchd.replica.errors import ClientDisconnected, InvalidInput, TooLarge, answer_for, describe, http_error
 from batchd.replica.protocols import kserve_v1, simple
-from batchd.replica.protocols.v2_tensors import decode_inputs, encode_outputs
+from batchd.replica.protocols.v2_tensors import (
+    binary_answer,
+    decode_inputs,
+    encode_outputs,
+    requested_outputs,
+    split_body,
+)
 from batchd.replica.serving import Replica
 
 logger = logging.getLogger(__name__)
@@ -84,7 +90,10 @@ class InferenceRoutes:
         finally:
             replica.inflight -= 1
         replica.metrics.request_done("success", time.perf_counter() - started)
-        await _send_json(send, 200, payload)
+        if isinstance(payload, BinaryAnswer):
+            await payload.send(send)
+        else:
+            await _send_json(send, 200, payload)
 
     async def _answer(self, call: _Call, scope: Scope, receive: Receive) -> Any:
         body = await _read_body(receive, self._max_body)
@@ -92,19 +101,19 @@ class InferenceRoutes:
             item = simple.item_from_query(parse_qsl(scope["query_string"].decode("latin-1")))
             (result,) = await self._infer(self.replica.model_name, [item], "query", receive)
             return result
-        document = _parse_json(body)
         if call.protocol == "v1":
-            instances = kserve_v1.decode_instances(document)
+            instances = kserve_v1.decode_instances(_parse_json(body))
             return {"predictions": await self._infer(call.name, instances, "instances", receive)}
-        items = decode_inputs(document)
+        header, binary = split_body(body, _header(scope, b"inference-header-content-length"))
+        document = _parse_json(header)
+        items = decode_inputs(document, binary)
         results = await self._infer(call.name, items, "inputs", receive)
-        answer: dict[str, Any] = {
-            "model_name": call.name,
-            "outputs": encode_outputs(results, self.replica.output_specs),
-        }
-        if isinstance(document, dict) and isinstance(document.get("id"), str):
+        outputs = requested_outputs(document, encode_outputs(results, self.replica.output_specs))
+        outputs, raw = binary_answer(document, outputs)
+        answer: dict[str, Any] = {"model_name": call.name, "outputs": outputs}
+        if isinstance(document.get("id"), str):
             answer["id"] = document["id"]
-        return answer
+        return BinaryAnswer(orjson.dumps(answer), raw) if raw else answer
 
     async def _infer(self, name: str | None, items: list[Any], field: str, receive: Receive) -> list[Any]:
         """Batch the items with everybody else's; a client that leaves cancels what has not run."""
@@ -143,6 +152,29 @@ def _parse_json(body: bytes) -> Any:
         return orjson.loads(body)
     except orjson.JSONDecodeError as error:
         raise InvalidInput(f"request body: not valid JSON: {error}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryAnswer:
+    """A V2 answer with binary tensor data: the JSON header, then the tensors' bytes."""
+
+    header: bytes
+    data: bytes
+
+    async def send(self, send: Send) -> None:
+        headers = [
+            (b"content-type", b"application/octet-stream"),
+            (b"inference-header-content-length", str(len(self.header)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": self.header + self.data})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
 
 
 def _closing(send: Send) -> Send:

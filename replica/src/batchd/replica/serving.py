@@ -15,11 +15,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from batchd.api.spec import BatchedDeployment
+from batchd.api.spec import BatchedDeployment, TensorSpec
 from batchd.replica.batching import Abandoned, Batcher
 from batchd.replica.errors import Draining, InvalidInput, NotReady, TooLarge, UnknownModel
 from batchd.replica.metrics import ReplicaMetrics
-from batchd.replica.models.base import BatchModel, TensorSpec
+from batchd.replica.models.base import BatchModel
 from batchd.replica.settings import ReplicaSettings
 
 logger = logging.getLogger(__name__)

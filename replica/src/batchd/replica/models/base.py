@@ -7,21 +7,11 @@ A model takes a list of items and returns one result per item, in order. How it 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from pydantic import TypeAdapter
 
-# Open Inference Protocol V2 datatypes that batchd encodes and decodes.
-Datatype = Literal["BOOL", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES"]
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One named input or output in the V2 model metadata; -1 marks the batch dimension."""
-
-    name: str
-    datatype: Datatype
-    shape: tuple[int, ...] = (-1,)
+from batchd.api.spec import TensorSpec
 
 
 @dataclass(frozen=True)

@@ -3,34 +3,38 @@
 `module:Class.method` (the seeds' `examples.adder:BatchAdder.handle_batch`), `module:Class`
 (an instance that is callable) or `module:function`. The handler takes a list of items and
 returns a list of results of the same length; sync or `async def`. Its first parameter's
-annotation (`List[int]`) gives the item type, so each item is validated and coerced when it
-arrives, not when it has already joined somebody else's batch.
+annotation (`List[int]`), or else the spec's `model.inputs`, gives the item type, so each item
+is validated and coerced when it arrives, not when it has already joined somebody else's batch.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import TypeAdapter
 
-from batchd.api.spec import ModelSpec
+from batchd.api.spec import ModelSpec, TensorSpec
 from batchd.replica.errors import BatchSizeMismatch
-from batchd.replica.models.base import Datatype, ModelLoadError, ModelMetadata, TensorSpec
+from batchd.replica.models.base import ModelLoadError, ModelMetadata
 from batchd.replica.models.executor import ModelExecutor
 from batchd.replica.models.results import plain
-
-_DATATYPES: dict[Any, Datatype] = {bool: "BOOL", int: "INT64", float: "FP64", str: "BYTES"}
+from batchd.replica.models.signature import datatype_of, item_type, item_type_of, return_item_type_of
 
 
 class CustomHandlerModel:
     """A BatchModel around a user's handler callable."""
 
     def __init__(
-        self, handler_path: str, handler: Callable[..., Any], executor: ModelExecutor, owner: Any
+        self,
+        handler_path: str,
+        handler: Callable[..., Any],
+        executor: ModelExecutor,
+        owner: Any,
+        inputs: tuple[TensorSpec, ...] | None = None,
+        outputs: tuple[TensorSpec, ...] | None = None,
     ) -> None:
         self._path = handler_path
         self._handler = handler
@@ -39,13 +43,16 @@ class CustomHandlerModel:
         )
         self._executor = executor
         self._owner = owner
-        item_type = item_type_of(handler)
-        self.item_adapter: TypeAdapter[Any] = TypeAdapter(item_type)
-        datatype = _DATATYPES.get(item_type, "BYTES")
+        annotated = item_type_of(handler)
+        # The annotation is what the handler expects; declared inputs say it for handlers without one.
+        self.item_adapter: TypeAdapter[Any] = TypeAdapter(
+            item_type(inputs) if annotated is Any and inputs else annotated
+        )
         self.metadata = ModelMetadata(
             platform="python",
-            inputs=(TensorSpec("input", datatype),),
-            outputs=(TensorSpec("output", _DATATYPES.get(return_item_type_of(handler), "BYTES")),),
+            inputs=inputs or (TensorSpec(name="input", datatype=datatype_of(annotated)),),
+            outputs=outputs
+            or (TensorSpec(name="output", datatype=datatype_of(return_item_type_of(handler))),),
         )
 
     async def predict_batch(self, items: list[Any]) -> list[Any]:
@@ -120,34 +127,4 @@ def load_custom_handler(spec: ModelSpec, executor: ModelExecutor) -> CustomHandl
         owner, handler = None, target
     else:
         raise ModelLoadError(f"model.handler: {path!r} is neither a class nor a function")
-    return CustomHandlerModel(path, handler, executor, owner)
-
-
-def item_type_of(handler: Callable[..., Any]) -> Any:
-    """T of the first parameter's `list[T]` / `List[T]` / `Sequence[T]` annotation; Any otherwise."""
-    function = handler if inspect.isfunction(handler) or inspect.ismethod(handler) else handler.__call__  # type: ignore[operator]
-    try:
-        hints = typing.get_type_hints(function)
-        parameters = [p for p in inspect.signature(function).parameters.values() if p.name != "self"]
-    except (NameError, TypeError, ValueError):
-        return Any
-    if not parameters or parameters[0].name not in hints:
-        return Any
-    return _element_type(hints[parameters[0].name])
-
-
-def return_item_type_of(handler: Callable[..., Any]) -> Any:
-    function = handler if inspect.isfunction(handler) or inspect.ismethod(handler) else handler.__call__  # type: ignore[operator]
-    try:
-        hint = typing.get_type_hints(function).get("return")
-    except (NameError, TypeError):
-        return Any
-    return _element_type(hint) if hint is not None else Any
-
-
-def _element_type(hint: Any) -> Any:
-    origin = typing.get_origin(hint)
-    if origin in (list, Sequence, typing.Sequence) or origin is getattr(typing, "List", None):
-        (element,) = typing.get_args(hint) or (Any,)
-        return element
-    return Any
+    return CustomHandlerModel(path, handler, executor, owner, spec.inputs, spec.outputs)

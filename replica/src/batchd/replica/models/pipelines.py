@@ -17,8 +17,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, TypeAdapter
 
-from batchd.api.spec import ModelSpec
-from batchd.replica.models.base import ModelLoadError, ModelMetadata, TensorSpec
+from batchd.api.spec import ModelSpec, TensorSpec
+from batchd.replica.models.base import ModelLoadError, ModelMetadata
 from batchd.replica.models.devices import choose_device, choose_dtype
 from batchd.replica.models.executor import ModelExecutor
 from batchd.replica.models.results import plain
@@ -125,8 +125,8 @@ def _embeddings(location: str, device: str, dtype: Any, executor: ModelExecutor)
     dimension = int(model.config.hidden_size)
     metadata = ModelMetadata(
         platform="transformers/feature-extraction",
-        inputs=(TensorSpec("text", "BYTES"),),
-        outputs=(TensorSpec("embedding", "FP32", (-1, dimension)),),
+        inputs=(TensorSpec(name="text", datatype="BYTES"),),
+        outputs=(TensorSpec(name="embedding", datatype="FP32", shape=(-1, dimension)),),
     )
     return PipelineModel(embed, executor, metadata)
 
@@ -171,14 +171,14 @@ def _transformers_pipeline(
         tokenizer.padding_side = "left"
         call_kwargs.setdefault("max_new_tokens", 32)
         call_kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
-        outputs = (TensorSpec("generated_text", "BYTES"),)
+        outputs = (TensorSpec(name="generated_text", datatype="BYTES"),)
     elif task == "fill-mask":
         mask = tokenizer.mask_token
         item_adapter = TypeAdapter(Annotated[str, AfterValidator(_text), AfterValidator(_has(mask))])
         warmup_text = f"The capital of France is {mask}."
-        outputs = (TensorSpec("candidates", "BYTES"),)
+        outputs = (TensorSpec(name="candidates", datatype="BYTES"),)
     else:
-        outputs = (TensorSpec("label", "BYTES"),)
+        outputs = (TensorSpec(name="label", datatype="BYTES"),)
     # A pipeline is not safe to call from several threads at once; batches take turns on it.
     lock = threading.Lock()
 
@@ -191,7 +191,7 @@ def _transformers_pipeline(
 
     metadata = ModelMetadata(
         platform=f"transformers/{task}",
-        inputs=(TensorSpec("text", "BYTES"),),
+        inputs=(TensorSpec(name="text", datatype="BYTES"),),
         outputs=outputs,
     )
     return PipelineModel(run, executor, metadata, item_adapter, warmup_text)

@@ -6,7 +6,6 @@ codec in `v2_tensors`.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -36,7 +35,7 @@ async def ready(request: Request) -> Response:
 
 @router.get("/v2")
 async def server_metadata() -> dict[str, Any]:
-    return {"name": "batchd", "version": __version__, "extensions": []}
+    return {"name": "batchd", "version": __version__, "extensions": ["binary_tensor_data"]}
 
 
 @router.get("/v2/models/{name}/ready")
@@ -55,8 +54,8 @@ async def model_metadata(name: str, request: Request) -> dict[str, Any]:
         "name": name,
         "versions": [],
         "platform": metadata.platform if metadata else "",
-        "inputs": [dataclasses.asdict(spec) for spec in metadata.inputs] if metadata else [],
-        "outputs": [dataclasses.asdict(spec) for spec in metadata.outputs] if metadata else [],
+        "inputs": [spec.model_dump(mode="json") for spec in metadata.inputs] if metadata else [],
+        "outputs": [spec.model_dump(mode="json") for spec in metadata.outputs] if metadata else [],
         # Which spec.batching this replica runs (live retuning), as the operator's status expects.
         "parameters": {"batching_generation": replica.manifest.batching_generation},
     }

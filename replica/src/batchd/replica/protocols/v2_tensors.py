@@ -4,25 +4,66 @@ The first dimension of every input tensor is the batch: row `i` of each input be
 With one input the item is the row itself; with several it is `{input_name: row}`. Results go
 back the same way: one output tensor (or one per key when results are dicts), first dimension
 the batch, data flattened row-major as the protocol specifies.
+
+Tensor data travels as JSON lists, or, with the binary tensor data extension that tritonclient
+uses by default, as raw little-endian bytes after the JSON header: the header's length is in
+`Inference-Header-Content-Length`, each binary tensor says its `parameters.binary_data_size`,
+and BYTES elements are each a 4-byte little-endian length and the bytes. A request asks for
+binary answers with `parameters.binary_data_output` or per output `parameters.binary_data`.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import struct
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from batchd.api.spec import TensorSpec
 from batchd.replica.errors import InvalidInput
-from batchd.replica.models.base import TensorSpec
 
 _INT_TYPES = {"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"}
 _FLOAT_TYPES = {"FP16", "FP32", "FP64"}
 DATATYPES = _INT_TYPES | _FLOAT_TYPES | {"BOOL", "BYTES"}
+# Fixed-size datatypes as numpy reads and writes them on the wire (little-endian).
+_WIRE: dict[str, str] = {
+    "BOOL": "?",
+    "UINT8": "<u1",
+    "UINT16": "<u2",
+    "UINT32": "<u4",
+    "UINT64": "<u8",
+    "INT8": "<i1",
+    "INT16": "<i2",
+    "INT32": "<i4",
+    "INT64": "<i8",
+    "FP16": "<f2",
+    "FP32": "<f4",
+    "FP64": "<f8",
+}
 
 
-def decode_inputs(body: Any) -> list[Any]:
-    """The batch items of an inference request body, or InvalidInput naming what is wrong."""
+def split_body(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
+    """The JSON header and the binary tensor data of a request (all JSON without the header)."""
+    if header_length is None:
+        return body, b""
+    try:
+        length = int(header_length)
+    except ValueError:
+        length = -1
+    if not 0 <= length <= len(body):
+        raise InvalidInput(
+            f"Inference-Header-Content-Length: expected 0..{len(body)} (the body's size), "
+            f"got {header_length!r}"
+        )
+    return body[:length], body[length:]
+
+
+def decode_inputs(body: Any, binary: bytes = b"") -> list[Any]:
+    """The batch items of an inference request body (JSON header, then any binary tensor data),
+    or InvalidInput naming what is wrong."""
     if not isinstance(body, dict):
         raise InvalidInput(f"request body: expected a JSON object with 'inputs', got {type(body).__name__}")
     inputs = body.get("inputs")
@@ -30,9 +71,10 @@ def decode_inputs(body: Any) -> list[Any]:
         raise InvalidInput(f"inputs: expected a non-empty list of tensors, got {_short(inputs)}")
     columns: dict[str, list[Any]] = {}
     batch_size: int | None = None
+    offset = 0
     for index, tensor in enumerate(inputs):
         where = f"inputs[{index}]"
-        name, rows = _decode_tensor(tensor, where)
+        name, rows, offset = _decode_tensor(tensor, where, binary, offset)
         if name in columns:
             raise InvalidInput(f"{where}.name: {name!r} appears twice")
         if batch_size is not None and len(rows) != batch_size:
@@ -41,6 +83,10 @@ def decode_inputs(body: Any) -> list[Any]:
             )
         batch_size = len(rows)
         columns[name] = rows
+    if offset != len(binary):
+        raise InvalidInput(
+            f"request body: {len(binary) - offset} byte(s) of binary data that no input claims"
+        )
     if not batch_size:
         raise InvalidInput("inputs: the batch is empty (first dimension 0)")
     if len(columns) == 1:
@@ -48,7 +94,7 @@ def decode_inputs(body: Any) -> list[Any]:
     return [{name: rows[i] for name, rows in columns.items()} for i in range(batch_size)]
 
 
-def _decode_tensor(tensor: Any, where: str) -> tuple[str, list[Any]]:
+def _decode_tensor(tensor: Any, where: str, binary: bytes, offset: int) -> tuple[str, list[Any], int]:
     if not isinstance(tensor, dict):
         raise InvalidInput(
             f"{where}: expected an object with name, shape, datatype, data, got {_short(tensor)}"
@@ -60,8 +106,17 @@ def _decode_tensor(tensor: Any, where: str) -> tuple[str, list[Any]]:
         raise InvalidInput(f"{where}.shape: expected a list of non-negative integers, got {_short(shape)}")
     if datatype not in DATATYPES:
         raise InvalidInput(f"{where}.datatype: expected one of {sorted(DATATYPES)}, got {_short(datatype)}")
-    if not isinstance(data, list):
-        raise InvalidInput(f"{where}.data: expected a list, got {_short(data)}")
+    size = (tensor.get("parameters") or {}).get("binary_data_size")
+    if size is not None:
+        if not _is_dim(size) or offset + size > len(binary):
+            raise InvalidInput(
+                f"{where}.parameters.binary_data_size: {_short(size)} bytes, but "
+                f"{len(binary) - offset} byte(s) of binary data are left"
+            )
+        data = _from_wire(binary[offset : offset + size], datatype, where)
+        offset += size
+    elif not isinstance(data, list):
+        raise InvalidInput(f"{where}.data: expected a list (or binary data), got {_short(data)}")
     flat = _flatten(data)
     expected = math.prod(shape)
     if len(flat) != expected:
@@ -69,7 +124,76 @@ def _decode_tensor(tensor: Any, where: str) -> tuple[str, list[Any]]:
     for position, value in enumerate(flat):
         if not _fits(value, datatype):
             raise InvalidInput(f"{where}.data[{position}]: {_short(value)} is not a valid {datatype}")
-    return name, _reshape(flat, shape)
+    return name, _reshape(flat, shape), offset
+
+
+def _from_wire(raw: bytes, datatype: str, where: str) -> list[Any]:
+    """Binary tensor data as a flat list of Python values."""
+    if datatype != "BYTES":
+        width = np.dtype(_WIRE[datatype]).itemsize
+        if len(raw) % width:
+            raise InvalidInput(f"{where}: {len(raw)} byte(s) of {datatype} data, not a multiple of {width}")
+        values: list[Any] = np.frombuffer(raw, dtype=_WIRE[datatype]).tolist()
+        return values
+    elements, position = [], 0
+    while position < len(raw):
+        if position + 4 > len(raw):
+            raise InvalidInput(f"{where}: BYTES data ends inside an element's 4-byte length")
+        (length,) = struct.unpack_from("<I", raw, position)
+        element = raw[position + 4 : position + 4 + length]
+        if len(element) != length:
+            raise InvalidInput(f"{where}: a BYTES element claims {length} byte(s), {len(element)} are left")
+        try:
+            elements.append(element.decode())
+        except UnicodeDecodeError:
+            raise InvalidInput(f"{where}: BYTES element {len(elements)} is not UTF-8 text") from None
+        position += 4 + length
+    return elements
+
+
+def _to_wire(flat: list[Any], datatype: str) -> bytes:
+    if datatype != "BYTES":
+        return bytes(np.asarray(flat, dtype=_WIRE[datatype]).tobytes())
+    encoded = [value.encode() if isinstance(value, str) else bytes(value) for value in flat]
+    return b"".join(struct.pack("<I", len(element)) + element for element in encoded)
+
+
+def binary_answer(request: Any, outputs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bytes]:
+    """The outputs a request asked for in binary moved out of the JSON: (outputs, their bytes)."""
+    asked_all = bool((request.get("parameters") or {}).get("binary_data_output"))
+    asked = {
+        wanted.get("name")
+        for wanted in request.get("outputs") or []
+        if isinstance(wanted, dict) and (wanted.get("parameters") or {}).get("binary_data")
+    }
+    answered, chunks = [], []
+    for output in outputs:
+        if not (asked_all or output["name"] in asked):
+            answered.append(output)
+            continue
+        raw = _to_wire(output["data"], output["datatype"])
+        chunks.append(raw)
+        parameters = {**output.get("parameters", {}), "binary_data_size": len(raw)}
+        answered.append(
+            {key: value for key, value in output.items() if key != "data"} | {"parameters": parameters}
+        )
+    return answered, b"".join(chunks)
+
+
+def requested_outputs(request: Any, outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Only the outputs the request names in `outputs` (all of them when it names none)."""
+    wanted = request.get("outputs") if isinstance(request, dict) else None
+    if not wanted:
+        return outputs
+    if not isinstance(wanted, list) or not all(
+        isinstance(w, dict) and isinstance(w.get("name"), str) for w in wanted
+    ):
+        raise InvalidInput(f'outputs: expected a list of {{"name": ...}} objects, got {_short(wanted)}')
+    by_name = {output["name"]: output for output in outputs}
+    unknown = [w["name"] for w in wanted if w["name"] not in by_name]
+    if unknown:
+        raise InvalidInput(f"outputs: no output named {unknown[0]!r}; the model has {sorted(by_name)}")
+    return [by_name[w["name"]] for w in wanted]
 
 
 def _is_dim(value: Any) -> bool:

@@ -49,3 +49,13 @@ class WithWarmup:
 
     def __call__(self, items: list[float]) -> list[float]:
         return [item * 2 for item in items]
+
+
+def untyped_double(items):  # type: ignore[no-untyped-def]  # no annotation on purpose: the spec declares
+    """Doubles each item, with no type annotation: only `model.inputs` can say what it takes."""
+    return [item * 2 for item in items]
+
+
+def untyped_row_sums(items):  # type: ignore[no-untyped-def]
+    """The sum of each row, for a declared input of shape [-1, N]."""
+    return [sum(row) for row in items]
