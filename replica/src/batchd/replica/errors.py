@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
 
 
 class QueueFull(Exception):
@@ -104,3 +107,33 @@ def http_error(error: BaseException) -> HttpError:
         retry_after = error.retry_after_s if isinstance(error, QueueFull) else 1.0
         headers.append((b"retry-after", str(max(1, round(retry_after))).encode()))
     return HttpError(answer.status, headers, {"error": describe(error)})
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: one message that names the field and the value, or the failure."""
+
+    error: str
+
+
+# What each status means, for the OpenAPI document (499 is for the log: its client is gone).
+_MEANINGS: dict[int, str] = {
+    400: "The request is malformed; the message names the field and the value.",
+    404: "The URL names a model this replica does not serve.",
+    413: "The body or the number of items is larger than this replica accepts.",
+    500: "The model raised on this item, or answered with the wrong number of results.",
+    503: "The queue is full, the model is still loading, or the replica is shutting down: retry "
+    "after Retry-After seconds (on another replica).",
+    504: "request_timeout_s passed before the model answered.",
+}
+
+
+def openapi_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI `responses` of a route for these error statuses, from the same table."""
+    responses: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        response: dict[str, Any] = {"model": ErrorBody, "description": _MEANINGS[status]}
+        if any(answer.status == status and answer.retry for _, answer in ERROR_TABLE):
+            retry_after = {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}
+            response["headers"] = {"Retry-After": retry_after}
+        responses[status] = response
+    return responses

@@ -27,11 +27,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from batchd.replica.errors import ClientDisconnected, InvalidInput, TooLarge, answer_for, describe, http_error
 from batchd.replica.protocols import kserve_v1, simple
 from batchd.replica.protocols.v2_tensors import (
-    binary_answer,
     decode_inputs,
     encode_outputs,
-    requested_outputs,
+    shape_answer,
     split_body,
+    wanted_outputs,
 )
 from batchd.replica.serving import Replica
 
@@ -107,9 +107,9 @@ class InferenceRoutes:
         header, binary = split_body(body, _header(scope, b"inference-header-content-length"))
         document = _parse_json(header)
         items = decode_inputs(document, binary)
+        wanted = wanted_outputs(document)
         results = await self._infer(call.name, items, "inputs", receive)
-        outputs = requested_outputs(document, encode_outputs(results, self.replica.output_specs))
-        outputs, raw = binary_answer(document, outputs)
+        outputs, raw = shape_answer(encode_outputs(results, self.replica.output_specs), wanted)
         answer: dict[str, Any] = {"model_name": call.name, "outputs": outputs}
         if isinstance(document.get("id"), str):
             answer["id"] = document["id"]

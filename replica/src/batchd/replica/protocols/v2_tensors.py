@@ -18,6 +18,7 @@ import json
 import math
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -104,9 +105,9 @@ def _decode_tensor(tensor: Any, where: str, binary: bytes, offset: int) -> tuple
         raise InvalidInput(f"{where}.name: expected a non-empty string, got {_short(name)}")
     if not isinstance(shape, list) or not shape or not all(_is_dim(d) for d in shape):
         raise InvalidInput(f"{where}.shape: expected a list of non-negative integers, got {_short(shape)}")
-    if datatype not in DATATYPES:
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
         raise InvalidInput(f"{where}.datatype: expected one of {sorted(DATATYPES)}, got {_short(datatype)}")
-    size = (tensor.get("parameters") or {}).get("binary_data_size")
+    size = _parameters(tensor, where).get("binary_data_size")
     if size is not None:
         if not _is_dim(size) or offset + size > len(binary):
             raise InvalidInput(
@@ -158,42 +159,62 @@ def _to_wire(flat: list[Any], datatype: str) -> bytes:
     return b"".join(struct.pack("<I", len(element)) + element for element in encoded)
 
 
-def binary_answer(request: Any, outputs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bytes]:
-    """The outputs a request asked for in binary moved out of the JSON: (outputs, their bytes)."""
-    asked_all = bool((request.get("parameters") or {}).get("binary_data_output"))
-    asked = {
-        wanted.get("name")
-        for wanted in request.get("outputs") or []
-        if isinstance(wanted, dict) and (wanted.get("parameters") or {}).get("binary_data")
-    }
+@dataclass(frozen=True)
+class Wanted:
+    """What a request asks of its answer: which outputs, and which of them in binary."""
+
+    names: tuple[str, ...] | None  # None: every output
+    binary: frozenset[str]
+    all_binary: bool
+
+
+def wanted_outputs(request: dict[str, Any]) -> Wanted:
+    """Read (and check, before the model runs) the request's `outputs` and `binary_data_output`."""
+    all_binary = bool(_parameters(request, "request body").get("binary_data_output"))
+    outputs = request.get("outputs")
+    if outputs is None:
+        return Wanted(None, frozenset(), all_binary)
+    if not isinstance(outputs, list):
+        raise InvalidInput(f'outputs: expected a list of {{"name": ...}} objects, got {_short(outputs)}')
+    names, binary = [], set()
+    for index, output in enumerate(outputs):
+        if not isinstance(output, dict) or not isinstance(output.get("name"), str):
+            raise InvalidInput(f'outputs[{index}]: expected {{"name": ...}}, got {_short(output)}')
+        names.append(output["name"])
+        if _parameters(output, f"outputs[{index}]").get("binary_data"):
+            binary.add(output["name"])
+    return Wanted(tuple(names) if names else None, frozenset(binary), all_binary)
+
+
+def shape_answer(outputs: list[dict[str, Any]], wanted: Wanted) -> tuple[list[dict[str, Any]], bytes]:
+    """The outputs the request asked for, those it wanted in binary moved out of the JSON:
+    (outputs, their bytes, in order)."""
+    if wanted.names is not None:
+        by_name = {output["name"]: output for output in outputs}
+        unknown = [name for name in wanted.names if name not in by_name]
+        if unknown:
+            raise InvalidInput(f"outputs: no output named {unknown[0]!r}; the model has {sorted(by_name)}")
+        outputs = [by_name[name] for name in wanted.names]
     answered, chunks = [], []
     for output in outputs:
-        if not (asked_all or output["name"] in asked):
+        if not (wanted.all_binary or output["name"] in wanted.binary):
             answered.append(output)
             continue
         raw = _to_wire(output["data"], output["datatype"])
         chunks.append(raw)
-        parameters = {**output.get("parameters", {}), "binary_data_size": len(raw)}
-        answered.append(
-            {key: value for key, value in output.items() if key != "data"} | {"parameters": parameters}
-        )
+        header = {key: value for key, value in output.items() if key != "data"}
+        answered.append(header | {"parameters": {"binary_data_size": len(raw)}})
     return answered, b"".join(chunks)
 
 
-def requested_outputs(request: Any, outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Only the outputs the request names in `outputs` (all of them when it names none)."""
-    wanted = request.get("outputs") if isinstance(request, dict) else None
-    if not wanted:
-        return outputs
-    if not isinstance(wanted, list) or not all(
-        isinstance(w, dict) and isinstance(w.get("name"), str) for w in wanted
-    ):
-        raise InvalidInput(f'outputs: expected a list of {{"name": ...}} objects, got {_short(wanted)}')
-    by_name = {output["name"]: output for output in outputs}
-    unknown = [w["name"] for w in wanted if w["name"] not in by_name]
-    if unknown:
-        raise InvalidInput(f"outputs: no output named {unknown[0]!r}; the model has {sorted(by_name)}")
-    return [by_name[w["name"]] for w in wanted]
+def _parameters(holder: dict[str, Any], where: str) -> dict[str, Any]:
+    """The `parameters` object of a request, tensor or output (empty when absent)."""
+    parameters = holder.get("parameters")
+    if parameters is None:
+        return {}
+    if not isinstance(parameters, dict):
+        raise InvalidInput(f"{where}.parameters: expected an object, got {_short(parameters)}")
+    return parameters
 
 
 def _is_dim(value: Any) -> bool:
