@@ -206,3 +206,10 @@ def test_service_selects_exactly_this_deployments_pods() -> None:
         {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}
     ]
     assert children.service(bd())["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "batchd"
+
+
+def test_replicas_finish_draining_before_the_kubelet_kills_them() -> None:
+    pod = children.deployment(GPU, SETTINGS)["spec"]["template"]["spec"]
+    env = {item["name"]: item.get("value") for item in container(children.deployment(GPU, SETTINGS))["env"]}
+    sigterm_at = SETTINGS.drain_delay_s  # after the preStop sleep
+    assert sigterm_at + int(env["BATCHD_DRAIN_TIMEOUT_S"]) < pod["terminationGracePeriodSeconds"]

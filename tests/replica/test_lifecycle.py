@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +102,49 @@ def test_live_at_once_ready_only_once_the_model_has_loaded() -> None:
         assert httpx.post(f"{url}/v1/models/slowload:predict", json={"instances": [1]}).json() == {
             "predictions": [2]
         }
+
+
+def test_a_hung_handler_answers_504_then_turns_unready_then_not_live(tmp_path: Path) -> None:
+    document = manifests.manifest(
+        "hung",
+        "batchd.testing.handlers:HangsOnZero",
+        batching={"request_timeout_s": 1, "batch_wait_timeout_s": 0},
+    )
+    with replica_process(write_manifest(tmp_path, document), tmp_path) as replica:
+        url = replica.url
+        assert httpx.post(f"{url}/v1/models/hung:predict", json={"instances": [1]}).json() == {
+            "predictions": [2]
+        }
+        started = time.monotonic()
+        stuck = httpx.post(f"{url}/v1/models/hung:predict", json={"instances": [0]}, timeout=30)
+        assert stuck.status_code == 504 and 0.9 < time.monotonic() - started < 5  # at request_timeout_s
+        # The batch is still in the model: unready, and new work is refused at once, not queued.
+        wait_until(lambda: httpx.get(f"{url}/v2/health/ready").status_code == 503, 10, "unready")
+        refused = httpx.post(f"{url}/v1/models/hung:predict", json={"instances": [5]}, timeout=30)
+        assert refused.status_code == 503 and "stuck on a batch" in refused.json()["error"]
+        assert int(refused.headers["retry-after"]) >= 1
+        assert httpx.get(f"{url}/v2/health/live").status_code == 200
+        # Three request timeouts in, the liveness probe asks the kubelet for a restart.
+        wait_until(lambda: httpx.get(f"{url}/v2/health/live").status_code == 503, 10, "not live")
+        assert time.monotonic() - started >= 3
+
+
+def test_sigterm_with_a_hung_batch_exits_within_the_drain_timeout(tmp_path: Path) -> None:
+    document = manifests.manifest(
+        "hung",
+        "batchd.testing.handlers:HangsOnZero",
+        batching={"request_timeout_s": 1, "batch_wait_timeout_s": 0},
+    )
+    with replica_process(
+        write_manifest(tmp_path, document), tmp_path, env={"BATCHD_DRAIN_TIMEOUT_S": "2"}
+    ) as replica:
+        assert (
+            httpx.post(
+                f"{replica.url}/v1/models/hung:predict", json={"instances": [0]}, timeout=30
+            ).status_code
+            == 504
+        )
+        started = time.monotonic()
+        assert replica.terminate(timeout_s=30) == 1  # not 0: the batch was abandoned, and the log says so
+        assert time.monotonic() - started < 10
+        assert "still in the model after drain_timeout_s" in replica.log()

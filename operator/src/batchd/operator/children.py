@@ -101,6 +101,11 @@ def termination_grace_period_s(bd: BatchedDeployment, settings: Settings) -> int
     )
 
 
+def drain_timeout_s(bd: BatchedDeployment, settings: Settings) -> int:
+    """How long a replica may drain after SIGTERM: what is left of the grace period, less 5 s."""
+    return max(1, termination_grace_period_s(bd, settings) - settings.drain_delay_s - 5)
+
+
 def _probe(path: str, *, period_s: int, failures: int, timeout_s: int = 5) -> Manifest:
     return {
         "httpGet": {"path": path, "port": "http"},
@@ -115,6 +120,9 @@ def _env(bd: BatchedDeployment, settings: Settings) -> list[Manifest]:
         {"name": "BATCHD_PVC_ROOT", "value": PVC_ROOT},
         {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},
         {"name": "HOME", "value": "/tmp"},
+        # Finish draining before the kubelet's SIGKILL: the grace period less the preStop sleep,
+        # less a few seconds to exit.
+        {"name": "BATCHD_DRAIN_TIMEOUT_S", "value": str(drain_timeout_s(bd, settings))},
     ]
     if settings.model_mirror:
         ours.append({"name": "BATCHD_MODEL_MIRROR", "value": settings.model_mirror})

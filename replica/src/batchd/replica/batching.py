@@ -100,7 +100,7 @@ class Batcher:
         self._slot_freed = asyncio.Event()
         self._queue: collections.deque[_Pending] = collections.deque()
         self._arrived = asyncio.Event()
-        self._running: set[asyncio.Task[None]] = set()
+        self._running: dict[asyncio.Task[None], float] = {}  # each running batch: when it started
         self._former: asyncio.Task[None] | None = None
         self._draining = False
         self._rate = _DrainRate()
@@ -114,6 +114,13 @@ class Batcher:
     @property
     def running_items(self) -> int:
         return self._running_items
+
+    @property
+    def longest_running_s(self) -> float:
+        """How long the oldest batch still in the model has been running (0 when none is)."""
+        if not self._running:
+            return 0.0
+        return time.monotonic() - min(self._running.values())
 
     @property
     def config(self) -> BatchingSpec:
@@ -204,11 +211,11 @@ class Batcher:
             if batch is None:  # drained and empty
                 return
             task = asyncio.create_task(self._execute(batch))
-            self._running.add(task)
+            self._running[task] = time.monotonic()
             task.add_done_callback(self._batch_done)
 
     def _batch_done(self, task: asyncio.Task[None]) -> None:
-        self._running.discard(task)
+        self._running.pop(task, None)
         self._slot_freed.set()
 
     async def _next_batch(self) -> list[_Pending] | None:

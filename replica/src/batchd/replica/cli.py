@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import logging
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,10 @@ def serve(args: argparse.Namespace) -> int:
     )
     server = ReplicaServer(config, app.replica, settings.drain_timeout_s)
     server.run()
+    if app.replica.hung:
+        # Its thread cannot be stopped, and the interpreter would wait for it at exit.
+        logging.shutdown()
+        os._exit(1)
     load_error = app.replica.load_error
     if load_error is not None or not server.started:
         _write_termination_log(f"model {manifest.model_name!r} failed to load: {load_error}")

@@ -26,6 +26,10 @@ class Draining(Exception):
     """The replica is shutting down and admits no new work."""
 
 
+class Stalled(Exception):
+    """A batch has been in the model longer than any request may wait: new work would only wait too."""
+
+
 class DeadlineExceeded(Exception):
     """`request_timeout_s` passed before the request's results were ready."""
 
@@ -70,6 +74,7 @@ ERROR_TABLE: tuple[tuple[type[BaseException], ErrorAnswer], ...] = (
     (QueueFull, ErrorAnswer(503, "rejected", rejection="queue_full", retry=True)),
     (Draining, ErrorAnswer(503, "rejected", rejection="draining", retry=True)),
     (NotReady, ErrorAnswer(503, "rejected", retry=True)),
+    (Stalled, ErrorAnswer(503, "rejected", rejection="stalled", retry=True)),
     (DeadlineExceeded, ErrorAnswer(504, "timeout")),
     (ClientDisconnected, ErrorAnswer(499, "cancelled")),
     (asyncio.CancelledError, ErrorAnswer(499, "cancelled")),
@@ -121,8 +126,8 @@ _MEANINGS: dict[int, str] = {
     404: "The URL names a model this replica does not serve.",
     413: "The body or the number of items is larger than this replica accepts.",
     500: "The model raised on this item, or answered with the wrong number of results.",
-    503: "The queue is full, the model is still loading, or the replica is shutting down: retry "
-    "after Retry-After seconds (on another replica).",
+    503: "The queue is full, the model is still loading or stuck on a batch, or the replica is "
+    "shutting down: retry after Retry-After seconds (on another replica).",
     504: "request_timeout_s passed before the model answered.",
 }
 

@@ -17,12 +17,15 @@ from pydantic import ValidationError
 
 from batchd.api.spec import BatchedDeployment, TensorSpec
 from batchd.replica.batching import Abandoned, Batcher
-from batchd.replica.errors import Draining, InvalidInput, NotReady, TooLarge, UnknownModel
+from batchd.replica.errors import Draining, InvalidInput, NotReady, Stalled, TooLarge, UnknownModel
 from batchd.replica.metrics import ReplicaMetrics
 from batchd.replica.models.base import BatchModel
 from batchd.replica.settings import ReplicaSettings
 
 logger = logging.getLogger(__name__)
+
+# A batch running this many times request_timeout_s makes the replica report not live.
+HUNG_FACTOR = 3
 
 
 class Replica:
@@ -37,6 +40,7 @@ class Replica:
         self.model: BatchModel | None = None  # set once loaded and warmed
         self.inflight = 0  # requests accepted and not yet answered; kept by the inference routes
         self.load_error: Exception | None = None
+        self.hung = False  # a batch outlived the drain at shutdown
         self.metrics.track(
             queue_depth=lambda: self.batcher.queue_depth,
             running_items=lambda: self.batcher.running_items,
@@ -89,15 +93,37 @@ class Replica:
         self.metrics.model_ready.set(0)
 
     async def stop(self) -> None:
+        """Finish what was accepted (within `drain_timeout_s`), then release the model.
+
+        A handler stuck in a batch would hold the drain, and the process, forever: past the
+        drain timeout the replica stops waiting for it (`hung` says so, and the CLI exits 1).
+        """
         self.begin_draining()
-        await self.batcher.drain()
+        try:
+            await asyncio.wait_for(self.batcher.drain(), self.settings.drain_timeout_s)
+        except TimeoutError:
+            logger.error("a batch is still in the model after drain_timeout_s; not waiting for it")
+            self.hung = True
+            return
         if self.model is not None:
             self.model.close()
 
     @property
     def ready(self) -> bool:
-        """Loaded, warmed and not shutting down: what /v2/health/ready answers."""
-        return self.model is not None and not self.batcher.draining
+        """Loaded, warmed, not shutting down and not stuck: what /v2/health/ready answers."""
+        return self.model is not None and not self.batcher.draining and not self.stalled
+
+    @property
+    def stalled(self) -> bool:
+        """A batch has run longer than `request_timeout_s`: every request in it has had its 504,
+        and new ones would only wait; the replica turns unready until the batch comes back."""
+        return self.batcher.longest_running_s > self.batcher.config.request_timeout_s
+
+    @property
+    def live(self) -> bool:
+        """False once a batch has run HUNG_FACTOR times `request_timeout_s`: a handler stuck that
+        long will not come back, and only a restart (the kubelet's, on the liveness probe) frees it."""
+        return self.batcher.longest_running_s <= HUNG_FACTOR * self.batcher.config.request_timeout_s
 
     @property
     def output_specs(self) -> tuple[TensorSpec, ...]:
@@ -118,6 +144,11 @@ class Replica:
             raise NotReady(f"model {self.model_name!r} is still loading")
         if not items:
             raise InvalidInput(f"{field}: the batch is empty")
+        if self.stalled:
+            longest = self.batcher.longest_running_s
+            raise Stalled(
+                f"the model has been stuck on a batch for {longest:.0f} s; retry on another replica"
+            )
         limit = self.batcher.config.max_queued_requests
         if len(items) > limit:
             raise TooLarge(f"{field}: {len(items)} items, more than max_queued_requests={limit} ever fit")

@@ -86,9 +86,18 @@ def _replica(request: Request) -> Replica:
     return replica
 
 
-@router.get("/v2/health/live")
-async def live() -> dict[str, bool]:
-    return {"live": True}
+class LiveAnswer(BaseModel):
+    live: bool
+
+
+@router.get(
+    "/v2/health/live",
+    response_model=LiveAnswer,
+    responses={503: {"model": LiveAnswer, "description": "A batch has hung: restart the replica."}},
+)
+async def live(request: Request) -> Response:
+    is_live = _replica(request).live
+    return JSONResponse({"live": is_live}, status_code=200 if is_live else 503)
 
 
 @router.get(

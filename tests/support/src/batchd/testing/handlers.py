@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 
@@ -59,3 +60,12 @@ def untyped_double(items):  # type: ignore[no-untyped-def]  # no annotation on p
 def untyped_row_sums(items):  # type: ignore[no-untyped-def]
     """The sum of each row, for a declared input of shape [-1, N]."""
     return [sum(row) for row in items]
+
+
+class HangsOnZero:
+    """Answers at once, except for a batch holding 0: that one never comes back (a stuck GPU call)."""
+
+    def __call__(self, numbers: list[int]) -> list[int]:
+        if 0 in numbers:
+            threading.Event().wait()  # forever: nothing will ever set it
+        return [n + 1 for n in numbers]
