@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -116,6 +117,46 @@ async def running_operator(
         else:
             os.environ["KUBECONFIG"] = previous
         assert not thread.is_alive(), "the operator did not stop"
+
+
+@contextlib.asynccontextmanager
+async def operator_process(
+    server: ApiServer, log_path: Path, env: dict[str, str] | None = None
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`python -m batchd.operator` as a user runs it, in a process of its own (so that it can be
+    killed, and its CPU and memory are its own), yielded once it watches the resources. On the
+    way out it is stopped (SIGTERM, then SIGKILL) if it is still running; the API server keeps
+    serving meanwhile."""
+    full_env = {
+        **os.environ,
+        "KUBECONFIG": server.kubeconfig_path,
+        "BATCHD_METRICS_PORT": "0",
+        "BATCHD_LIVENESS_ENDPOINT": "",
+        **(env or {}),
+    }
+    watched_before = _watches(server)
+    with log_path.open("a") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "batchd.operator", env=full_env, stdout=log, stderr=log
+        )
+    try:
+        await eventually(
+            lambda: process.returncode is not None or _watches(server) > watched_before,
+            timeout_s=60,
+            what="the operator process to watch the resources",
+        )
+        if process.returncode is not None:
+            log = await asyncio.to_thread(log_path.read_text)
+            raise RuntimeError(f"the operator exited with {process.returncode}:\n{log}")
+        yield process
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
 
 
 def _watches(server: ApiServer) -> int:
