@@ -146,8 +146,8 @@ async def operator_process(
             what="the operator process to watch the resources",
         )
         if process.returncode is not None:
-            log = await asyncio.to_thread(log_path.read_text)
-            raise RuntimeError(f"the operator exited with {process.returncode}:\n{log}")
+            output = await asyncio.to_thread(log_path.read_text)
+            raise RuntimeError(f"the operator exited with {process.returncode}:\n{output}")
         yield process
     finally:
         if process.returncode is None:
