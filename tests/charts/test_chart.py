@@ -137,6 +137,10 @@ def test_custom_values_reach_the_operator() -> None:
         ({"watchNamespaces": ["Team_A"]}, "watchNamespaces"),
         ({"monitoring": {"enabled": "yes"}}, "enabled"),
         ({"dashboards": {"enabled": True, "lables": {}}}, "lables"),
+        ({"fullnameOverride": "x" * 64}, "fullnameOverride"),
+        ({"healthPort": 0}, "healthPort"),
+        ({"monitoring": {"interval": "soon"}}, "interval"),
+        ({"serviceAccount": {"create": "true"}}, "create"),
     ],
 )
 def test_the_values_schema_refuses_bad_values_naming_them(values: dict[str, Any], named: str) -> None:
