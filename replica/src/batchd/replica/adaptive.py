@@ -1,0 +1,134 @@
+"""Adaptive batching: each batch's wait and size chosen from a latency objective, not a fixed window.
+
+With `batching.latency_objective_s` set, the batcher asks `plan()` before each batch. Two things
+are learned as the replica runs:
+- what a batch costs: `CostModel`, a line through (batch size, seconds) fitted by least squares
+  over the recent batches, forgetting old ones;
+- how fast items arrive: `ArrivalRate`, a count decayed over a second (so a change of load is
+  followed within seconds).
+
+The rule: waiting for company only pays when the model could not keep up otherwise. A batch of
+the n items already queued keeps up when the model serves them at least as fast as they come
+(n / cost(n) >= rate, per batch slot, with some headroom): then it leaves at once, as with a
+zero window, and light load pays no wait at all. Otherwise the batch waits until enough items
+have arrived to keep up, but never past the moment its oldest item would miss the objective
+(arrival + objective - cost of the batch); full batches (or an overload, when even a full batch
+cannot keep up) leave at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Batches are sized to serve this much more than the arrival rate: without headroom a queue at
+# exactly the model's pace grows on every burst.
+HEADROOM = 1.2
+# Each batch counts this much less in the cost fit than the one after it: the last 20 or so batches
+# matter, so a model that warms up or a GPU that throttles is followed within a few dozen.
+FORGETTING = 0.95
+# The arrival rate is counted over about this many seconds.
+RATE_WINDOW_S = 1.0
+
+
+class CostModel:
+    """Seconds a batch of `size` items takes: alpha + beta * size, fitted on recent batches."""
+
+    def __init__(self) -> None:
+        self._weight = self._sum_b = self._sum_bb = self._sum_t = self._sum_bt = 0.0
+        self.batches = 0
+
+    def observe(self, size: int, seconds: float) -> None:
+        self._weight = FORGETTING * self._weight + 1.0
+        self._sum_b = FORGETTING * self._sum_b + size
+        self._sum_bb = FORGETTING * self._sum_bb + size * size
+        self._sum_t = FORGETTING * self._sum_t + seconds
+        self._sum_bt = FORGETTING * self._sum_bt + size * seconds
+        self.batches += 1
+
+    @property
+    def fitted(self) -> tuple[float, float] | None:
+        """(alpha, beta): fixed seconds per batch and seconds per item; None until it has seen
+        two batch sizes (before that the batcher does what a zero window does)."""
+        if self.batches < 2:
+            return None
+        mean_b = self._sum_b / self._weight
+        spread = self._sum_bb / self._weight - mean_b * mean_b
+        mean_t = self._sum_t / self._weight
+        if spread <= 1e-9:  # one size only: the cost per item is unknown
+            return None
+        beta = max(0.0, (self._sum_bt / self._weight - mean_b * mean_t) / spread)
+        alpha = max(0.0, mean_t - beta * mean_b)
+        return alpha, beta
+
+    def seconds(self, size: int) -> float:
+        fit = self.fitted
+        if fit is None:
+            return self._sum_t / self._weight if self._weight else 0.0
+        alpha, beta = fit
+        return alpha + beta * size
+
+
+class ArrivalRate:
+    """Items a second, decayed exponentially over RATE_WINDOW_S."""
+
+    def __init__(self) -> None:
+        self._rate = 0.0
+        self._at = 0.0
+
+    def add(self, items: int, now: float) -> None:
+        self._rate = self.at(now) + items / RATE_WINDOW_S
+        self._at = now
+
+    def at(self, now: float) -> float:
+        return self._rate * math.exp(-max(0.0, now - self._at) / RATE_WINDOW_S)
+
+
+@dataclass(frozen=True)
+class Plan:
+    go: bool  # dispatch now
+    size: int  # the batch to take (now), or to wait for
+    wait_until: float  # the latest moment to go, if not now (loop time); each arrival re-plans
+
+
+def plan(
+    *,
+    now: float,
+    queued: int,
+    oldest_arrival: float,
+    objective_s: float,
+    max_batch_size: int,
+    slots: int,
+    cost: CostModel,
+    rate: ArrivalRate,
+) -> Plan:
+    """The batch to form now, or how long to wait for it (see the module docstring)."""
+    if queued >= max_batch_size or cost.fitted is None:
+        return Plan(True, min(queued, max_batch_size), now)
+    per_slot = rate.at(now) / max(slots, 1)
+    needed = _smallest_keeping_up(per_slot, max_batch_size, cost)
+    if queued >= needed:
+        return Plan(True, queued, now)  # keeps up as it is: no wait
+    # Wait for `needed` items, but leave in time for the oldest item's objective.
+    last_moment = oldest_arrival + objective_s - cost.seconds(needed)
+    if last_moment <= now:
+        return Plan(True, queued, now)
+    return Plan(False, needed, last_moment)  # arrivals meanwhile bring a new plan
+
+
+def _smallest_keeping_up(rate: float, max_batch_size: int, cost: CostModel) -> int:
+    """The smallest batch the model serves at HEADROOM times `rate`; the largest when none can."""
+    for size in _sizes(max_batch_size):
+        if size >= HEADROOM * rate * cost.seconds(size):
+            return size
+    return max_batch_size
+
+
+def _sizes(max_batch_size: int) -> list[int]:
+    """1..max, every size up to 64 and then a geometric ladder (a plan is computed per batch)."""
+    sizes = list(range(1, min(max_batch_size, 64) + 1))
+    size = 64
+    while size < max_batch_size:
+        size = min(max_batch_size, int(size * 1.25) + 1)
+        sizes.append(size)
+    return sizes
