@@ -24,9 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from batchd.bench import report, runner, scenarios
-
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+from batchd.bench import RESULTS_DIR, report, runner, scenarios
 
 
 def machine() -> str:

@@ -29,7 +29,6 @@ import datetime
 import itertools
 import json
 import math
-import os
 import shlex
 import statistics
 import sys
@@ -41,15 +40,15 @@ from pathlib import Path
 from typing import Any, ClassVar, cast
 
 from batchd.api.pod import MANAGED_BY, REPLICA_PORT
+from batchd.bench import RESULTS_DIR
 from batchd.bench.__main__ import machine
 from batchd.operator.settings import Settings
 from batchd.testing import procstat
 from batchd.testing.apiserver import ApiServer
 from batchd.testing.manifests import manifest
-from batchd.testing.operator_runner import api_server, create, patch
+from batchd.testing.operator_runner import api_server, create, operator_process, patch
 
 NS = "default"
-RESULTS_DIR = Path(__file__).resolve().parents[3] / "results"
 DEFAULT_POLL_S = float(Settings.model_fields["replica_poll_interval_s"].default)
 STATUS_WRITE = ("serving.batchd.dev", "batcheddeployments/status", "patch")
 
@@ -79,45 +78,13 @@ def _converged(server: ApiServer, name: str) -> bool:
     )
 
 
-@contextlib.asynccontextmanager
-async def operator_process(
-    server: ApiServer, log: Path, env: dict[str, str] | None = None
-) -> AsyncIterator[int]:
-    """`python -m batchd.operator` in its own process, yielded (its pid) once it watches the resources;
-    the API server keeps serving while it stops."""
-    full_env = {
-        **os.environ,
-        "KUBECONFIG": server.kubeconfig_path,
-        "BATCHD_METRICS_PORT": "0",
-        "BATCHD_LIVENESS_ENDPOINT": "",
-        **(env or {}),
-    }
-    with log.open("w") as stderr:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "batchd.operator", env=full_env, stdout=stderr, stderr=stderr
-        )
-    try:
-        await until(
-            lambda: any(call[1] == "batcheddeployments" and call[2] == "watch" for call in server.calls),
-            60,
-            "the operator watching",
-        )
-        yield process.pid
-    finally:
-        process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), 30)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
-
-
 async def run(repeats: int, resources: int, log: Path) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         async with (
             api_server(Path(tmp), validate_children=False) as server,
-            operator_process(server, log) as pid,
+            operator_process(server, log) as operator,
         ):
+            pid = operator.pid
             _, idle_peak = _rss_mib(pid)
 
             latencies = []
@@ -332,8 +299,9 @@ async def run_autoscaling(
         async with (
             api_server(Path(tmp), validate_children=False) as server,
             _load_server(total, log.with_suffix(".loads.log")) as loads,
-            operator_process(server, log.with_suffix(".autoscaling.log"), env) as pid,
+            operator_process(server, log.with_suffix(".autoscaling.log"), env) as operator,
         ):
+            pid = operator.pid
             started = time.perf_counter()
             await _in_chunks(
                 [

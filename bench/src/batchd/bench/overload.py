@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from batchd.bench import RESULTS_DIR
 from batchd.testing import manifests, procstat, servers
 from batchd.testing.traffic import Traffic, unanswered
 
@@ -33,7 +34,6 @@ BATCH_S = 0.1
 MAX_BATCH = 4
 CAPACITY = MAX_BATCH / BATCH_S  # items a second
 WARMUP_S = 5.0
-RESULTS = Path("bench/results")
 
 
 def replica_manifest() -> dict[str, Any]:
@@ -153,9 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         report = asyncio.run(run(args.duration, args.times, Path(workdir)))
     text = markdown(report)
     print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "overload.json").write_text(json.dumps(report, indent=2) + "\n")
-    (RESULTS / "overload.md").write_text(text)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / "overload.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS_DIR / "overload.md").write_text(text)
     return 0 if all(verdicts(report).values()) else 1
 
 
