@@ -7,6 +7,7 @@ tests. Owner references are added later by `kopf.adopt`; everything else a pod n
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from typing import Any
 
@@ -126,6 +127,11 @@ def _env(bd: BatchedDeployment, settings: Settings) -> list[Manifest]:
     ]
     if settings.model_mirror:
         ours.append({"name": "BATCHD_MODEL_MIRROR", "value": settings.model_mirror})
+    if bd.spec.model.calls:
+        # Model composition: where each alias of model.calls is, as the replica's handles reach it.
+        ours.append(
+            {"name": "BATCHD_CALLS", "value": json.dumps(call_addresses(bd, settings), sort_keys=True)}
+        )
     # The user's variables win: theirs replace ours of the same name instead of duplicating them.
     theirs = [dict(item) for item in bd.spec.env]
     overridden = {item.get("name") for item in theirs}
@@ -250,6 +256,21 @@ def service(bd: BatchedDeployment) -> Manifest:
 
 def service_url(bd: BatchedDeployment, namespace: str, settings: Settings) -> str:
     return f"http://{bd.metadata.name}.{namespace}.svc.{settings.cluster_domain}:{REPLICA_PORT}"
+
+
+def call_addresses(bd: BatchedDeployment, settings: Settings) -> dict[str, str]:
+    """alias -> the Service URL of the BatchedDeployment it names (`model.calls`), in the caller's
+    namespace. Pod to Service over HTTP, as any client calls a replica: nothing of the API server's
+    is involved (the replicas keep no service account token), so no RBAC is needed."""
+    namespace = bd.metadata.namespace
+    return {
+        # Without a namespace (a manifest rendered on its own) the short name, which the pod's DNS
+        # search path resolves in its own namespace.
+        alias: f"http://{name}.{namespace}.svc.{settings.cluster_domain}:{REPLICA_PORT}"
+        if namespace
+        else f"http://{name}:{REPLICA_PORT}"
+        for alias, name in bd.spec.model.calls.items()
+    }
 
 
 def replicas_patch(num_replicas: int) -> Manifest:

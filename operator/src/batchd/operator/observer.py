@@ -31,10 +31,6 @@ from batchd.operator.replicas import DELETION_COST_ANNOTATION, ReplicaLoad, Repl
 
 logger = logging.getLogger(__name__)
 
-# A load write to the status is skipped while the load moves by less than this share: the status
-# is for people and events, the metrics carry every poll.
-LOAD_CHANGE_WORTH_WRITING = 0.1
-
 
 Key = tuple[str, str]  # (namespace, name) of a BatchedDeployment
 
@@ -49,6 +45,7 @@ class Observer:
     pods: dict[Key, dict[str, ReplicaPod]] = field(default_factory=dict)  # by resource, by pod name
     autoscalers: dict[Key, Autoscaler] = field(default_factory=dict)
     _loop_task: asyncio.Task[None] | None = None
+    _seen_written: dict[Key, float] = field(default_factory=dict)  # when status.autoscaling last was
 
     def track(self, namespace: str, name: str, body: dict[str, Any] | None) -> None:
         """A resource as its watch saw it; None once it is deleted."""
@@ -56,6 +53,7 @@ class Observer:
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             self.resources.pop(key, None)
             self.autoscalers.pop(key, None)
+            self._seen_written.pop(key, None)
             forget_load(namespace, name)
         else:
             self.resources[key] = body
@@ -156,20 +154,23 @@ class Observer:
             "recommended_replicas": decision.recommended,
         }
         before = old.get("autoscaling") or {}
-        written = before.get("load", 0)
-        moved = abs(load - written) > max(1.0, LOAD_CHANGE_WORTH_WRITING * written)
-        if moved or any(before.get(key) != value for key, value in seen.items() if key != "load"):
+        key = (namespace, name)
+        now = time.monotonic()
+        refresh_s = self.reconciler.settings.autoscaling_status_interval_s
+        stale = now - self._seen_written.get(key, -refresh_s) >= refresh_s
+        if stale and any(before.get(field) != value for field, value in seen.items()):
             updates["autoscaling"] = {**before, **seen}
+            self._seen_written[key] = now
         if decision.replicas == current:
             return decision
 
-        now = status.stamp(datetime.datetime.now(datetime.UTC))
         updates["autoscaling"] = {
             **before,
             **seen,
-            "last_scale_time": now,
+            "last_scale_time": status.stamp(datetime.datetime.now(datetime.UTC)),
             "last_scale_reason": decision.reason,
         }
+        self._seen_written[key] = now
         updates["desired_replicas"] = decision.replicas
         async with self.reconciler.locks[(namespace, name)]:
             if decision.replicas < current:

@@ -44,6 +44,10 @@ class Settings(EnvironmentSettings):
     replica_poll_interval_s: PositiveFloat = 5.0
     # Seconds a replica has to answer one read; one that does not is left out of that decision.
     replica_poll_timeout_s: PositiveFloat = 1.0
+    # Seconds between two writes of what the autoscaler saw to status.autoscaling (a scale writes
+    # at once): the status is for people and events, the metrics carry every poll, and 500
+    # resources writing at every poll would be 100 API (etcd) writes a second.
+    autoscaling_status_interval_s: PositiveFloat = 30.0
     # A directory that hf:// sources resolve to inside replicas (offline clusters); "" = the hub.
     model_mirror: str = ""
     # The cluster's DNS suffix, for the status URL.
