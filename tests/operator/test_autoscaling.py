@@ -10,8 +10,8 @@ one replica serves at most max_batch_size / BATCH_S items a second.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import contextlib
+import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
