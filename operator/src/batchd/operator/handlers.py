@@ -32,6 +32,8 @@ from batchd.operator.reconcile import InvalidSpec, Reconciler, owner_of
 from batchd.operator.replicas import INSTANCE_LABEL, replica_pod
 from batchd.operator.settings import Settings
 
+# The handlers that only keep the observer's picture current (see _quiet_trackers).
+TRACKERS = ("Handler 'track_resource'", "Handler 'track_replica_pod'")
 # Transient API failures (conflicts, throttling, a restarting API server) are retried after this.
 RETRY_DELAY_S = 2.0
 CHILD_RETRIES = 3
@@ -43,6 +45,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     operator_settings: Settings = memo.get("settings") or Settings.from_env()
     memo.settings = operator_settings
     settings.posting.level = logging.WARNING  # explicit transition events only, not every log line
+    logging.getLogger("kopf.objects").addFilter(_quiet_trackers)
     memo.reconciler = Reconciler(operator_settings, await KubeApi.connect(operator_settings.kubeconfig))
     memo.observer = Observer(memo.reconciler, aiohttp.ClientSession())
     if operator_settings.metrics_port:
@@ -162,6 +165,12 @@ async def config_changed(
     body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
     await _child_changed(body, type, memo, logger)
+
+
+def _quiet_trackers(record: logging.LogRecord) -> bool:
+    """Drop Kopf's "succeeded" line for the trackers: they run on every watch event (every pod
+    change), and a line each is thousands of lines that say nothing."""
+    return not (record.levelno == logging.INFO and str(record.msg).startswith(TRACKERS))
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
