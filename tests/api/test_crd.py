@@ -81,7 +81,7 @@ def test_crd_defaults_equal_the_model_defaults() -> None:
     assert problems == []
     model = parse_manifest(GOOD).spec
     assert defaulted["spec"]["num_replicas"] == model.num_replicas
-    assert defaulted["spec"]["batching"] == model.batching.model_dump()
+    assert defaulted["spec"]["batching"] == model.batching.model_dump(exclude_none=True)  # unset: absent
     assert defaulted["spec"]["model"]["device"] == model.model.device
 
 
@@ -177,6 +177,9 @@ MODEL_TABLE: list[tuple[dict[str, Any], bool]] = [
     ({}, False),
     ({"task": "fill-mask", "source": "hf://a/b", "handler": "m:C"}, False),
     ({"handler": "m:C", "source": "pvc://claim/x"}, True),
+    ({"task": "text-generation", "source": "hf://a/b", "generation": {"scheduling": "request"}}, True),
+    ({"task": "fill-mask", "source": "hf://a/b", "generation": {"max_new_tokens": 8}}, False),
+    ({"handler": "m:C", "generation": {}}, False),
 ]
 
 

@@ -1,8 +1,9 @@
 """The Grafana dashboard: every panel's PromQL returns data from a real Prometheus.
 
-Prometheus scrapes a real replica (the seeds' adder) under load and the real operator (against
-the emulated API server) that manages a BatchedDeployment of the same name. A panel whose query
-names a metric neither exports comes back empty, and fails.
+Prometheus scrapes a real replica (the seeds' adder) under load, the real operator (against the
+emulated API server) that manages a BatchedDeployment of the same name, and a real text-generation
+replica (a tiny GPT-2, token-level batching) that generates text meanwhile, for the generation
+panels. A panel whose query names a metric none of them exports comes back empty, and fails.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,8 @@ from batchd.testing.manifests import manifest
 from batchd.testing.operator_runner import api_server, create, eventually, running_operator
 from batchd.testing.prometheus import Series, prometheus
 from batchd.testing.cluster import Cluster
-from batchd.testing.servers import free_port
+from batchd.testing.models import build_gpt2
+from batchd.testing.servers import ServerProcess, free_port, start_replica, write_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -58,6 +61,11 @@ def test_the_dashboard_is_well_formed() -> None:
         "autoscaler",
         "scale decisions",
         "batching generation",
+        "first token",
+        "output token",
+        "generated tokens",
+        "running and waiting sequences",
+        "kv cache",
     ):
         assert wanted in titles
     assert all(not re.search(r"\$\w", expr) for _, expr in panel_queries()), "an unsubstituted variable"
@@ -67,8 +75,20 @@ def has_data(series: Series) -> bool:
     return bool(series)
 
 
+@pytest.fixture
+def generator(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A tiny GPT-2 replica (token-level batching), loading while the cluster comes up."""
+    gpt2 = {"task": "text-generation", "source": f"file://{build_gpt2(tmp_path / 'tiny-gpt2')}", "device": "cpu"}
+    document = manifest("gpt2", gpt2, batching={"max_batch_size": 4})
+    process = start_replica(write_manifest(tmp_path / "gpt2", document), tmp_path / "gpt2")
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
 async def test_every_panel_returns_data_from_a_replica_under_load(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, generator: ServerProcess
 ) -> None:
     metrics_port = free_port()
     monkeypatch.setenv("BATCHD_DRAIN_DELAY_S", "0")
@@ -84,12 +104,18 @@ async def test_every_panel_returns_data_from_a_replica_under_load(
             lambda: "batchd_operator_replica_load{" in httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text,
             what="the operator to export the load it read",
         )
-        targets = [url.removeprefix("http://"), f"127.0.0.1:{metrics_port}"]
+        await asyncio.to_thread(generator.wait_ready, 180)
+        targets = [url.removeprefix("http://"), f"127.0.0.1:{metrics_port}", generator.url.removeprefix("http://")]
         with prometheus(targets, tmp_path / "prometheus") as prom:
-            async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            body = {"text_input": "Once upon a time", "parameters": {"max_tokens": 16}}
+            async with (
+                httpx.AsyncClient(base_url=url, timeout=60) as client,
+                httpx.AsyncClient(base_url=generator.url, timeout=60) as text,
+            ):
                 for _ in range(3):  # a few bursts, so rates span more than one scrape
                     await asyncio.gather(
-                        *(client.post("/v1/models/adder:predict", json={"instances": [n]}) for n in range(24))
+                        *(client.post("/v1/models/adder:predict", json={"instances": [n]}) for n in range(24)),
+                        *(text.post("/v2/models/gpt2/generate", json=body) for _ in range(6)),
                     )
             empty: list[Any] = []
             for title, expr in panel_queries():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import kubernetes_validate
@@ -12,6 +13,7 @@ from batchd.api.manifest import load_manifest, parse_manifest
 from batchd.api.spec import BatchedDeployment
 from batchd.operator import children
 from batchd.operator.settings import Settings
+from batchd.replica.settings import ReplicaSettings
 from batchd.testing import ROOT
 from batchd.testing.apiserver import KUBERNETES_VERSIONS
 from batchd.testing.manifests import manifest
@@ -213,3 +215,24 @@ def test_replicas_finish_draining_before_the_kubelet_kills_them() -> None:
     env = {item["name"]: item.get("value") for item in container(children.deployment(GPU, SETTINGS))["env"]}
     sigterm_at = SETTINGS.drain_delay_s  # after the preStop sleep
     assert sigterm_at + int(env["BATCHD_DRAIN_TIMEOUT_S"]) < pod["terminationGracePeriodSeconds"]
+
+
+def test_a_composer_is_told_where_its_callees_services_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    composer = bd(
+        model={"handler": "examples.classifier:EmbeddingClassifier", "calls": {"embedder": "minilm"}}
+    )
+    env = {
+        item["name"]: item.get("value") for item in container(children.deployment(composer, SETTINGS))["env"]
+    }
+    assert json.loads(env["BATCHD_CALLS"]) == {"embedder": "http://minilm.ml.svc.cluster.local:8000"}
+    # ... in the form the replica reads (the same URL as the callee's status.url).
+    monkeypatch.setenv("BATCHD_CALLS", env["BATCHD_CALLS"])
+    assert ReplicaSettings.from_env().calls == {"embedder": children.service_url(bd(), "ml", SETTINGS)}
+    # A model that calls nothing is told nothing, and still needs no service account token.
+    assert "BATCHD_CALLS" not in {
+        item["name"] for item in container(children.deployment(GPU, SETTINGS))["env"]
+    }
+    assert (
+        children.deployment(composer, SETTINGS)["spec"]["template"]["spec"]["automountServiceAccountToken"]
+        is False
+    )

@@ -314,3 +314,52 @@ async def test_more_concurrent_batches_take_effect_at_once() -> None:
     model.gate.set()
     await asyncio.gather(busy, *waiting)
     await batcher.drain()
+
+
+class CostlyModel:
+    """Each batch takes 20 ms plus 1 ms an item, as a model on an accelerator might."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    async def __call__(self, items: list[Any]) -> list[Any]:
+        self.batches.append(len(items))
+        await asyncio.sleep(0.020 + 0.001 * len(items))
+        return items
+
+
+async def open_loop(batcher: Batcher, rate: float, seconds: float) -> list[float]:
+    """Requests at `rate` a second for `seconds`; every request's latency."""
+    loop = asyncio.get_running_loop()
+
+    async def one() -> float:
+        sent = loop.time()
+        await batcher.infer([1])
+        return loop.time() - sent
+
+    started = loop.time()
+    calls = []
+    for index in range(int(rate * seconds)):
+        await asyncio.sleep(max(0.0, started + index / rate - loop.time()))  # open loop: due times
+        calls.append(asyncio.ensure_future(one()))
+    return list(await asyncio.gather(*calls))
+
+
+async def test_adaptive_batching_makes_light_load_wait_for_nobody() -> None:
+    model = CostlyModel()
+    batcher = make(model, max_batch_size=32, batch_wait_timeout_s=0.05, latency_objective_s=0.2)
+    latencies = await open_loop(batcher, rate=10, seconds=1.5)
+    assert set(model.batches[3:]) == {1}  # once it has learned the cost: alone, at once
+    assert sorted(latencies)[len(latencies) // 2] < 0.04  # no 50 ms window paid
+    await batcher.drain()
+
+
+async def test_adaptive_batching_forms_batches_under_load_and_keeps_the_objective() -> None:
+    model = CostlyModel()
+    batcher = make(model, max_batch_size=32, batch_wait_timeout_s=0, latency_objective_s=0.15)
+    latencies = await open_loop(batcher, rate=150, seconds=2)  # alone, the model keeps up with ~47/s
+    learned = model.batches[len(model.batches) // 2 :]
+    assert sum(learned) / len(learned) > 3  # it waits for company when it has to
+    late = sum(1 for latency in latencies[len(latencies) // 2 :] if latency > 0.15)
+    assert late <= 0.05 * (len(latencies) // 2), sorted(latencies)[-10:]
+    await batcher.drain()

@@ -127,7 +127,13 @@ def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def generator(gpt2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("gpt2")
-    model = {"task": "text-generation", "source": f"file://{gpt2_dir}", "call_kwargs": {"max_new_tokens": 8}}
+    # Request-level batching (the batcher and the pipeline); token-level is tests/replica/test_generation.py.
+    model = {
+        "task": "text-generation",
+        "source": f"file://{gpt2_dir}",
+        "call_kwargs": {"max_new_tokens": 8},
+        "generation": {"scheduling": "request"},
+    }
     manifest = write_manifest(
         tmp, manifests.manifest("gpt2", model, batching={"max_batch_size": 4, "batch_wait_timeout_s": 0.02})
     )

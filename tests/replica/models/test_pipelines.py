@@ -112,6 +112,7 @@ def test_text_generation_returns_every_sequence_asked_for(gpt2_dir: Path) -> Non
         source=f"file://{gpt2_dir}",
         device="cpu",
         call_kwargs={"max_new_tokens": 4, "do_sample": True, "num_return_sequences": 3},
+        generation={"scheduling": "request"},  # a pipeline argument token-level scheduling has not
     )
     try:
         results = asyncio.run(model.predict_batch(["Once upon a time", "Batching"]))

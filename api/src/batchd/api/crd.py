@@ -23,6 +23,7 @@ from batchd.api.spec import (
     GROUP,
     KIND,
     PLURAL,
+    RAY_SERVE_NAMES,
     SHORT_NAMES,
     SINGULAR,
     SOURCE_SCHEMES,
@@ -49,6 +50,32 @@ MODEL_RULES: list[dict[str, str]] = [
         "message": "model.source is required with model.task",
         "fieldPath": ".source",
         "reason": "FieldValueRequired",
+    },
+    # `_calls_need_a_handler`; its check of aliases against init_kwargs, and `_aliases_are_keywords`,
+    # are left to the model (the operator reports them as Degraded): CEL cannot see inside init_kwargs'
+    # free-form object, and a structural schema cannot constrain a map's keys.
+    {
+        "rule": "!has(self.calls) || size(self.calls) == 0 || has(self.handler)",
+        "message": "model.calls needs a model.handler to receive the handles",
+        "fieldPath": ".calls",
+        "reason": "FieldValueForbidden",
+    },
+    # `_generation_fits_the_task`; its check of call_kwargs' keys is left to the model, as above.
+    {
+        "rule": "!has(self.generation) || (has(self.task) && self.task == 'text-generation')",
+        "message": "model.generation applies to model.task text-generation only",
+        "fieldPath": ".generation",
+        "reason": "FieldValueForbidden",
+    },
+]
+# The model validator `_a_full_batch_fits_the_queue` in spec.py, restated in CEL.
+BATCHING_RULES: list[dict[str, str]] = [
+    {
+        "rule": "self.allow_small_batch || self.max_queued_requests >= self.max_batch_size",
+        "message": "batching.allow_small_batch=false needs max_queued_requests of at least max_batch_size: "
+        "a full batch could never form",
+        "fieldPath": ".max_queued_requests",
+        "reason": "FieldValueInvalid",
     },
 ]
 # The model validator `_min_at_most_max` in spec.py, restated in CEL.
@@ -211,7 +238,34 @@ def spec_schema() -> dict[str, Any]:
     schema["properties"]["autoscaling"]["x-kubernetes-validations"] = copy.deepcopy(AUTOSCALING_RULES)
     # A default `{}` lets the API server fill in every batching default (and the printer column).
     schema["properties"]["batching"]["default"] = {}
+    schema["properties"]["batching"]["x-kubernetes-validations"] = copy.deepcopy(BATCHING_RULES)
+    _refuse_ray_serve_names(schema)
     return schema
+
+
+def _refuse_ray_serve_names(schema: dict[str, Any]) -> None:
+    """Ray Serve's names for batchd's fields (`RAY_SERVE_NAMES`), refused with the field to use.
+
+    Left unknown, `kubectl apply` would say only "unknown field"; declared (their descriptions
+    say what to use instead) and forbidden by a rule, it says which field is batchd's.
+    """
+    nodes = {"spec": schema, "batching": schema["properties"]["batching"]}
+    for (parent, name), advice in RAY_SERVE_NAMES.items():
+        node = nodes[parent]
+        kind: dict[str, Any] = (
+            {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+            if name.endswith("config")
+            else {"type": "number"}
+        )
+        node["properties"][name] = {**kind, "description": f"Not used: {advice}."}
+        node.setdefault("x-kubernetes-validations", []).append(
+            {
+                "rule": f"!has(self.{name})",
+                "message": advice,
+                "fieldPath": f".{name}",
+                "reason": "FieldValueForbidden",
+            }
+        )
 
 
 def crd() -> dict[str, Any]:

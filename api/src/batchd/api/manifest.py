@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from batchd.api.spec import API_VERSION, KIND, BatchedDeployment
+from batchd.api.spec import API_VERSION, KIND, RAY_SERVE_NAMES, BatchedDeployment
 
 
 class ManifestError(ValueError):
@@ -60,6 +60,9 @@ def describe_errors(error: ValidationError) -> str:
     for problem in error.errors(include_url=False):
         field = ".".join(str(part) for part in problem["loc"]) or "(root)"
         message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden" and len(problem["loc"]) >= 2:
+            # A name from Ray Serve's batching_config: say which of ours to use.
+            message = RAY_SERVE_NAMES.get((str(problem["loc"][-2]), str(problem["loc"][-1])), message)
         got = "" if problem["type"] in ("missing", "value_error") else f" (got {problem['input']!r})"
         lines.append(f"  {field}: {message}{got}")
     return "\n".join(lines)

@@ -9,6 +9,8 @@ This module must import without torch: the operator image does not carry it.
 
 from __future__ import annotations
 
+import keyword
+import re
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -39,6 +41,12 @@ HANDLER_PATTERN = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_
 SOURCE_SCHEMES = ("hf://", "file://", "pvc://")
 # A DNS-1123 label: model names appear in URLs and Prometheus labels.
 MODEL_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
+
+# model.calls: an alias is the keyword the handler's constructor receives the handle by; the
+# value names a BatchedDeployment (its Service) in the same namespace.
+CALL_ALIAS_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
+MAX_CALLS = 16
+DeploymentName = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
 
 # The Open Inference Protocol (V2) tensor datatypes.
 Datatype = Literal[
@@ -83,6 +91,35 @@ class TensorSpec(_Strict):
     """Its shape; the first dimension is the batch (-1), each row of it one batch item."""
 
 
+# Text generation (model.generation): what a request gets when it asks for no length, and the
+# model.call_kwargs that token-level scheduling understands (the defaults of per-request parameters).
+DEFAULT_MAX_NEW_TOKENS = 32
+TOKEN_LEVEL_CALL_KWARGS = ("max_new_tokens", "min_new_tokens", "do_sample", "temperature", "top_p", "top_k")
+
+
+class GenerationSpec(_Strict):
+    """Text generation (`task: text-generation`): how sequences share the model, and what one
+    request may ask for (`/v2/models/NAME/generate` parameters; beyond a limit: 400)."""
+
+    scheduling: Literal["token", "request"] = "token"
+    """`token`: iteration-level batching. A request joins the running sequences at the next
+    decoding step and leaves the moment it is done, its tokens stream as they are made; at most
+    batching.max_batch_size sequences run and batching.max_queued_requests wait. `request`: the
+    batcher's request-level batches through the transformers pipeline, each batch running until
+    its longest answer is done (for comparison, and for models the token-level scheduler cannot drive)."""
+
+    max_new_tokens: Annotated[int, Field(ge=1, le=32_768)] = 256
+    """The most new tokens one request may ask for. A request that asks for none gets
+    model.call_kwargs.max_new_tokens, else 32."""
+
+    max_prompt_tokens: Annotated[int, Field(ge=1, le=1_048_576)] | None = None
+    """The longest prompt accepted, in tokens. Default: any prompt that fits the model's context
+    together with the new tokens asked for."""
+
+    max_stop_strings: Annotated[int, Field(ge=0, le=64)] = 4
+    """How many stop strings (`parameters.stop`) one request may give; each at most 256 characters."""
+
+
 class ModelSpec(_Strict):
     """What to serve: a transformers pipeline (`task` + `source`) or a custom batch `handler`."""
 
@@ -123,6 +160,18 @@ class ModelSpec(_Strict):
     outputs: tuple[TensorSpec, ...] | None = Field(
         default=None, description="The V2 outputs the model returns, for the model metadata and V2 answers."
     )
+    calls: dict[str, DeploymentName] = Field(
+        default_factory=dict,
+        max_length=MAX_CALLS,
+        description="Other BatchedDeployments the handler calls (model composition), alias: name, in the "
+        "same namespace. The handler's constructor receives one keyword per alias: a handle whose "
+        "calls go to that deployment's Service, where they are batched with everybody else's.",
+    )
+    generation: GenerationSpec | None = Field(
+        default=None,
+        description="Text generation (task text-generation only): token- or request-level scheduling, "
+        "and the limits of what one request may ask for.",
+    )
 
     @field_validator("source")
     @classmethod
@@ -141,6 +190,66 @@ class ModelSpec(_Strict):
         if self.task is not None and self.source is None:
             raise ValueError(f"model.source is required with model.task={self.task!r}")
         return self
+
+    @field_validator("calls")
+    @classmethod
+    def _aliases_are_keywords(cls, calls: dict[str, str]) -> dict[str, str]:
+        # Checked here, not in the CRD: a structural schema cannot constrain a map's keys.
+        for alias in calls:
+            if not re.fullmatch(CALL_ALIAS_PATTERN, alias) or keyword.iskeyword(alias):
+                raise ValueError(
+                    f"model.calls: alias {alias!r} must be a Python identifier (the keyword the "
+                    "handler's constructor receives the handle by)"
+                )
+        return calls
+
+    @model_validator(mode="after")
+    def _calls_need_a_handler(self) -> Self:
+        if self.calls and self.handler is None:
+            raise ValueError(
+                f"model.calls needs a model.handler to receive the handles; "
+                f"model.task={self.task!r} cannot call other deployments"
+            )
+        clashes = sorted(set(self.calls) & set(self.init_kwargs))
+        if clashes:
+            raise ValueError(
+                f"model.calls and model.init_kwargs both name {', '.join(map(repr, clashes))}: "
+                "each alias is a keyword of the handler's constructor"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _generation_fits_the_task(self) -> Self:
+        if self.generation is not None and self.task != "text-generation":
+            raise ValueError(
+                f"model.generation applies to model.task text-generation only, got task={self.task!r}"
+            )
+        if self.task == "text-generation" and self.generation_spec.scheduling == "token":
+            # Checked here, not in the CRD: CEL cannot see inside call_kwargs' free-form object.
+            for key in self.call_kwargs:
+                if key not in TOKEN_LEVEL_CALL_KWARGS:
+                    raise ValueError(
+                        f"model.call_kwargs.{key}: token-level generation takes only "
+                        f"{', '.join(TOKEN_LEVEL_CALL_KWARGS)} (the defaults of per-request parameters); "
+                        "set model.generation.scheduling: request for other pipeline arguments"
+                    )
+        return self
+
+    @property
+    def generation_spec(self) -> GenerationSpec:
+        """`generation` with its defaults filled in."""
+        return self.generation or GenerationSpec()
+
+
+# Ray Serve's names (seed 003's `batching_config`) where batchd's differ, by (parent, field): a
+# manifest that uses one is refused, as any unknown field is, with the field to use instead.
+RAY_SERVE_NAMES: dict[tuple[str, str], str] = {
+    ("spec", "batching_config"): "Ray Serve's batching_config is spec.batching in batchd",
+    ("batching", "timeout_s"): "Ray Serve's timeout_s is batch_wait_timeout_s in batchd "
+    "(the same window: seconds a batch waits to fill after its first item)",
+    ("batching", "stride_s"): "batchd has no stride_s: nothing polls, a batch leaves the moment it is "
+    "full or its window closes (Ray Serve's stride_s: 0); remove it",
+}
 
 
 class BatchingSpec(_Strict):
@@ -163,11 +272,33 @@ class BatchingSpec(_Strict):
     request_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30
     """A request still unanswered this long after it was accepted gets 504."""
 
+    latency_objective_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+    """Adaptive batching: the latency (queueing plus model time) most requests should stay under.
+    When set, each batch's wait and size are chosen from what the replica measures (the model's
+    cost per batch size, the arrival rate) instead of batch_wait_timeout_s: a batch leaves at
+    once when it keeps up with the arrivals, waits for company only when it would not, and never
+    past the point where its oldest item would miss the objective. max_batch_size still bounds it."""
+
     isolate_failures: bool = True
     """When a batch raises, run it again in halves (and those in halves) to find the items that
     fail alone: only they fail, their batch-mates get their answers. k bad items in a batch of
     n cost about 2k log2(n/k) extra model calls. Turn it off for a handler with side effects
     that must not run twice, or one that fails whole batches at once."""
+
+    allow_small_batch: bool = True
+    """false: send the model only full batches (max_batch_size items), however long that takes,
+    except when the replica drains or the oldest waiting item's deadline is near (within a tenth
+    of request_timeout_s, or twice the recent batch time if longer): then what is queued goes.
+    batch_wait_timeout_s then closes no batch. For models that need, or run best on, full batches."""
+
+    @model_validator(mode="after")
+    def _a_full_batch_fits_the_queue(self) -> Self:
+        if not self.allow_small_batch and self.max_queued_requests < self.max_batch_size:
+            raise ValueError(
+                f"batching.allow_small_batch=false needs max_queued_requests ({self.max_queued_requests}) "
+                f"of at least max_batch_size ({self.max_batch_size}): a full batch could never form"
+            )
+        return self
 
 
 class AutoscalingSpec(_Strict):

@@ -7,6 +7,11 @@ Two ceilings, both at batch size 1 and at `max_batch_size`, with the thread coun
   `predict_batch`), the same code the server calls, so `raw` vs `replica` separates what the
   model layer costs from what the HTTP server and the batcher cost.
 
+Both do the server's work: the same item, and for text generation the same tokens (greedy, with
+min_new_tokens = max_new_tokens, so every call makes exactly that many whatever the model says);
+each measurement also returns what each callable answered for the item, and the harness checks
+that the servers answer exactly that.
+
 Run as a child process (`python -m batchd.bench.ceiling ...`) pinned to the server's cores; it
 prints one JSON object on its last line. With `--on-request` it loads once and measures again for
 each line on stdin, so the harness can interleave the ceiling with the server runs.
@@ -74,7 +79,9 @@ def raw_generator(model_dir: Path, call_kwargs: dict[str, Any]) -> Callable[[lis
         with torch.inference_mode():
             encoded = tokenizer(prompts, padding=True, return_tensors="pt")
             output = model.generate(**encoded, pad_token_id=tokenizer.pad_token_id, **call_kwargs)
-            return tokenizer.batch_decode(output, skip_special_tokens=True)
+            new = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
+            # The pipeline's answer, which the server returns: the prompt, then the new text.
+            return [prompt + text for prompt, text in zip(prompts, new, strict=True)]
 
     return generate
 
@@ -115,11 +122,12 @@ def measure(args: argparse.Namespace, callables: dict[str, Callable[[list[Any]],
     import torch
 
     item = json.loads(args.item)
-    result: dict[str, Any] = {"threads": torch.get_num_threads(), "raw": [], "replica": []}
+    result: dict[str, Any] = {"threads": torch.get_num_threads(), "raw": [], "replica": [], "answers": {}}
     for kind in ("raw", "replica"):
         if kind in callables:
             for size in args.batch_sizes:
                 result[kind].append(_measure(partial(callables[kind], [item] * size), size, args.duration_s))
+            (result["answers"][kind],) = callables[kind]([item])
     if "replica_error" in callables:
         result["replica_error"] = callables["replica_error"]([])
     return result

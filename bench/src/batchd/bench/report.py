@@ -169,6 +169,16 @@ def to_markdown(result: dict[str, Any]) -> str:
                     lines.append(f"- Ceiling ({label}, {ceiling['threads']} threads): {parts}")
             if ceiling.get("replica_error"):
                 lines.append(f"- Ceiling via the replica's model layer failed: {ceiling['replica_error']}")
+            same = scenario.get("same_work")
+            if same:
+                verdict = (
+                    "the same answer"
+                    if same["all"]
+                    else "DIFFERENT answers (the ratios compare different work)"
+                )
+                lines.append(
+                    f"- Same work: the ceiling and the servers gave {verdict} for the same item ({same})"
+                )
         memory = ", ".join(
             f"{name} idle {_f(info.get('idle_rss_mb'), 0)} MB / peak {_f(info.get('peak_rss_mb'), 0)} MB"
             for name, info in scenario["subjects"].items()

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from batchd.bench import floor, loadgen, promtext, report, scenarios
 from batchd.bench.stats import latency_summary, median
 from batchd.testing import servers
@@ -60,7 +62,7 @@ class Ceiling:
             "--model-dir", str(scenarios.model_dir(scenario, assets)),
             "--item", json.dumps(scenario.item),
             "--batch-sizes", "1", str(scenario.max_batch_size),
-            "--threads", str(len(cores)),
+            "--threads", env.get("OMP_NUM_THREADS", str(len(cores))),
             "--duration-s", str(options.ceiling_duration_s),
             "--call-kwargs", json.dumps(scenario.call_kwargs),
             "--manifest", str(manifest),
@@ -211,6 +213,7 @@ def run_scenario(scenario: scenarios.Scenario, options: Options, workdir: Path) 
         stack.enter_context(servers.running(list(started.values())))
         for name, server in started.items():
             subjects[name] = {"idle_rss_mb": server.sample().rss_bytes / MB}
+        answers = {name: _answer(server, scenario) for name, server in started.items() if name != "floor"}
         for repeat in range(options.repeats):
             # Rotate who goes first, so no server always runs right after the same neighbour.
             order = list(started)[repeat % len(started) :] + list(started)[: repeat % len(started)]
@@ -274,11 +277,32 @@ def run_scenario(scenario: scenarios.Scenario, options: Options, workdir: Path) 
         "client_cores": sorted(scenario.client_cores) if scenario.client_cores else "all",
         "open_loop_rate_rps": open_rate,
         "ceiling": ceiling.summary() if ceiling is not None else None,
+        "same_work": same_work(ceiling, answers) if ceiling is not None else None,
         "subjects": subjects,
         "points": point_list,
     }
     result["ratios"] = report.compute_ratios(result)
     result["ratios_best"] = report.compute_ratios(result, "best_throughput_rps")
+    return result
+
+
+def _answer(server: servers.ServerProcess, scenario: scenarios.Scenario) -> Any:
+    """What a server answers for the scenario's item (one request, before any load)."""
+    response = httpx.post(f"{server.url}{scenario.path}", content=scenario.body(), timeout=120)
+    response.raise_for_status()
+    return response.json()["predictions"][0]
+
+
+def same_work(ceiling: Ceiling, answers: dict[str, Any]) -> dict[str, Any]:
+    """Whether the ceiling and the servers did the same work: the same answer for the same item
+    (for text generation: the same tokens). A server above its ceiling means little otherwise."""
+    reference = ceiling.runs[0]["answers"].get("raw") if ceiling.runs else None
+    result: dict[str, Any] = {name: answer == reference for name, answer in answers.items()}
+    if "replica" in ceiling.runs[0]["answers"]:
+        result["replica_model_layer"] = ceiling.runs[0]["answers"]["replica"] == reference
+    result["all"] = all(result.values())
+    if not result["all"]:
+        logger.warning("the ceiling and the servers answered differently: %s", result)
     return result
 
 

@@ -3,7 +3,9 @@
 (1) `trivial`: the seeds' adder without its sleep, max_batch_size 32: what the server costs.
 (2) `minilm`: sentence embeddings with the bundled all-MiniLM-L6-v2, max_batch_size 32, 10 ms wait:
     a real encoder, where batching pays.
-(3) `gpt2`: a tiny GPT-2 built here, 16 new tokens, max_batch_size 8: text generation.
+(3) `gpt2`: a tiny GPT-2 built here, 16 new tokens, max_batch_size 8: text generation, with
+    request-level batching (the batcher and the pipeline, against `generate` alone as the ceiling;
+    token-level batching has its own benchmark, `python -m batchd.bench.generation`).
 
 Each scenario is served twice (batched, and with `max_batch_size: 1`) beside the bare-uvicorn
 floor, and its model is measured alone (the ceiling) in the same run.
@@ -21,6 +23,8 @@ from batchd.bench import ceiling
 from batchd.testing import manifests
 from batchd.testing.models import MINILM_SOURCE, build_gpt2, minilm_mirror, minilm_path
 
+# Greedy, and exactly 16 new tokens whatever the model says: the ceiling and the servers make the
+# same tokens for the same prompt (the harness checks their answers are identical).
 GPT2_CALL_KWARGS: dict[str, Any] = {"max_new_tokens": 16, "min_new_tokens": 16, "do_sample": False}
 
 
@@ -47,6 +51,7 @@ class Scenario:
             "source": f"file://{assets / 'tiny-gpt2'}",
             "device": "cpu",
             "call_kwargs": self.call_kwargs,
+            "generation": {"scheduling": "request"},
         }
 
     def manifest(self, assets: Path, batched: bool) -> dict[str, Any]:
@@ -109,8 +114,14 @@ def prepare_assets(scenario: Scenario, assets: Path) -> dict[str, str]:
     """Build what the scenario's model needs on disk; returns the environment the replica needs."""
     if scenario.name == "minilm":
         return {"BATCHD_MODEL_MIRROR": str(minilm_mirror(assets / "mirror"))}
-    if scenario.name == "gpt2" and not (assets / "tiny-gpt2" / "config.json").exists():
-        build_gpt2(assets / "tiny-gpt2")
+    if scenario.name == "gpt2":
+        if not (assets / "tiny-gpt2" / "config.json").exists():
+            build_gpt2(assets / "tiny-gpt2")
+        # One torch thread for the servers and the ceiling alike. With two on these two shared
+        # cores, OpenMP threads spinning against other processes made the same generate call take
+        # from 46 ms to 400 ms from one run to the next, and one 3 s ceiling window against
+        # another decided whether the server seemed above it; with one, runs agree.
+        return {"OMP_NUM_THREADS": "1"}
     return {}
 
 

@@ -25,7 +25,7 @@ from batchd.api.spec import BatchedDeployment
 from batchd.replica.errors import http_error
 from batchd.replica.inference import InferenceRoutes
 from batchd.replica.models.base import BatchModel
-from batchd.replica.protocols import kserve_v1, open_inference, simple
+from batchd.replica.protocols import generate, kserve_v1, open_inference, simple
 from batchd.replica.retuning import watch_manifest
 from batchd.replica.serving import Replica
 from batchd.replica.settings import ReplicaSettings
@@ -42,6 +42,7 @@ def default_loader(manifest: BatchedDeployment, settings: ReplicaSettings) -> Mo
         manifest.spec.model,
         mirror_dir=settings.model_mirror,
         pvc_root=settings.pvc_root,
+        calls=settings.calls,
     )
 
 
@@ -81,6 +82,7 @@ def create_app(
     )
     app.state.replica = replica
     app.include_router(open_inference.router)
+    app.include_router(generate.router)
     app.include_router(kserve_v1.router)
     app.include_router(simple.router)
     app.openapi = partial(_documented, app)  # type: ignore[method-assign]

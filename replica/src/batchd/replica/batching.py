@@ -27,7 +27,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from batchd.api.spec import BatchingSpec
-from batchd.replica.errors import BatchSizeMismatch, ClientDisconnected, DeadlineExceeded, Draining, QueueFull
+from batchd.replica import adaptive
+from batchd.replica.deadlines import reset_batch_deadline, set_batch_deadline
+from batchd.replica.errors import (
+    BatchSizeMismatch,
+    BatchWide,
+    ClientDisconnected,
+    DeadlineExceeded,
+    Draining,
+    QueueFull,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +48,10 @@ Abandoned = Callable[[], Awaitable[None]]
 # the whole request path on a cheap model (it took an eighth of the trivial handler's time).
 # So the deadline and the client are watched only for requests still waiting after this.
 WATCH_AFTER_S = 0.05
+# allow_small_batch: false holds a partial batch until its oldest item has this fraction of
+# request_timeout_s left (or twice the recent batch time, if longer): late enough to wait for a
+# full batch as long as is safe, early enough that the model still answers within the deadline.
+SMALL_BATCH_RESERVE = 0.1
 
 
 class BatchObserver(Protocol):
@@ -49,6 +62,10 @@ class BatchObserver(Protocol):
     def batch_finished(self, size: int, duration_s: float, failed: bool) -> None: ...
 
     def batch_isolated(self, extra_calls: int, failed_items: int) -> None: ...
+
+    def batch_planned(self, size: int, go: bool) -> None: ...
+
+    def objective_checked(self, items: int, late: int) -> None: ...
 
 
 class _NoObserver:
@@ -61,12 +78,19 @@ class _NoObserver:
     def batch_isolated(self, extra_calls: int, failed_items: int) -> None:
         pass
 
+    def batch_planned(self, size: int, go: bool) -> None:
+        pass
+
+    def objective_checked(self, items: int, late: int) -> None:
+        pass
+
 
 @dataclass(eq=False, slots=True)
 class _Pending:
     item: Any
     future: asyncio.Future[Any]
     arrived_at: float  # loop.time()
+    deadline: float  # loop.time() when its request stops waiting (request_timeout_s after admission)
 
 
 class _DrainRate:
@@ -104,6 +128,9 @@ class Batcher:
         self._former: asyncio.Task[None] | None = None
         self._draining = False
         self._rate = _DrainRate()
+        # Learned as batches run, for adaptive batching (`latency_objective_s`).
+        self.cost = adaptive.CostModel()
+        self.arrivals = adaptive.ArrivalRate()
 
     # -- state -----------------------------------------------------------------------------
 
@@ -159,10 +186,12 @@ class Batcher:
             raise QueueFull(len(items), free, self._rate.seconds_to_serve(len(self._queue)))
         loop = asyncio.get_running_loop()
         now = loop.time()
+        self.arrivals.add(len(items), now)
+        deadline = now + self._config.request_timeout_s
         futures = []
         for item in items:
             future = loop.create_future()
-            self._queue.append(_Pending(item, future, now))
+            self._queue.append(_Pending(item, future, now, deadline))
             futures.append(future)
         self._arrived.set()
         return futures
@@ -228,9 +257,10 @@ class Batcher:
                 self._arrived.clear()
                 await self._arrived.wait()
 
-            while len(self._queue) < self._config.max_batch_size and not self._draining:
-                window_closes = self._queue[0].arrived_at + self._config.batch_wait_timeout_s
-                remaining = window_closes - loop.time()
+            while not self._draining and not self._full():
+                if not self._drop_dead_head():
+                    break  # everything in the window went away
+                remaining = self._partial_leaves_at(loop.time()) - loop.time()
                 if remaining <= 0:
                     break
                 self._arrived.clear()
@@ -244,6 +274,43 @@ class Batcher:
             if batch:  # else everything in the window went away: start over
                 self._observer.batch_dispatched(len(batch), loop.time() - batch[0].arrived_at)
                 return batch
+
+    def _full(self) -> bool:
+        limit = self._config.max_batch_size
+        if self._config.allow_small_batch:
+            return len(self._queue) >= limit
+        # Only live items count towards the full batch this mode promises the model.
+        live = 0
+        for pending in self._queue:
+            live += not pending.future.done()
+            if live >= limit:
+                return True
+        return False
+
+    def _partial_leaves_at(self, now: float) -> float:
+        """When a batch that is not full leaves anyway (loop time): its window closes; with a
+        `latency_objective_s`, when the adaptive plan says (at once when waiting cannot pay); or,
+        with `allow_small_batch: false`, its oldest item's deadline is near, leaving that item the
+        larger of a tenth of `request_timeout_s` and twice the recent batch time to be answered."""
+        oldest = self._queue[0]
+        objective_s = self._config.latency_objective_s
+        if self._config.allow_small_batch and objective_s is not None:
+            decision = adaptive.plan(
+                now=now,
+                queued=len(self._queue),
+                oldest_arrival=oldest.arrived_at,
+                objective_s=objective_s,
+                max_batch_size=self._config.max_batch_size,
+                slots=self._config.max_concurrent_batches,
+                cost=self.cost,
+                rate=self.arrivals,
+            )
+            self._observer.batch_planned(decision.size, decision.go)
+            return now if decision.go else decision.wait_until
+        if self._config.allow_small_batch:
+            return oldest.arrived_at + self._config.batch_wait_timeout_s
+        reserve = max(SMALL_BATCH_RESERVE * self._config.request_timeout_s, 2 * self._rate.batch_seconds)
+        return oldest.deadline - reserve
 
     def _drop_dead_head(self) -> bool:
         """Drop abandoned items at the head of the queue; True when a live item is first in line."""
@@ -273,7 +340,12 @@ class Batcher:
             # Even a cancelled batch resolves its futures: no request is left hanging.
             if isinstance(error, Exception):
                 logger.exception("batch of %d failed", len(batch))
-            if isinstance(error, Exception) and self._config.isolate_failures and len(batch) > 1:
+            if (
+                isinstance(error, Exception)
+                and not isinstance(error, BatchWide)
+                and self._config.isolate_failures
+                and len(batch) > 1
+            ):
                 await self._isolate(batch, error)
             else:
                 _fail(batch, error if isinstance(error, Exception) else Draining())
@@ -283,12 +355,26 @@ class Batcher:
             self._running_items -= len(batch)
             duration = time.perf_counter() - started
             self._rate.record(len(batch), duration)
+            if not failed:
+                self.cost.observe(len(batch), duration)
+                objective_s = self._config.latency_objective_s
+                if objective_s is not None:
+                    now = asyncio.get_running_loop().time()
+                    late = sum(1 for pending in batch if now - pending.arrived_at > objective_s)
+                    self._observer.objective_checked(len(batch), late)
             self._observer.batch_finished(len(batch), duration, failed)
 
     async def _resolve(self, batch: list[_Pending]) -> None:
         """One model call for `batch`, its results set on the futures still waiting for them."""
         assert self._run_batch is not None
-        results = await self._run_batch([pending.item for pending in batch])
+        # Code the model runs (handles to other deployments) waits no longer than the batch's
+        # last request does (see `deadlines`).
+        left = max(pending.deadline for pending in batch) - asyncio.get_running_loop().time()
+        token = set_batch_deadline(time.monotonic() + left)
+        try:
+            results = await self._run_batch([pending.item for pending in batch])
+        finally:
+            reset_batch_deadline(token)
         if len(results) != len(batch):
             raise BatchSizeMismatch(
                 f"the model returned {len(results)} result(s) for a batch of {len(batch)}"

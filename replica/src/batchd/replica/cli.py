@@ -21,7 +21,7 @@ import uvicorn
 
 from batchd.api.manifest import ManifestError, load_manifest
 from batchd.replica.app import create_app
-from batchd.replica.settings import ReplicaSettings
+from batchd.replica.settings import ReplicaSettings, check_call_url
 from batchd.replica.shutdown import ReplicaServer
 
 TERMINATION_LOG = Path("/dev/termination-log")
@@ -50,7 +50,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve.add_argument(
         "--app-dir", type=Path, default=Path("."), help="where handler modules are imported from (default: .)"
     )
+    serve.add_argument(
+        "--call",
+        action="append",
+        default=[],
+        metavar="ALIAS=URL",
+        help="where an alias of model.calls is served, e.g. embedder=http://127.0.0.1:8001 "
+        "(repeatable; adds to BATCHD_CALLS)",
+    )
     return parser.parse_args(argv)
+
+
+def parse_calls(flags: list[str]) -> dict[str, str]:
+    """`--call alias=URL` flags as a mapping; ValueError naming the flag when one is malformed."""
+    calls: dict[str, str] = {}
+    for flag in flags:
+        alias, equals, url = flag.partition("=")
+        if not equals or not alias:
+            raise ValueError(f"--call {flag!r}: expected ALIAS=URL, e.g. embedder=http://127.0.0.1:8001")
+        try:
+            check_call_url(alias, url)
+        except ValueError as error:
+            raise ValueError(f"--call {error}") from None
+        calls[alias] = url.rstrip("/")
+    return calls
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -59,6 +82,8 @@ def serve(args: argparse.Namespace) -> int:
     try:
         manifest = load_manifest(args.manifest)
         settings = ReplicaSettings.from_env(host=args.host, port=args.port, log_level=args.log_level)
+        if args.call:
+            settings = settings.model_copy(update={"calls": {**settings.calls, **parse_calls(args.call)}})
     except (ManifestError, ValueError) as error:
         print(f"batchd: {error}", file=sys.stderr)
         return 2

@@ -58,6 +58,37 @@ class ClientDisconnected(Exception):
     """The client went away before its answer was ready."""
 
 
+class BatchWide(Exception):
+    """A failure that says nothing about any one item of its batch: running the batch again in
+    halves (`isolate_failures`) cannot find a culprit and would only repeat the calls."""
+
+
+class CalleeError(Exception):
+    """A deployment this one calls (`model.calls`) failed the call; the message names it."""
+
+    def __init__(self, message: str, *, alias: str, deployment: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.alias = alias
+        self.deployment = deployment
+        self.status = status  # the callee's HTTP status, None when it never answered
+
+
+class CalleeOverloaded(CalleeError, BatchWide):
+    """The callee refused the call for now (503: queue full, loading, draining); retry later."""
+
+    def __init__(self, message: str, *, alias: str, deployment: str, retry_after_s: float) -> None:
+        super().__init__(message, alias=alias, deployment=deployment, status=503)
+        self.retry_after_s = retry_after_s
+
+
+class CalleeUnavailable(CalleeError, BatchWide):
+    """Nothing answered at the callee's address (refused, reset, no endpoints); retry later."""
+
+
+class CalleeTimeout(CalleeError, BatchWide):
+    """The callee did not answer before the deadline of the requests the call was made for."""
+
+
 @dataclass(frozen=True)
 class ErrorAnswer:
     status: int
@@ -79,6 +110,11 @@ ERROR_TABLE: tuple[tuple[type[BaseException], ErrorAnswer], ...] = (
     (ClientDisconnected, ErrorAnswer(499, "cancelled")),
     (asyncio.CancelledError, ErrorAnswer(499, "cancelled")),
     (BatchSizeMismatch, ErrorAnswer(500, "error")),
+    # A callee's failure is passed on as the same kind of failure, its message naming the callee.
+    (CalleeOverloaded, ErrorAnswer(503, "rejected", retry=True)),
+    (CalleeUnavailable, ErrorAnswer(503, "rejected", retry=True)),
+    (CalleeTimeout, ErrorAnswer(504, "timeout")),
+    (CalleeError, ErrorAnswer(500, "error")),
 )
 MODEL_ERROR = ErrorAnswer(500, "error")
 
@@ -109,7 +145,7 @@ def http_error(error: BaseException) -> HttpError:
     answer = answer_for(error)
     headers = [(b"content-type", b"application/json")]
     if answer.retry:
-        retry_after = error.retry_after_s if isinstance(error, QueueFull) else 1.0
+        retry_after = error.retry_after_s if isinstance(error, (QueueFull, CalleeOverloaded)) else 1.0
         headers.append((b"retry-after", str(max(1, round(retry_after))).encode()))
     return HttpError(answer.status, headers, {"error": describe(error)})
 
@@ -125,10 +161,12 @@ _MEANINGS: dict[int, str] = {
     400: "The request is malformed; the message names the field and the value.",
     404: "The URL names a model this replica does not serve.",
     413: "The body or the number of items is larger than this replica accepts.",
-    500: "The model raised on this item, or answered with the wrong number of results.",
+    500: "The model raised on this item, or answered with the wrong number of results, or a "
+    "deployment it calls failed (the message names it).",
     503: "The queue is full, the model is still loading or stuck on a batch, or the replica is "
-    "shutting down: retry after Retry-After seconds (on another replica).",
-    504: "request_timeout_s passed before the model answered.",
+    "shutting down, or a deployment it calls is overloaded or unreachable: retry after Retry-After "
+    "seconds (on another replica).",
+    504: "request_timeout_s passed before the model (or a deployment it calls) answered.",
 }
 
 

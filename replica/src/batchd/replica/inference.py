@@ -2,9 +2,9 @@
 
 Every request to a batching server pays the framework's per-request cost, and with a cheap
 model that cost is the throughput: FastAPI's middleware and dependency layers took about
-three quarters of the time per request on the trivial handler. So the three inference routes
-(KServe V1, Open Inference V2, the seeds' simple call) are matched here by plain string tests
-and answered directly; everything else (health, metadata, /metrics, /docs) falls through to
+three quarters of the time per request on the trivial handler. So the inference routes (KServe
+V1, Open Inference V2 and its generate extension, the seeds' simple call) are matched here by
+plain string tests and answered directly; everything else (health, metadata, /metrics, /docs) falls through to
 FastAPI, where convenience matters more than microseconds.
 
 What every inference request goes through, whatever its protocol: read the body (bounded),
@@ -25,7 +25,8 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from batchd.replica.errors import ClientDisconnected, InvalidInput, TooLarge, answer_for, describe, http_error
-from batchd.replica.protocols import kserve_v1, simple
+from batchd.replica.protocols import generate, kserve_v1, simple
+from batchd.replica.protocols.generate import SSE_HEADERS
 from batchd.replica.protocols.v2_tensors import (
     decode_inputs,
     encode_outputs,
@@ -44,8 +45,11 @@ _JSON_HEADERS = [(b"content-type", b"application/json")]
 class _Call:
     """One matched inference request: which protocol, and the model name in its URL."""
 
-    protocol: str  # "v1" | "v2" | "simple"
+    protocol: str  # "v1" | "v2" | "generate" | "generate_stream" | "simple"
     name: str | None
+
+
+_V2_SUFFIXES = (("/infer", "v2"), ("/generate", "generate"), ("/generate_stream", "generate_stream"))
 
 
 def match(method: str, path: str) -> _Call | None:
@@ -53,8 +57,10 @@ def match(method: str, path: str) -> _Call | None:
     if method == "POST":
         if path.startswith("/v1/models/") and path.endswith(":predict"):
             return _Call("v1", path[len("/v1/models/") : -len(":predict")])
-        if path.startswith("/v2/models/") and path.endswith("/infer"):
-            return _Call("v2", path[len("/v2/models/") : -len("/infer")])
+        if path.startswith("/v2/models/"):
+            for suffix, protocol in _V2_SUFFIXES:
+                if path.endswith(suffix):
+                    return _Call(protocol, path[len("/v2/models/") : -len(suffix)])
     if path == "/" and method in ("GET", "POST"):
         return _Call("simple", None)
     return None
@@ -74,6 +80,9 @@ class InferenceRoutes:
         call = match(scope["method"], scope["path"]) if scope["type"] == "http" else None
         if call is None:
             await self.app(scope, receive, send)
+            return
+        if call.protocol == "generate_stream":
+            await self._stream(call, receive, send)
             return
         replica = self.replica
         started = time.perf_counter()
@@ -104,6 +113,13 @@ class InferenceRoutes:
         if call.protocol == "v1":
             instances = kserve_v1.decode_instances(_parse_json(body))
             return {"predictions": await self._infer(call.name, instances, "instances", receive)}
+        if call.protocol == "generate":
+            assert call.name is not None
+            text, parameters, request_id, details = generate.decode_request(_parse_json(body))
+            service = self.replica.generator(call.name)
+            request = service.preparer.prepare(text, parameters, "text_input")
+            (completion,) = await service.complete([request], partial(_disconnected, receive))
+            return generate.answer(call.name, request_id, completion, details)
         header, binary = split_body(body, _header(scope, b"inference-header-content-length"))
         document = _parse_json(header)
         items = decode_inputs(document, binary)
@@ -114,6 +130,51 @@ class InferenceRoutes:
         if isinstance(document.get("id"), str):
             answer["id"] = document["id"]
         return BinaryAnswer(orjson.dumps(answer), raw) if raw else answer
+
+    async def _stream(self, call: _Call, receive: Receive, send: Send) -> None:
+        """`generate_stream`: Server-Sent Events as the text is made. The status line goes with the
+        first piece of text, so that anything that fails before it is an ordinary error answer."""
+        replica = self.replica
+        started = time.perf_counter()
+        replica.inflight += 1
+        outcome = "success"
+        streaming = False
+        try:
+            assert call.name is not None
+            body = await _read_body(receive, self._max_body)
+            text, parameters, request_id, details = generate.decode_request(_parse_json(body))
+            service = replica.generator(call.name)
+            request = service.preparer.prepare(text, parameters, "text_input")
+            async with service.open(request, partial(_disconnected, receive)) as stream:
+                async for first in stream:
+                    if not streaming:
+                        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+                        streaming = True
+                    # What came while the client was being written to goes in one write.
+                    events = [
+                        generate.event(call.name, request_id, chunk, stream.generated_tokens, details)
+                        for chunk in (first, *stream.ready())
+                        if chunk.text or chunk.finish_reason or details
+                    ]
+                    if events:
+                        await send(
+                            {"type": "http.response.body", "body": b"".join(events), "more_body": True}
+                        )
+            await send({"type": "http.response.body", "body": b""})
+        except Exception as error:
+            answer = answer_for(error)
+            outcome = answer.outcome
+            if answer.rejection:
+                replica.metrics.rejected(answer.rejection)
+            if not streaming:
+                await _send_error(send, error)
+            else:  # the status line is gone: the error is the last event
+                if outcome == "error":
+                    logger.error("stream failed: %s", describe(error))
+                await send({"type": "http.response.body", "body": generate.error_event(error)})
+        finally:
+            replica.inflight -= 1
+            replica.metrics.request_done(outcome, time.perf_counter() - started)
 
     async def _infer(self, name: str | None, items: list[Any], field: str, receive: Receive) -> list[Any]:
         """Batch the items with everybody else's; a client that leaves cancels what has not run."""

@@ -71,6 +71,31 @@ class ReplicaMetrics:
             labels,
             registry=self.registry,
         ).labels(*values)
+        # Adaptive batching (latency_objective_s): what it learned, and what it chose.
+        self.batch_cost_fixed = gauge(
+            "batchd_batch_cost_fixed_seconds", "Learned cost of a batch, the part any batch pays."
+        )
+        self.batch_cost_per_item = gauge(
+            "batchd_batch_cost_per_item_seconds", "Learned cost of a batch, the part each item adds."
+        )
+        self.arrival_rate = gauge(
+            "batchd_arrival_rate", "Items arriving per second, over the last second or so."
+        )
+        self.planned_batch_size = gauge(
+            "batchd_planned_batch_size", "The batch size adaptive batching last chose to go with or wait for."
+        )
+        self.objective_items = Counter(
+            "batchd_objective_items",
+            "Items answered with a latency objective set (latency_objective_s).",
+            labels,
+            registry=self.registry,
+        ).labels(*values)
+        self.objective_missed = Counter(
+            "batchd_objective_missed",
+            "Of those, the items whose queueing plus model time exceeded the objective.",
+            labels,
+            registry=self.registry,
+        ).labels(*values)
 
         request_duration = Histogram(
             "batchd_request_duration_seconds",
@@ -115,6 +140,14 @@ class ReplicaMetrics:
         self.running_items.set_function(running_items)
         self.inflight.set_function(inflight)
 
+    def track_adaptive(
+        self, cost: Callable[[], tuple[float, float] | None], arrival_rate: Callable[[], float]
+    ) -> None:
+        """Adaptive batching's learned cost line and arrival rate, read at scrape time."""
+        self.batch_cost_fixed.set_function(lambda: (cost() or (0.0, 0.0))[0])
+        self.batch_cost_per_item.set_function(lambda: (cost() or (0.0, 0.0))[1])
+        self.arrival_rate.set_function(arrival_rate)
+
     def reloaded(self, outcome: str) -> None:
         self._reloads[outcome].inc()
 
@@ -134,7 +167,102 @@ class ReplicaMetrics:
         self.isolation_calls.inc(extra_calls)
         self.isolated_failures.inc(failed_items)
 
+    def batch_planned(self, size: int, go: bool) -> None:
+        self.planned_batch_size.set(size)
+
+    def objective_checked(self, items: int, late: int) -> None:
+        self.objective_items.inc(items)
+        self.objective_missed.inc(late)
+
     def batch_finished(self, size: int, duration_s: float, failed: bool) -> None:
         self.batch_execution.observe(duration_s)
         if failed:
             self.batch_failures.inc()
+
+
+# Per-token latencies: from a few milliseconds (a decoding step on a GPU) to seconds (a CPU under load).
+TOKEN_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5)
+TOKENS_BUCKETS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+class GenerationMetrics:
+    """Text generation's metrics (text-generation models only), on a replica's registry.
+
+    Time to first token and time per output token are what a streaming client feels; running and
+    waiting sequences and the KV cache's use are the scheduler's state (read at scrape time).
+    """
+
+    def __init__(self, registry: CollectorRegistry, deployment: str, model: str) -> None:
+        labels = ("deployment", "model")
+        values = (deployment, model)
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=registry).labels(*values)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, labels, registry=registry).labels(*values)
+
+        self.time_to_first_token = histogram(
+            "batchd_time_to_first_token_seconds",
+            "From a generation request's admission to its first new token.",
+            SECONDS_BUCKETS,
+        )
+        self.time_per_output_token = histogram(
+            "batchd_time_per_output_token_seconds",
+            "Per request, the mean time between its new tokens after the first (streamed tokens only).",
+            TOKEN_SECONDS_BUCKETS,
+        )
+        self.generated_tokens = Counter(
+            "batchd_generated_tokens",
+            "New tokens generated for finished requests.",
+            labels,
+            registry=registry,
+        ).labels(*values)
+        self.prompt_tokens = Counter(
+            "batchd_prompt_tokens",
+            "Prompt tokens of finished generation requests.",
+            labels,
+            registry=registry,
+        ).labels(*values)
+        self.tokens_per_request = histogram(
+            "batchd_generated_tokens_per_request", "New tokens of each finished request.", TOKENS_BUCKETS
+        )
+        self.step_duration = Histogram(
+            "batchd_generation_step_seconds",
+            "One forward pass of token-level scheduling, by kind: prefill (new sequences) or decode.",
+            (*labels, "kind"),
+            buckets=SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self._steps = {kind: self.step_duration.labels(*values, kind) for kind in ("prefill", "decode")}
+        self.running_sequences = gauge("batchd_running_sequences", "Sequences being generated now.")
+        self.waiting_sequences = gauge(
+            "batchd_waiting_sequences", "Admitted sequences waiting for a free row."
+        )
+        self.kv_cache_usage = gauge(
+            "batchd_kv_cache_usage_ratio",
+            "Tokens held in the KV cache over its bound (max_batch_size sequences of the model's context).",
+        )
+
+    def track(
+        self, running: Callable[[], float], waiting: Callable[[], float], kv_usage: Callable[[], float]
+    ) -> None:
+        """Read the scheduler's state at scrape time."""
+        self.running_sequences.set_function(running)
+        self.waiting_sequences.set_function(waiting)
+        self.kv_cache_usage.set_function(kv_usage)
+
+    # SequenceObserver, for the generation service.
+    def first_token(self, seconds: float) -> None:
+        self.time_to_first_token.observe(seconds)
+
+    def sequence_done(self, prompt_tokens: int, generated_tokens: int, per_token_s: float | None) -> None:
+        self.prompt_tokens.inc(prompt_tokens)
+        self.generated_tokens.inc(generated_tokens)
+        self.tokens_per_request.observe(generated_tokens)
+        if per_token_s is not None:
+            self.time_per_output_token.observe(per_token_s)
+
+    # StepObserver, for the engine (called from its thread; prometheus_client is thread-safe).
+    def step_done(self, kind: str, sequences: int, duration_s: float) -> None:
+        self._steps[kind].observe(duration_s)

@@ -2,7 +2,9 @@
 
 The protocol modules decode requests into items and encode results; what they have in common
 (readiness, validation of items, admission into the batcher) is here, so that the three
-protocols behave the same way.
+protocols behave the same way. A text-generation model also brings a generation service
+(`batchd.replica.generation`): with token-level scheduling, the inference routes' prompts go to
+it rather than to the batcher, and the generate routes use it either way.
 """
 
 from __future__ import annotations
@@ -11,16 +13,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from batchd.api.spec import BatchedDeployment, TensorSpec
 from batchd.replica.batching import Abandoned, Batcher
 from batchd.replica.errors import Draining, InvalidInput, NotReady, Stalled, TooLarge, UnknownModel
-from batchd.replica.metrics import ReplicaMetrics
+from batchd.replica.metrics import GenerationMetrics, ReplicaMetrics
 from batchd.replica.models.base import BatchModel
 from batchd.replica.settings import ReplicaSettings
+
+if TYPE_CHECKING:  # the generation package imports torch, which only text-generation replicas need
+    from batchd.replica.generation.service import GenerationService
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +46,15 @@ class Replica:
         self.inflight = 0  # requests accepted and not yet answered; kept by the inference routes
         self.load_error: Exception | None = None
         self.hung = False  # a batch outlived the drain at shutdown
+        self.generation: GenerationService | None = None  # text-generation models only
         self.metrics.track(
-            queue_depth=lambda: self.batcher.queue_depth,
-            running_items=lambda: self.batcher.running_items,
+            queue_depth=lambda: self.batcher.queue_depth + self._sequences()[0],
+            running_items=lambda: self.batcher.running_items + self._sequences()[1],
             inflight=lambda: self.inflight,
+        )
+        self.metrics.track_adaptive(
+            cost=lambda: self.batcher.cost.fitted,
+            arrival_rate=lambda: self.batcher.arrivals.at(asyncio.get_running_loop().time()),
         )
         self.metrics.batching_generation.set(manifest.batching_generation)
 
@@ -52,14 +62,24 @@ class Replica:
         """Batch by `manifest.spec.batching` from the next batch on (see `retuning`)."""
         self.manifest = manifest
         self.batcher.reconfigure(manifest.spec.batching)
+        if self.generation is not None:
+            self.generation.reconfigure(manifest.spec.batching)
         self.metrics.batching_generation.set(manifest.batching_generation)
+
+    def _sequences(self) -> tuple[int, int]:
+        """Sequences waiting and running in token-level scheduling: items, as the autoscaler counts
+        them (request-level generation requests are the batcher's items already)."""
+        generation = self.generation
+        if generation is None or getattr(generation, "scheduling", None) != "token":
+            return 0, 0
+        return generation.waiting, generation.running
 
     def load(self) -> dict[str, Any]:
         """What the operator reads to autoscale and to follow live retuning (`GET /load`)."""
         return {
             "ready": self.ready,
-            "queued_items": self.batcher.queue_depth,
-            "running_items": self.batcher.running_items,
+            "queued_items": self.batcher.queue_depth + self._sequences()[0],
+            "running_items": self.batcher.running_items + self._sequences()[1],
             "inflight_requests": self.inflight,
             "batching_generation": self.manifest.batching_generation,
         }
@@ -82,14 +102,33 @@ class Replica:
         started = time.perf_counter()
         model = await asyncio.to_thread(load)
         await model.warmup(self.manifest.spec.batching.max_batch_size)
+        self._serve_generation(model)
         self.model = model
         self.batcher.start(model.predict_batch)  # unless a SIGTERM came during loading
         self.metrics.model_ready.set(1 if self.ready else 0)
         logger.info("model %r ready in %.1f s", self.model_name, time.perf_counter() - started)
 
+    def _serve_generation(self, model: BatchModel) -> None:
+        """A text-generation model's service (token- or request-level), with its metrics."""
+        setup = getattr(model, "generation_service", None)
+        if setup is None:
+            return
+        metrics = GenerationMetrics(self.metrics.registry, self.manifest.metadata.name, self.model_name)
+        service: GenerationService = setup(
+            self.manifest.spec.batching, metrics, batcher=self.batcher, steps=metrics
+        )
+        metrics.track(
+            running=lambda: service.running,
+            waiting=lambda: service.waiting,
+            kv_usage=lambda: getattr(service, "kv_usage", 0.0),
+        )
+        self.generation = service
+
     def begin_draining(self) -> None:
         """Turn unready at once (SIGTERM); accepted work still completes."""
         self.batcher.begin_draining()
+        if self.generation is not None:
+            self.generation.begin_draining()
         self.metrics.model_ready.set(0)
 
     async def stop(self) -> None:
@@ -99,8 +138,9 @@ class Replica:
         drain timeout the replica stops waiting for it (`hung` says so, and the CLI exits 1).
         """
         self.begin_draining()
+        drains = [self.batcher.drain()] + ([self.generation.drain()] if self.generation is not None else [])
         try:
-            await asyncio.wait_for(self.batcher.drain(), self.settings.drain_timeout_s)
+            await asyncio.wait_for(asyncio.gather(*drains), self.settings.drain_timeout_s)
         except TimeoutError:
             logger.error("a batch is still in the model after drain_timeout_s; not waiting for it")
             self.hung = True
@@ -117,13 +157,19 @@ class Replica:
     def stalled(self) -> bool:
         """A batch has run longer than `request_timeout_s`: every request in it has had its 504,
         and new ones would only wait; the replica turns unready until the batch comes back."""
-        return self.batcher.longest_running_s > self.batcher.config.request_timeout_s
+        return self.longest_running_s > self.batcher.config.request_timeout_s
 
     @property
     def live(self) -> bool:
         """False once a batch has run HUNG_FACTOR times `request_timeout_s`: a handler stuck that
         long will not come back, and only a restart (the kubelet's, on the liveness probe) frees it."""
-        return self.batcher.longest_running_s <= HUNG_FACTOR * self.batcher.config.request_timeout_s
+        return self.longest_running_s <= HUNG_FACTOR * self.batcher.config.request_timeout_s
+
+    @property
+    def longest_running_s(self) -> float:
+        """How long the model has been on its current batch (or generation step)."""
+        step = self.generation.longest_step_s if self.generation is not None else 0.0
+        return max(self.batcher.longest_running_s, step)
 
     @property
     def output_specs(self) -> tuple[TensorSpec, ...]:
@@ -145,7 +191,7 @@ class Replica:
         if not items:
             raise InvalidInput(f"{field}: the batch is empty")
         if self.stalled:
-            longest = self.batcher.longest_running_s
+            longest = self.longest_running_s
             raise Stalled(
                 f"the model has been stuck on a batch for {longest:.0f} s; retry on another replica"
             )
@@ -160,4 +206,27 @@ class Replica:
             except ValidationError as error:
                 problem = error.errors(include_url=False)[0]
                 raise InvalidInput(f"{field}[{position}]: {problem['msg']} (got {item!r})") from None
+        generation = self.generation
+        if generation is not None and getattr(generation, "scheduling", None) == "token":
+            # Each prompt is a sequence of its own; the answer is the pipeline's: prompt and continuation.
+            prepare = generation.preparer.prepare
+            requests = [prepare(text, None, f"{field}[{i}]") for i, text in enumerate(valid)]
+            completions = await generation.complete(requests, abandoned)
+            return [r.prompt + c.text for r, c in zip(requests, completions, strict=True)]
         return await self.batcher.infer(valid, abandoned)
+
+    def generator(self, name: str) -> GenerationService:
+        """The generation service for the generate routes, once the model is ready to serve."""
+        self.check_name(name)
+        if self.model is None:
+            if self.batcher.draining:
+                raise Draining("the replica is shutting down; retry on another replica")
+            raise NotReady(f"model {self.model_name!r} is still loading")
+        if self.generation is None:
+            raise UnknownModel(
+                f"model {name!r} does not generate text: the generate extension serves task text-generation"
+            )
+        if self.stalled:
+            longest = self.longest_running_s
+            raise Stalled(f"the model has been stuck on a step for {longest:.0f} s; retry on another replica")
+        return self.generation

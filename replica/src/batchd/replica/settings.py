@@ -6,10 +6,13 @@ reads the environment again.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator
+from pydantic_settings import NoDecode
 
 from batchd.api.environment import EnvironmentSettings
 from batchd.api.pod import REPLICA_PORT
@@ -30,6 +33,26 @@ class ReplicaSettings(EnvironmentSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # How often the mounted manifest is read for live retuning (seconds); a stat and a small read.
     config_poll_s: PositiveFloat = 1.0
+    # Where each alias of `model.calls` is reached, alias -> base URL (JSON in BATCHD_CALLS): the
+    # operator passes the callees' Service URLs; locally `batchd serve --call alias=URL` adds to it.
+    calls: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+
+    @field_validator("calls", mode="before")
+    @classmethod
+    def _json(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError:
+            raise ValueError('expected JSON such as {"embedder": "http://127.0.0.1:8001"}') from None
+
+    @field_validator("calls")
+    @classmethod
+    def _http_urls(cls, calls: dict[str, str]) -> dict[str, str]:
+        for alias, url in calls.items():
+            check_call_url(alias, url)
+        return {alias: url.rstrip("/") for alias, url in calls.items()}
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -40,3 +63,10 @@ class ReplicaSettings(EnvironmentSettings):
     @classmethod
     def _unset_when_empty(cls, value: Any) -> Any:
         return None if value == "" else value
+
+
+def check_call_url(alias: str, url: str) -> None:
+    """A callee's address must be a base URL: http(s)://host[:port], nothing after it but a `/`."""
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.path.strip("/"):
+        raise ValueError(f"{alias}: expected a base URL such as http://127.0.0.1:8001, got {url!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from batchd.api.spec import ModelSpec
@@ -11,14 +12,21 @@ from batchd.replica.models.executor import ModelExecutor
 __all__ = ["BatchModel", "ModelLoadError", "load_model"]
 
 
-def load_model(spec: ModelSpec, *, mirror_dir: Path | None, pvc_root: Path) -> BatchModel:
-    """Load the model `spec` names. Blocking: the app calls it in a thread during start-up."""
+def load_model(
+    spec: ModelSpec, *, mirror_dir: Path | None, pvc_root: Path, calls: Mapping[str, str] | None = None
+) -> BatchModel:
+    """Load the model `spec` names. Blocking: the app calls it in a thread during start-up.
+
+    `calls` is where each alias of `model.calls` is reached (alias -> base URL).
+    """
     executor = ModelExecutor()
     try:
         if spec.handler is not None:
             from batchd.replica.models.custom import load_custom_handler
 
-            return load_custom_handler(spec, executor)
+            return load_custom_handler(spec, executor, calls)
+        if calls:
+            raise ModelLoadError(f"--call/BATCHD_CALLS: model.task={spec.task!r} calls no other deployment")
         from batchd.replica.models.pipelines import load_pipeline
         from batchd.replica.models.sources import resolve_source
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -35,8 +35,10 @@ class CustomHandlerModel:
         owner: Any,
         inputs: tuple[TensorSpec, ...] | None = None,
         outputs: tuple[TensorSpec, ...] | None = None,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         self._path = handler_path
+        self._on_close = on_close
         self._handler = handler
         self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             getattr(handler, "__call__", None)  # noqa: B004 - an instance with `async def __call__`
@@ -55,6 +57,11 @@ class CustomHandlerModel:
             or (TensorSpec(name="output", datatype=datatype_of(return_item_type_of(handler))),),
         )
 
+    @property
+    def is_async(self) -> bool:
+        """`async def`: runs on the executor's own event loop, where it may await (handles)."""
+        return self._is_async
+
     async def predict_batch(self, items: list[Any]) -> list[Any]:
         if self._is_async:
             results = await self._executor.run_async(self._handler(items))
@@ -71,6 +78,8 @@ class CustomHandlerModel:
                 await self._executor.run_sync(warmup)
 
     def close(self) -> None:
+        if self._on_close is not None:  # before the handler's loop stops: its sessions live there
+            self._on_close()
         self._executor.close()
 
     def _checked(self, results: Any, expected: int) -> list[Any]:
@@ -87,8 +96,14 @@ class CustomHandlerModel:
         return list(results)
 
 
-def load_custom_handler(spec: ModelSpec, executor: ModelExecutor) -> CustomHandlerModel:
-    """Import and instantiate `spec.handler` (in the loading thread: constructors may load weights)."""
+def load_custom_handler(
+    spec: ModelSpec, executor: ModelExecutor, addresses: Mapping[str, str] | None = None
+) -> CustomHandlerModel:
+    """Import and instantiate `spec.handler` (in the loading thread: constructors may load weights).
+
+    With `model.calls`, the constructor also receives one handle per alias (see `handles`), to the
+    callee at `addresses[alias]`.
+    """
     path = spec.handler
     assert path is not None
     module_name, _, attribute = path.partition(":")
@@ -106,13 +121,14 @@ def load_custom_handler(spec: ModelSpec, executor: ModelExecutor) -> CustomHandl
             f"model.handler: module {module_name!r} has no attribute {owner_name!r}"
         ) from None
 
+    handles, on_close = _handles(spec, addresses or {})
     if inspect.isclass(target):
         try:
-            owner = target(**spec.init_kwargs)
+            owner = target(**spec.init_kwargs, **handles)
         except TypeError as error:
-            raise ModelLoadError(
-                f"model.init_kwargs: {owner_name}() refused {spec.init_kwargs!r}: {error}"
-            ) from error
+            field = "model.init_kwargs" if not handles else "model.init_kwargs or model.calls"
+            given = {**spec.init_kwargs, **dict.fromkeys(handles, "<handle>")}
+            raise ModelLoadError(f"{field}: {owner_name}() refused {given!r}: {error}") from error
         if method_name:
             handler = getattr(owner, method_name, None)
             if not callable(handler):
@@ -124,7 +140,32 @@ def load_custom_handler(spec: ModelSpec, executor: ModelExecutor) -> CustomHandl
     elif callable(target) and not method_name:
         if spec.init_kwargs:
             raise ModelLoadError(f"model.init_kwargs: {path!r} is a function, which takes no init_kwargs")
+        if handles:
+            raise ModelLoadError(
+                f"model.calls: {path!r} is a function; name a class, whose constructor receives the handles"
+            )
         owner, handler = None, target
     else:
         raise ModelLoadError(f"model.handler: {path!r} is neither a class nor a function")
-    return CustomHandlerModel(path, handler, executor, owner, spec.inputs, spec.outputs)
+    model = CustomHandlerModel(path, handler, executor, owner, spec.inputs, spec.outputs, on_close)
+    if handles and not model.is_async:
+        raise ModelLoadError(
+            f"model.calls: {path!r} is not `async def`; a handler awaits its handles (Ray Serve's "
+            "composed deployments are async for the same reason)"
+        )
+    return model
+
+
+def _handles(
+    spec: ModelSpec, addresses: Mapping[str, str]
+) -> tuple[dict[str, Any], Callable[[], None] | None]:
+    """The handles `model.calls` asks for, and what closes their HTTP client; none without calls."""
+    if not spec.calls and not addresses:
+        return {}, None
+    from batchd.replica.handles import CallClient, make_handles  # aiohttp: only composers need it
+
+    client = CallClient()
+    try:
+        return make_handles(spec.calls, addresses, client), client.close
+    except ValueError as error:
+        raise ModelLoadError(str(error)) from None

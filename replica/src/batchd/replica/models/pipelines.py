@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, TypeAdapter
 
 from batchd.api.spec import ModelSpec, TensorSpec
-from batchd.replica.models.base import ModelLoadError, ModelMetadata
+from batchd.replica.models.base import BatchModel, ModelLoadError, ModelMetadata
 from batchd.replica.models.devices import choose_device, choose_dtype
 from batchd.replica.models.executor import ModelExecutor
 from batchd.replica.models.results import plain
@@ -72,7 +72,7 @@ class PipelineModel:
         self._executor.close()
 
 
-def load_pipeline(spec: ModelSpec, location: str, executor: ModelExecutor) -> PipelineModel:
+def load_pipeline(spec: ModelSpec, location: str, executor: ModelExecutor) -> BatchModel:
     """Load `spec.task` from `location` (a directory, or a hub id), on the chosen device and dtype."""
     import torch
 
@@ -82,6 +82,10 @@ def load_pipeline(spec: ModelSpec, location: str, executor: ModelExecutor) -> Pi
     try:
         if spec.task == "feature-extraction":
             return _embeddings(location, device, dtype, executor)
+        if spec.task == "text-generation" and spec.generation_spec.scheduling == "token":
+            from batchd.replica.generation.loader import load_token_level
+
+            return load_token_level(spec, location, device, dtype, executor, TEXT)
         return _transformers_pipeline(spec, location, device, dtype, executor)
     except OSError as error:
         hint = (
@@ -194,6 +198,13 @@ def _transformers_pipeline(
         inputs=(TensorSpec(name="text", datatype="BYTES"),),
         outputs=outputs,
     )
+    if task == "text-generation":  # request-level: generation requests (with parameters) too
+        from batchd.replica.generation.request_level import pipeline_model
+
+        return pipeline_model(
+            pipe, run, lock, spec, location,
+            executor=executor, metadata=metadata, item_adapter=item_adapter, warmup_text=warmup_text,
+        )  # fmt: skip
     return PipelineModel(run, executor, metadata, item_adapter, warmup_text)
 
 

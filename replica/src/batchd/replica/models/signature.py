@@ -36,6 +36,8 @@ def python_type(datatype: str) -> type:
 
 def datatype_of(python: Any) -> Datatype:
     """The V2 datatype that carries a Python item type; BYTES when it is no scalar (JSON text)."""
+    if typing.get_origin(python) is typing.Annotated:  # Annotated[int, Field(ge=0)] is still an int
+        python = typing.get_args(python)[0]
     return _BY_PYTHON.get(python, "BYTES")
 
 
@@ -59,7 +61,8 @@ def item_type_of(handler: Callable[..., Any]) -> Any:
     """T of the first parameter's `list[T]` / `List[T]` / `Sequence[T]` annotation; Any otherwise."""
     function = _function(handler)
     try:
-        hints = typing.get_type_hints(function)
+        # With extras: constraints such as Annotated[list[float], Field(min_length=8)] are checked too.
+        hints = typing.get_type_hints(function, include_extras=True)
         parameters = [p for p in inspect.signature(function).parameters.values() if p.name != "self"]
     except (NameError, TypeError, ValueError):
         return Any

@@ -112,7 +112,7 @@ async def ready(request: Request) -> Response:
 
 @router.get("/v2")
 async def server_metadata() -> dict[str, Any]:
-    return {"name": "batchd", "version": __version__, "extensions": ["binary_tensor_data"]}
+    return {"name": "batchd", "version": __version__, "extensions": ["binary_tensor_data", "generate"]}
 
 
 @router.get(

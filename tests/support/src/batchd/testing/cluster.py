@@ -16,7 +16,11 @@ real load together:
   does and re-projects them when the ConfigMap changes, reports readiness from the real readiness
   probe, restarts a container that exits, and stops a deleted Pod as a kubelet does: unready at
   once, the preStop sleep, SIGTERM, SIGKILL after the grace period, then the final DELETE;
-- `endpoints()` are the URLs kube-proxy would route a Service to: ready, not terminating pods.
+- `endpoints()` are the URLs kube-proxy would route a Service to: ready, not terminating pods;
+- a Service's DNS name (`name.namespace.svc.cluster.local`) in a container's env resolves to a
+  ClusterIP stand-in: a loopback address of its own where a proxy sends each new connection to
+  the Service's next ready endpoint, as kube-proxy does (so one replica calls another, by the
+  Service URL the operator gave it: model composition).
 Reads come from the emulator's storage (strongly consistent, polled every `sync_period_s`); every
 write is an HTTP request to the API server, so watch events reach Kopf as in a cluster. The
 components send the User-Agents of the kube-controller-manager and the kubelet, which the
@@ -24,7 +28,8 @@ emulator does not record as the operator's calls.
 
 Not emulated: scheduling (pods are created bound to the one node), ReplicaSet objects and revision
 history, liveness and startup probe kills, exec and tcpSocket probes (such a container counts as
-ready once running), preStop hooks other than `sleep`, resource limits, read-only mounts, images
+ready once running), preStop hooks other than `sleep`, resource limits, read-only mounts, DNS
+(only Service names in env values resolve: the stand-in rewrites them as a pod starts), images
 (every container runs this checkout's `batchd`; the replica image's ENTRYPOINT and CMD stand in for
 a missing `command` or `args`), and volumes other than configMap and emptyDir (an empty directory).
 """
@@ -76,6 +81,12 @@ SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 MIN_GRACE_AFTER_PRESTOP_S = 2.0
 # Loopback addresses tried for a pod before giving up (an address whose ports are taken is skipped).
 ADDRESS_SEARCH = 4096
+CLUSTER_DOMAIN = "cluster.local"
+# A Service's DNS name in a URL (`http://minilm.default.svc.cluster.local:8000`), port optional.
+SERVICE_HOST = re.compile(
+    r"\b(?P<name>[a-z0-9]([-a-z0-9]*[a-z0-9])?)\.(?P<namespace>[a-z0-9]([-a-z0-9]*[a-z0-9])?)"
+    rf"\.svc\.{re.escape(CLUSTER_DOMAIN)}(:(?P<port>\d+))?"
+)
 API_TIMEOUT = aiohttp.ClientTimeout(total=10)
 
 
@@ -441,7 +452,8 @@ class _Pod:
         own: dict[str, str] = {"HOSTNAME": self.name}
         for item in self.container.get("env") or []:
             if "value" in item:
-                own[item["name"]] = self.host_path(self._expand(str(item["value"]), own))
+                resolved = self.cluster.resolve_services(self._expand(str(item["value"]), own))
+                own[item["name"]] = self.host_path(resolved)
             elif "fieldRef" in (item.get("valueFrom") or {}):
                 value = self._field(item["valueFrom"]["fieldRef"].get("fieldPath", ""))
                 if value is not None:
@@ -705,6 +717,7 @@ class Cluster:
         self._created: dict[str, int] = {}  # pod uid -> creation order, to rank equal timestamps
         self._progress: dict[str, tuple[tuple[Any, ...], float]] = {}  # deployment uid -> progress
         self._next_address = 2
+        self._services: dict[tuple[str, str, int], _ServiceProxy] = {}  # (namespace, name, port)
         self._url = str(server.url).rstrip("/")
         self._api: aiohttp.ClientSession | None = None
         self.probes: aiohttp.ClientSession  # a fresh connection per probe, as the kubelet's
@@ -740,6 +753,8 @@ class Cluster:
             raise RuntimeError(f"the stand-in cluster failed:\n{self.describe()}") from self._failure
 
     async def _stop(self) -> None:
+        for proxy in self._services.values():
+            await proxy.close()
         tasks = [
             task for task in [self._task, *(pod.task for pod in self._pods.values())] if task is not None
         ]
@@ -970,6 +985,14 @@ class Cluster:
             for container in pod["spec"].get("containers") or []
             for port in container.get("ports") or []
         ]
+        ip, reservations = self._claim_address(ports)
+        runtime = _Pod(self, pod, ip, reservations)
+        runtime.task = asyncio.create_task(runtime.run(), name=f"kubelet {runtime.name}")
+        runtime.task.add_done_callback(self._pod_task_done)
+        return runtime
+
+    def _claim_address(self, ports: list[int]) -> tuple[str, list[socket.socket]]:
+        """A loopback address of its own (a pod's IP, or a Service's ClusterIP), its ports held."""
         for index in range(self._next_address, self._next_address + ADDRESS_SEARCH):
             if index % 256 in (0, 255):
                 continue
@@ -977,11 +1000,29 @@ class Cluster:
             reservations = _reserve(ip, ports)
             if reservations is not None:
                 self._next_address = index + 1
-                runtime = _Pod(self, pod, ip, reservations)
-                runtime.task = asyncio.create_task(runtime.run(), name=f"kubelet {runtime.name}")
-                runtime.task.add_done_callback(self._pod_task_done)
-                return runtime
+                return ip, reservations
         raise RuntimeError(f"no free loopback address for ports {ports} in {ADDRESS_SEARCH} tries")
+
+    # -- Services: cluster DNS and kube-proxy ---------------------------------------------------------------
+    def resolve_services(self, value: str) -> str:
+        """`value` with each Service DNS name in it (`name.ns.svc.cluster.local:port`) replaced by the
+        address of that Service's ClusterIP stand-in, as the cluster's DNS would resolve it."""
+
+        def address(match: re.Match[str]) -> str:
+            port = int(match.group("port") or 80)
+            proxy = self.service_proxy(match.group("namespace"), match.group("name"), port)
+            return f"{proxy.ip}:{port}"
+
+        return SERVICE_HOST.sub(address, value)
+
+    def service_proxy(self, namespace: str, name: str, port: int) -> _ServiceProxy:
+        """The Service's ClusterIP stand-in on `port`, made on first use: like a DNS answer, the
+        address exists before the Service does, and a connection finds its endpoints when it opens."""
+        key = (namespace, name, port)
+        if key not in self._services:
+            ip, (listener,) = self._claim_address([port])
+            self._services[key] = _ServiceProxy(self, namespace, name, ip, listener)
+        return self._services[key]
 
     def _pod_task_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -1088,6 +1129,71 @@ class Cluster:
         if self._failure is not None:
             errors += f"\n  crashed: {self._failure!r}"
         return "stand-in cluster pods:\n" + ("\n".join(parts) or "  (none)") + errors
+
+
+class _ServiceProxy:
+    """kube-proxy's part for one Service port: a listener on the Service's own loopback address (its
+    ClusterIP) that sends each new connection to the Service's next ready endpoint, bytes both ways.
+    No endpoint, or one that refuses: the connection is closed at once, as kube-proxy rejects it."""
+
+    def __init__(self, cluster: Cluster, namespace: str, name: str, ip: str, listener: socket.socket) -> None:
+        self.cluster, self.namespace, self.name, self.ip = cluster, namespace, name, ip
+        self.connections = 0  # connections made through it, for tests
+        self._turn = 0
+        self._open: set[asyncio.Task[Any]] = set()
+        listener.listen(128)
+        listener.setblocking(False)
+        self._listener = listener
+        self._server: asyncio.Server | None = None
+        self._serving = asyncio.create_task(self._serve(), name=f"kube-proxy {namespace}/{name}")
+
+    async def _serve(self) -> None:
+        self._server = await asyncio.start_server(self._connect, sock=self._listener)
+        await self._server.serve_forever()
+
+    async def _connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._open.add(task)
+        try:
+            urls = self.cluster.endpoints(self.name, self.namespace)
+            if not urls:
+                return
+            url = urls[self._turn % len(urls)]
+            self._turn += 1
+            host, _, port = url.removeprefix("http://").rpartition(":")
+            try:
+                upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
+            except OSError:
+                return
+            self.connections += 1
+            try:
+                await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+            finally:
+                upstream_writer.close()
+        finally:
+            writer.close()
+            self._open.discard(task)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in [self._serving, *self._open]:
+            task.cancel()
+        await asyncio.gather(self._serving, *self._open, return_exceptions=True)
+        self._listener.close()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy until end of stream, then pass the end on (a half-close, as TCP does)."""
+    try:
+        while chunk := await reader.read(65536):
+            writer.write(chunk)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (ConnectionError, OSError):
+        writer.close()
 
 
 def _is_live(pod: Manifest) -> bool:

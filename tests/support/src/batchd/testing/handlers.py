@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from typing import Any
 
 
 def add_one(numbers: list[int]) -> list[int]:
@@ -69,3 +71,31 @@ class HangsOnZero:
         if 0 in numbers:
             threading.Event().wait()  # forever: nothing will ever set it
         return [n + 1 for n in numbers]
+
+
+class Relay:
+    """A composer (`model.calls`): each item `{"to": alias, "n": number}` is sent on to that callee
+    (`remote`), or `{"to": alias, "many": [numbers]}` as one call (`remote_many`); all of a batch's
+    calls at once. The answer is the callee's; its errors pass through unhandled."""
+
+    def __init__(self, **handles: Any) -> None:
+        self.handles = handles
+
+    async def __call__(self, items: list[dict[str, Any]]) -> list[Any]:
+        return list(await asyncio.gather(*(self._one(item) for item in items)))
+
+    async def _one(self, item: dict[str, Any]) -> Any:
+        handle = self.handles[item["to"]]
+        if "many" in item:
+            return await handle.remote_many(item["many"])
+        return await handle.remote(item["n"])
+
+
+class SyncRelay:
+    """Takes handles but is not `async def`, so it could never await them: refused at load."""
+
+    def __init__(self, **handles: Any) -> None:
+        self.handles = handles
+
+    def __call__(self, numbers: list[int]) -> list[int]:
+        return numbers

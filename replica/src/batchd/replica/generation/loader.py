@@ -1,0 +1,193 @@
+"""Loading a text-generation model for token-level scheduling, and checking the scheduler can drive it.
+
+The engine runs the model's own forward pass with its own cache, a 4-D attention mask and
+explicit position ids: what decoder-only transformers models (GPT-2, Llama, Mistral, Qwen ...)
+accept with `sdpa` attention. Before the replica turns ready, the engine generates a few greedy
+tokens for a warm-up prompt and compares them with `model.generate`: a model whose forward pass
+does not work that way is refused at load, naming the field that switches to request-level
+batching, rather than served wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from batchd.api.spec import BatchingSpec, ModelSpec, TensorSpec
+from batchd.replica.errors import InvalidInput
+from batchd.replica.generation.engine import GenerationEngine, StepObserver
+from batchd.replica.generation.params import (
+    GenerationLimits,
+    GenerationParams,
+    GenerationRequest,
+    defaults_from,
+)
+from batchd.replica.generation.service import Preparer, SequenceObserver, TokenLevel
+from batchd.replica.models.base import ModelLoadError, ModelMetadata
+from batchd.replica.models.executor import ModelExecutor
+
+logger = logging.getLogger(__name__)
+
+WARMUP_PROMPTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Batching amortises the cost of a forward pass over many requests, token by token.",
+)
+CHECK_TOKENS = 4  # greedy tokens compared with model.generate at load
+
+
+class TokenGenerationModel:
+    """A text-generation model served by the engine: a BatchModel for the rest of the replica
+    (metadata, item validation, warm-up), and the token-level `GenerationService` for its routes."""
+
+    def __init__(
+        self,
+        model: Any,
+        engine: GenerationEngine,
+        preparer: Preparer,
+        executor: ModelExecutor,
+        item_adapter: TypeAdapter[Any],
+        generate_reference: Any,
+    ) -> None:
+        self._model = model
+        self.engine = engine
+        self.preparer = preparer
+        self._executor = executor
+        self.item_adapter = item_adapter
+        self._reference = generate_reference
+        self.metadata = ModelMetadata(
+            platform="transformers/text-generation",
+            inputs=(TensorSpec(name="text", datatype="BYTES"),),
+            outputs=(TensorSpec(name="generated_text", datatype="BYTES"),),
+        )
+        self._service: TokenLevel | None = None
+
+    def generation_service(
+        self,
+        config: BatchingSpec,
+        observer: SequenceObserver | None,
+        *,
+        steps: StepObserver | None = None,
+        **_: Any,
+    ) -> TokenLevel:
+        """Start the engine's thread and serve through it (once the replica is ready to)."""
+        if self._service is None:
+            self.engine.observer = steps
+            self._service = TokenLevel(self.engine, self.preparer, config, observer)
+            self.engine.start(asyncio.get_running_loop())
+        return self._service
+
+    async def predict_batch(self, items: list[Any]) -> list[Any]:
+        """Whole texts for prompts (the pipeline's answer: prompt and continuation), with the
+        default parameters. Once serving, through the engine's thread; before, on the executor."""
+        requests = [self.preparer.prepare(item, None, f"items[{i}]") for i, item in enumerate(items)]
+        if self._service is not None:
+            completions = await self._service.complete(requests)
+            return [r.prompt + c.text for r, c in zip(requests, completions, strict=True)]
+        chunks = await self._executor.run_sync(self.engine.run_to_completion, requests)
+        return [r.prompt + "".join(c.text for c in cs) for r, cs in zip(requests, chunks, strict=True)]
+
+    async def warmup(self, max_batch_size: int) -> None:
+        await self._executor.run_sync(self._check_and_warm, max(1, min(max_batch_size, 8)))
+
+    def close(self) -> None:
+        self.engine.stop()
+        self._executor.close()
+
+    def _check_and_warm(self, sequences: int) -> None:
+        """The engine's greedy tokens must be generate's (else refuse); then warm every path."""
+        params = GenerationParams(max_new_tokens=CHECK_TOKENS, min_new_tokens=CHECK_TOKENS)
+        request = self.preparer.prepare(WARMUP_PROMPTS[0], None, "warm-up")
+        request = GenerationRequest(request.prompt, request.prompt_ids, params)
+        (chunks,) = self.engine.run_to_completion([request])
+        ours = "".join(chunk.text for chunk in chunks)
+        expected = self._reference(request)
+        if ours != expected:
+            raise ModelLoadError(
+                "model.generation.scheduling: token-level scheduling cannot drive this model's forward pass "
+                f"(greedy {ours!r}, transformers' generate {expected!r}); use scheduling: request"
+            )
+        warm = [
+            self.preparer.prepare(WARMUP_PROMPTS[i % len(WARMUP_PROMPTS)], {"max_new_tokens": 8}, "warm-up")
+            for i in range(sequences)
+        ]
+        self.engine.run_to_completion(warm)
+
+
+def load_token_level(
+    spec: ModelSpec,
+    location: str,
+    device: str,
+    dtype: Any,
+    executor: ModelExecutor,
+    item_adapter: TypeAdapter[Any],
+) -> TokenGenerationModel:
+    """The tokenizers, the model and the engine for `spec` at `location`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # The event loop tokenizes prompts and the engine's thread decodes tokens: Rust tokenizers
+    # refuse to be used by two threads at once, so each has its own.
+    encoder = AutoTokenizer.from_pretrained(location)
+    decoder = AutoTokenizer.from_pretrained(location)
+    model: Any = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, attn_implementation="sdpa")
+    model = model.to(device).eval()
+    context = context_tokens(model.config, encoder)
+    limits = GenerationLimits.of(spec.generation_spec, context)
+    try:
+        defaults = defaults_from(spec.call_kwargs, limits, model.generation_config)
+    except InvalidInput as error:
+        raise ModelLoadError(str(error)) from None
+    eos_ids = _eos_ids(model, encoder)
+    pad_id = encoder.pad_token_id if encoder.pad_token_id is not None else (eos_ids[0] if eos_ids else 0)
+    special = frozenset(int(i) for i in encoder.all_special_ids)
+    engine = GenerationEngine(
+        model,
+        decoder,
+        eos_ids=eos_ids,
+        special_ids=special,
+        pad_id=pad_id,
+        context_tokens=context,
+        max_running=1,
+    )
+    preparer = Preparer(encoder, limits, defaults)
+
+    def reference(request: GenerationRequest) -> str:
+        with torch.inference_mode():
+            ids = torch.tensor([request.prompt_ids], device=model.device)
+            output = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=request.params.max_new_tokens,
+                min_new_tokens=request.params.min_new_tokens,
+                do_sample=False,
+                pad_token_id=pad_id,
+            )
+        return str(decoder.decode(output[0, ids.shape[1] :].tolist(), skip_special_tokens=True))
+
+    logger.info("token-level generation: context %d tokens, defaults %s", context, defaults)
+    return TokenGenerationModel(model, engine, preparer, executor, item_adapter, reference)
+
+
+def context_tokens(config: Any, tokenizer: Any) -> int:
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    length = getattr(tokenizer, "model_max_length", None)
+    if isinstance(length, int) and 0 < length < 1_000_000:
+        return length
+    raise ModelLoadError(
+        "model.source: the model's config states no context length (max_position_embeddings)"
+    )
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    if eos is None:
+        return ()
+    return tuple(int(i) for i in (eos if isinstance(eos, list) else [eos]))

@@ -1,0 +1,275 @@
+"""Request-level batching of generation requests (`model.generation.scheduling: request`).
+
+The batcher gathers requests into a batch and transformers' `generate` runs it as one padded
+batch until its longest answer is done: the way batchd served text generation before token-level
+scheduling, kept for comparison and for models the token-level scheduler cannot drive.
+
+Each request still gets what it asked for. `generate` takes one configuration per call, so a
+logits processor (`RowChoices`) picks each row's token by the row's own parameters (`sampling`,
+the same rules as the engine), hands `generate` a score of 0 for that token and -inf for every
+other, and `generate` runs greedily; a row past its own max_new_tokens is given the
+end-of-sequence token (it computes on as padding until the batch is done). The answers are then
+cut where each request ends and turned into text by the same `TextStream` as the engine's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from batchd.api.spec import BatchingSpec, ModelSpec
+from batchd.replica.batching import Abandoned, Batcher
+from batchd.replica.errors import InvalidInput
+from batchd.replica.generation.params import (
+    Chunk,
+    Completion,
+    GenerationLimits,
+    GenerationParams,
+    GenerationRequest,
+    defaults_from,
+)
+from batchd.replica.generation.sampling import generator_for, next_tokens
+from batchd.replica.generation.service import Deliver, Preparer, SequenceObserver, SequenceStream
+from batchd.replica.generation.text import Decoder, TextStream
+from batchd.replica.models.base import ModelLoadError
+from batchd.replica.models.pipelines import PipelineModel
+
+
+@dataclass
+class _Row:
+    params: GenerationParams
+    generator: torch.Generator | None
+    generated: int = 0
+
+
+@dataclass
+class RowChoices:
+    """A transformers logits processor: each row's next token, chosen by that row's parameters."""
+
+    rows: list[_Row]
+    eos_ids: tuple[int, ...]
+    prompt_length: int  # of the padded batch: what `input_ids` is long before the first new token
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        made = input_ids.shape[1] - self.prompt_length
+        for row in self.rows:
+            row.generated = made
+        tokens = next_tokens(scores, self.rows, self.eos_ids)
+        for index, row in enumerate(self.rows):
+            if made >= row.params.max_new_tokens and self.eos_ids:
+                tokens[index] = self.eos_ids[0]  # this request is done: padding until the batch is
+        chosen = torch.full_like(scores, float("-inf"))
+        chosen[torch.arange(len(tokens)), torch.tensor(tokens, device=scores.device)] = 0.0
+        return chosen
+
+
+def generate_batch(
+    model: Any,
+    decoder: Decoder,
+    requests: Sequence[GenerationRequest],
+    *,
+    eos_ids: tuple[int, ...],
+    special_ids: frozenset[int],
+    pad_id: int,
+) -> list[Completion]:
+    """One `generate` call for the whole batch; each request's answer, cut where it ends."""
+    from transformers import GenerationConfig, LogitsProcessorList
+
+    lengths = [len(request.prompt_ids) for request in requests]
+    padded = max(lengths)
+    ids = torch.full((len(requests), padded), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(requests), padded), dtype=torch.long)
+    for index, request in enumerate(requests):
+        ids[index, padded - lengths[index] :] = torch.tensor(request.prompt_ids)
+        attention[index, padded - lengths[index] :] = 1
+    rows = [_Row(r.params, generator_for(r.params, model.device)) for r in requests]
+    config = GenerationConfig(  # type: ignore[no-untyped-call]
+        max_new_tokens=max(r.params.max_new_tokens for r in requests),
+        do_sample=False,
+        num_beams=1,
+        repetition_penalty=1.0,
+        pad_token_id=pad_id,
+        eos_token_id=list(eos_ids) or None,
+    )
+    with torch.inference_mode():
+        output = model.generate(
+            input_ids=ids.to(model.device),
+            attention_mask=attention.to(model.device),
+            generation_config=config,
+            logits_processor=LogitsProcessorList([RowChoices(rows, eos_ids, padded)]),
+        )
+    return [
+        _completion(decoder, request, output[index, padded:].tolist(), eos_ids, special_ids)
+        for index, request in enumerate(requests)
+    ]
+
+
+def _completion(
+    decoder: Decoder,
+    request: GenerationRequest,
+    tokens: list[int],
+    eos_ids: tuple[int, ...],
+    special_ids: frozenset[int],
+) -> Completion:
+    text = TextStream(decoder, request.prompt_ids, request.params.stop, special_ids)
+    made: list[int] = []
+    finish = "length"
+    for token in tokens[: request.params.max_new_tokens]:
+        made.append(token)
+        text.push(token)
+        if token in eos_ids or text.stopped:
+            finish = "stop"
+            break
+    text.flush()
+    return Completion(text.text, finish, len(request.prompt_ids), tuple(made))
+
+
+class RequestLevel:
+    """The generation service over the batcher: a request's answer comes whole, with its batch."""
+
+    scheduling = "request"
+
+    def __init__(
+        self, batcher: Batcher, preparer: Preparer, observer: SequenceObserver | None = None
+    ) -> None:
+        self.batcher = batcher
+        self.preparer = preparer
+        self._observer = observer
+
+    @property
+    def waiting(self) -> int:
+        return self.batcher.queue_depth
+
+    @property
+    def running(self) -> int:
+        return self.batcher.running_items
+
+    @property
+    def longest_step_s(self) -> float:
+        return 0.0  # a batch in the model is the batcher's to watch
+
+    def open(self, request: GenerationRequest, abandoned: Abandoned | None = None) -> SequenceStream:
+        """A stream of one chunk: the whole answer, when its batch is done."""
+        loop = asyncio.get_running_loop()
+
+        def start(deliver: Deliver) -> Callable[[], None]:
+            task = loop.create_task(self.batcher.infer([request]), name="batchd-generation-request")
+
+            def done(task: asyncio.Task[list[Any]]) -> None:
+                if task.cancelled():
+                    return
+                error = task.exception()
+                if error is not None:
+                    deliver(error)
+                    return
+                (completion,) = task.result()
+                deliver(Chunk(completion.text, completion.token_ids, completion.finish_reason))
+
+            task.add_done_callback(done)
+
+            def cancel() -> None:
+                task.cancel()
+
+            return cancel
+
+        timeout_s = self.batcher.config.request_timeout_s
+        return SequenceStream(start, request, timeout_s, abandoned, self._observer)
+
+    async def complete(
+        self, requests: Sequence[GenerationRequest], abandoned: Abandoned | None = None
+    ) -> list[Completion]:
+        started = time.perf_counter()
+        completions: list[Completion] = await self.batcher.infer(requests, abandoned)
+        if self._observer is not None:
+            for completion in completions:
+                self._observer.first_token(time.perf_counter() - started)
+                self._observer.sequence_done(completion.prompt_tokens, completion.generated_tokens, None)
+        return completions
+
+    def reconfigure(self, config: BatchingSpec) -> None:
+        pass  # the batcher is retuned by the replica
+
+    def begin_draining(self) -> None:
+        pass
+
+    async def drain(self) -> None:
+        pass  # the batcher drains with the replica
+
+
+def pipeline_model(
+    pipe: Any,
+    run_texts: Callable[[list[str]], list[Any]],
+    lock: Any,
+    spec: ModelSpec,
+    location: str,
+    **kwargs: Any,
+) -> PipelineModel:
+    """The request-level text-generation model: the pipeline for plain prompts (V1, V2, `/?text=`),
+    `generate_batch` for generation requests, both under the pipeline's lock, in one batch."""
+    tokenizer = pipe.tokenizer
+    model = pipe.model
+    context = _context(model.config, tokenizer)
+    limits = GenerationLimits.of(spec.generation_spec, context)
+    try:
+        defaults = defaults_from(spec.call_kwargs, limits, model.generation_config)
+    except InvalidInput as error:
+        raise ModelLoadError(str(error)) from None
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    eos = tokenizer.eos_token_id if eos is None else eos
+    eos_ids = () if eos is None else tuple(int(i) for i in (eos if isinstance(eos, list) else [eos]))
+    special = frozenset(int(i) for i in tokenizer.all_special_ids)
+    pad_id = int(tokenizer.pad_token_id) if tokenizer.pad_token_id is not None else 0
+    # A second tokenizer for the event loop's checks: the batch thread decodes with the pipeline's.
+    from transformers import AutoTokenizer
+
+    preparer = Preparer(AutoTokenizer.from_pretrained(location), limits, defaults)
+
+    def run(items: list[Any]) -> list[Any]:
+        plain = [i for i, item in enumerate(items) if not isinstance(item, GenerationRequest)]
+        asked = [i for i, item in enumerate(items) if isinstance(item, GenerationRequest)]
+        results: list[Any] = [None] * len(items)
+        if plain:
+            for i, result in zip(plain, run_texts([items[i] for i in plain]), strict=True):
+                results[i] = result
+        if asked:
+            with lock:
+                answers = generate_batch(
+                    model,
+                    tokenizer,
+                    [items[i] for i in asked],
+                    eos_ids=eos_ids,
+                    special_ids=special,
+                    pad_id=pad_id,
+                )
+            for i, answer in zip(asked, answers, strict=True):
+                results[i] = answer
+        return results
+
+    return RequestLevelModel(run, preparer=preparer, **kwargs)
+
+
+class RequestLevelModel(PipelineModel):
+    """A PipelineModel whose batches may hold generation requests, and that serves them."""
+
+    def __init__(self, run: Any, *, preparer: Preparer, **kwargs: Any) -> None:
+        super().__init__(run, **kwargs)
+        self.preparer = preparer
+        self._service: RequestLevel | None = None
+
+    def generation_service(
+        self, config: BatchingSpec, observer: SequenceObserver | None, *, batcher: Batcher, **_: Any
+    ) -> RequestLevel:
+        if self._service is None:
+            self._service = RequestLevel(batcher, self.preparer, observer)
+        return self._service
+
+
+def _context(config: Any, tokenizer: Any) -> int:
+    from batchd.replica.generation.loader import context_tokens
+
+    return context_tokens(config, tokenizer)

@@ -1,0 +1,298 @@
+"""Handles to other BatchedDeployments: how one model calls another (Ray Serve's model composition).
+
+A handler names the deployments it calls in `model.calls` (`{embedder: minilm}`), and its
+constructor receives one `DeploymentHandle` per alias (`def __init__(self, embedder)`), as Ray
+Serve passes handles to a composed deployment. `await handle.remote(item)` sends one item to that
+deployment's Service over KServe V1, where it waits in the callee's queue beside every other
+caller's items: the calls a composer makes for many requests are batched together by the callee.
+`await handle.remote_many(items)` sends several items in one request. Neither blocks anything: an
+`async def` handler runs on an event loop of its own (`models.executor`), where it awaits its
+calls while the server keeps admitting requests and, with `max_concurrent_batches` > 1, running
+other batches.
+
+Every call is bounded and every failure names the callee. A call gives up when the batch it was
+made for is no longer awaited (`deadlines`: the composer's own `request_timeout_s`), so a slow
+callee never holds the composer's model past its requests. What comes back:
+`CalleeOverloaded` (the callee answered 503: full queue, loading, draining; with its Retry-After),
+`CalleeUnavailable` (nothing answered at its address), `CalleeTimeout` (no answer in time, or
+its own 504) and `CalleeError` (anything else it answered). Left uncaught, they answer the
+composer's client 503 + Retry-After, 503 + Retry-After, 504 and 500 (`errors`).
+
+Where each callee is: in a pod, the operator passes its Service URL in `BATCHD_CALLS`; locally,
+`batchd serve --call embedder=http://127.0.0.1:8001` points an alias at another local replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import aiohttp
+import orjson
+
+from batchd.replica.deadlines import seconds_left
+from batchd.replica.errors import CalleeError, CalleeOverloaded, CalleeTimeout, CalleeUnavailable
+from batchd.replica.models.results import plain
+
+__all__ = [
+    "CallClient",
+    "CalleeError",
+    "CalleeOverloaded",
+    "CalleeTimeout",
+    "CalleeUnavailable",
+    "DeploymentHandle",
+    "make_handles",
+]
+
+logger = logging.getLogger(__name__)
+
+# A call made outside any batch (a handler's warmup, a script): as long as a request may wait
+# by default (`request_timeout_s`).
+DEFAULT_TIMEOUT_S = 30.0
+# Connections one replica keeps open to all its callees together; calls beyond wait for one
+# (within their deadline). Enough for max_concurrent_batches batches of a few dozen calls each.
+MAX_CONNECTIONS = 256
+_JSON = {"Content-Type": "application/json"}
+
+
+class CallClient:
+    """The replica's pooled HTTP client for its handles: one aiohttp session per event loop
+    that calls (the handler's own loop, in practice), keep-alive connections shared by all."""
+
+    def __init__(self, max_connections: int = MAX_CONNECTIONS) -> None:
+        self._max_connections = max_connections
+        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+        self._lock = threading.Lock()
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def session(self) -> aiohttp.ClientSession:
+        """The running loop's session (an aiohttp session belongs to the loop it was made on)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            session = self._sessions.get(loop)
+            if session is None or session.closed:
+                session = aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=self._max_connections),
+                    # No timeout of aiohttp's own: every call is bounded by its batch's deadline.
+                    timeout=aiohttp.ClientTimeout(total=None),
+                    skip_auto_headers=("User-Agent",),
+                )
+                self._sessions[loop] = session
+            return session
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Close every session, each on its own loop; callable from any thread (model shutdown)."""
+        with self._lock:
+            sessions, self._sessions = self._sessions, {}
+        try:
+            current: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            current = None
+        for loop, session in sessions.items():
+            if session.closed or loop.is_closed() or not loop.is_running():
+                continue
+            if loop is current:  # closing waits on this very loop: leave it to a task
+                task = loop.create_task(session.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+                continue
+            closing = asyncio.run_coroutine_threadsafe(session.close(), loop)
+            try:
+                closing.result(timeout_s)
+            except Exception:  # shutting down: a session that will not close is not worth a hang
+                logger.warning("a session of the handles' HTTP client did not close", exc_info=True)
+
+    async def aclose(self) -> None:
+        """Close every session; sessions of the running loop are awaited here."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            own = self._sessions.pop(loop, None)
+        if own is not None:
+            await own.close()
+        await asyncio.to_thread(self.close)
+
+
+class DeploymentHandle:
+    """Calls one other BatchedDeployment (`model.calls`); what the handler's constructor receives.
+
+    `await handle.remote(item)` is the callee's answer for one item; `await
+    handle.remote_many(items)` the answers for several, in order. Raises `CalleeOverloaded`,
+    `CalleeUnavailable`, `CalleeTimeout` or `CalleeError`, each naming the callee.
+    """
+
+    def __init__(
+        self,
+        alias: str,
+        deployment: str,
+        url: str,
+        client: CallClient,
+        *,
+        default_timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.alias = alias
+        self.deployment = deployment
+        self.url = url.rstrip("/")
+        self._client = client
+        self._default_timeout_s = default_timeout_s
+        self._model_name: str | None = None  # the callee's model name, read from it on first use
+
+    def __repr__(self) -> str:
+        return f"DeploymentHandle({self.alias!r} -> BatchedDeployment {self.deployment!r} at {self.url})"
+
+    async def remote(self, item: Any) -> Any:
+        """The callee's answer for one item, batched at the callee with everybody else's."""
+        (result,) = await self._call([item])
+        return result
+
+    async def remote_many(self, items: Sequence[Any]) -> list[Any]:
+        """The callee's answers for `items`, in order, sent as one request (one KServe V1
+        `instances` list: if the callee fails one item, the whole call fails)."""
+        if not items:
+            return []
+        return await self._call(list(items))
+
+    # -- one call ----------------------------------------------------------------------------
+
+    async def _call(self, items: list[Any]) -> list[Any]:
+        left = seconds_left(self._default_timeout_s)
+        if left <= 0:
+            raise self._error(CalleeTimeout, "not called: the requests it was for are past their deadline")
+        try:
+            async with asyncio.timeout(left):
+                return await self._send(items)
+        except TimeoutError:
+            raise self._error(
+                CalleeTimeout, f"no answer within the {left:.3g} s left to the requests it was called for"
+            ) from None
+
+    async def _send(self, items: list[Any]) -> list[Any]:
+        session = self._client.session()
+        body = orjson.dumps({"instances": plain(items)}, option=orjson.OPT_SERIALIZE_NUMPY)
+        for attempt in (1, 2):
+            final = attempt == 2
+            try:
+                name = self._model_name or await self._discover(session)
+                async with session.post(
+                    f"{self.url}/v1/models/{name}:predict", data=body, headers=_JSON
+                ) as response:
+                    status, payload = response.status, await response.read()
+                    closing = response.headers.get("Connection", "").lower() == "close"
+                    retry_after = response.headers.get("Retry-After")
+            except aiohttp.ClientError as error:
+                # A keep-alive connection the callee closed as this call went out, or a replica
+                # that just went away: once more, on a new connection the Service may route elsewhere.
+                if final:
+                    raise self._error(
+                        CalleeUnavailable, f"unreachable at {self.url}: {_reason(error)}"
+                    ) from None
+                continue
+            if status == 200:
+                return self._predictions(payload, len(items))
+            if not final and status == 503 and closing:
+                continue  # a draining replica: a new connection goes to another one
+            if not final and status == 404:
+                self._model_name = None  # the callee's model was renamed: read its name again
+                continue
+            raise self._failure(status, payload, retry_after)
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def _discover(self, session: aiohttp.ClientSession) -> str:
+        """The callee's model name (`GET /v1/models`), which its inference URLs carry."""
+        async with session.get(f"{self.url}/v1/models") as response:
+            payload = await response.read()
+            if response.status != 200:
+                raise self._failure(response.status, payload, response.headers.get("Retry-After"))
+        try:
+            models = orjson.loads(payload)["models"]
+            name = str(models[0])
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+            raise self._error(
+                CalleeError, f"GET /v1/models answered {payload[:200]!r}, not a model list"
+            ) from None
+        self._model_name = name
+        return name
+
+    def _predictions(self, payload: bytes, expected: int) -> list[Any]:
+        try:
+            predictions = orjson.loads(payload)["predictions"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            predictions = None
+        if not isinstance(predictions, list) or len(predictions) != expected:
+            raise self._error(
+                CalleeError, f"answered 200 without {expected} prediction(s): {payload[:200]!r}", status=200
+            )
+        return predictions
+
+    def _failure(self, status: int, payload: bytes, retry_after: str | None) -> CalleeError:
+        what = f"answered {status}: {_message(payload)}"
+        if status == 503:
+            return CalleeOverloaded(
+                self._described(what),
+                alias=self.alias,
+                deployment=self.deployment,
+                retry_after_s=_seconds(retry_after),
+            )
+        if status == 504:
+            return self._error(CalleeTimeout, what, status=status)
+        return self._error(CalleeError, what, status=status)
+
+    def _error(self, kind: type[CalleeError], what: str, status: int | None = None) -> CalleeError:
+        return kind(self._described(what), alias=self.alias, deployment=self.deployment, status=status)
+
+    def _described(self, what: str) -> str:
+        return f"callee {self.alias!r} (BatchedDeployment {self.deployment!r}) {what}"
+
+
+def make_handles(
+    calls: Mapping[str, str],
+    addresses: Mapping[str, str],
+    client: CallClient,
+    *,
+    default_timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> dict[str, DeploymentHandle]:
+    """One handle per alias of `model.calls` (alias -> deployment), at `addresses` (alias -> URL).
+
+    Raises ValueError naming the alias when one has no address, or an address names no alias.
+    """
+    missing = [alias for alias in calls if alias not in addresses]
+    if missing:
+        alias = missing[0]
+        raise ValueError(
+            f"model.calls.{alias}: no address for BatchedDeployment {calls[alias]!r}: run "
+            f"`batchd serve --call {alias}=http://HOST:PORT`, or set BATCHD_CALLS "
+            f'(\'{{"{alias}": "http://HOST:PORT"}}\'; the operator sets it in a pod)'
+        )
+    unknown = sorted(set(addresses) - set(calls))
+    if unknown:
+        raise ValueError(
+            f"--call/BATCHD_CALLS: {unknown[0]!r} is not an alias of model.calls "
+            f"(it has: {', '.join(map(repr, calls)) or 'none'})"
+        )
+    return {
+        alias: DeploymentHandle(
+            alias, deployment, addresses[alias], client, default_timeout_s=default_timeout_s
+        )
+        for alias, deployment in calls.items()
+    }
+
+
+def _message(payload: bytes) -> str:
+    """The callee's own error message (batchd answers `{"error": ...}`), else the body's start."""
+    with contextlib.suppress(orjson.JSONDecodeError, TypeError, KeyError):
+        return str(orjson.loads(payload)["error"])
+    return payload[:200].decode("utf-8", "replace") or "(no body)"
+
+
+def _seconds(retry_after: str | None) -> float:
+    try:
+        return max(1.0, float(retry_after)) if retry_after else 1.0
+    except ValueError:  # an HTTP date: not what batchd sends
+        return 1.0
+
+
+def _reason(error: aiohttp.ClientError) -> str:
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

@@ -1,0 +1,165 @@
+"""The Open Inference Protocol's generate extension: text in, text out, whole or streamed.
+
+`POST /v2/models/{name}/generate` answers one JSON object; `/generate_stream` answers Server-Sent
+Events, one `data:` event per piece of new text as the model makes it, the last with `"done":
+true`. Both take `{"text_input": "...", "parameters": {...}}` (the parameters are read by
+`batchd.replica.generation.params`; `details: true` adds the new tokens' ids). Errors before the
+first token are ordinary error answers (status and `{"error": ...}`); an error after it, when the
+status line is long gone, is a last event `{"error": ...}`, as the extension specifies.
+
+The routes are answered by `batchd.replica.inference`, in front of FastAPI; they are declared
+here for the OpenAPI document, with the pure functions that read requests and write answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from batchd.replica.errors import InvalidInput, describe, openapi_responses
+from batchd.replica.generation.params import Chunk, Completion
+from batchd.replica.protocols.kserve_v1 import SERVED_IN_FRONT
+
+router = APIRouter(tags=["Open Inference Protocol V2: generate extension"])
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # proxies (nginx) must not hold events back
+]
+
+
+class GenerateParameters(BaseModel):
+    """Per-request generation parameters, within the limits the spec sets (beyond one: 400)."""
+
+    max_tokens: int | None = Field(default=None, ge=1, description="New tokens at most (or max_new_tokens).")
+    max_new_tokens: int | None = Field(default=None, ge=1, description="The same as max_tokens.")
+    min_new_tokens: int | None = Field(
+        default=None, ge=0, description="End-of-sequence held back until then."
+    )
+    temperature: float | None = Field(default=None, ge=0, le=2, description="0 (default) is greedy decoding.")
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=0, description="0: no top-k filter.")
+    do_sample: bool | None = Field(default=None, description="false: greedy whatever the temperature.")
+    seed: int | None = Field(default=None, ge=0, description="Sampled text depends on the seed alone.")
+    stop: str | list[str] | None = Field(default=None, description="Stop strings, cut from the answer.")
+    details: bool | None = Field(default=None, description="Add the new tokens' ids to the answer.")
+
+
+class GenerateRequest(BaseModel):
+    text_input: str = Field(min_length=1, description="The prompt.")
+    parameters: GenerateParameters | None = None
+    id: str | None = None
+
+
+class GenerateResponse(BaseModel):
+    model_name: str
+    id: str | None = None
+    text_output: str = Field(description="The new text (the prompt is not repeated).")
+    finish_reason: str = Field(
+        description="length (max_tokens reached) or stop (end of sequence, stop string)."
+    )
+    prompt_tokens: int
+    generated_tokens: int
+    token_ids: list[int] | None = Field(default=None, description="With details: the new tokens.")
+
+
+class GenerateStreamEvent(BaseModel):
+    model_name: str
+    id: str | None = None
+    text_output: str = Field(description="The text since the previous event.")
+    done: bool
+    finish_reason: str | None = Field(default=None, description="On the last event.")
+    generated_tokens: int | None = Field(default=None, description="On the last event.")
+    token_ids: list[int] | None = Field(default=None, description="With details: this event's tokens.")
+
+
+_ERRORS = openapi_responses(400, 404, 413, 500, 503, 504)
+
+
+@router.post(
+    "/v2/models/{name}/generate",
+    response_model=GenerateResponse,
+    responses=_ERRORS,
+    summary="Generate (Open Inference Protocol generate extension)",
+)
+async def generate(name: str, body: GenerateRequest) -> GenerateResponse:
+    raise NotImplementedError(SERVED_IN_FRONT)
+
+
+@router.post(
+    "/v2/models/{name}/generate_stream",
+    responses={
+        200: {
+            "description": "Server-Sent Events: `data: {GenerateStreamEvent}` as text is made; the last has "
+            'done: true. An error after the first event is a last event {"error": "..."}.',
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **_ERRORS,
+    },
+    summary="Generate, streamed (Open Inference Protocol generate extension)",
+)
+async def generate_stream(name: str, body: GenerateRequest) -> None:
+    raise NotImplementedError(SERVED_IN_FRONT)
+
+
+def decode_request(body: Any) -> tuple[str, dict[str, Any] | None, str | None, bool]:
+    """(text_input, parameters, id, details) of a generate request, or InvalidInput naming the field."""
+    if not isinstance(body, dict):
+        raise InvalidInput(
+            f"request body: expected a JSON object with 'text_input', got {type(body).__name__}"
+        )
+    for key in body:
+        if key not in ("text_input", "parameters", "id"):
+            raise InvalidInput(f"{key}: unknown field; expected text_input, parameters and id")
+    text = body.get("text_input")
+    if not isinstance(text, str):
+        raise InvalidInput(f"text_input: required, a string; got {text!r:.60}")
+    request_id = body.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise InvalidInput(f"id: expected a string, got {request_id!r:.60}")
+    parameters = body.get("parameters")
+    if parameters is not None and not isinstance(parameters, dict):
+        raise InvalidInput(f"parameters: expected an object, got {parameters!r:.60}")
+    details = False
+    if parameters is not None and "details" in parameters:
+        parameters = dict(parameters)
+        details = parameters.pop("details")
+        if not isinstance(details, bool):
+            raise InvalidInput(f"parameters.details: expected true or false, got {details!r:.60}")
+    return text, parameters, request_id, details
+
+
+def answer(model_name: str, request_id: str | None, completion: Completion, details: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {"model_name": model_name}
+    if request_id is not None:
+        body["id"] = request_id
+    body |= {
+        "text_output": completion.text,
+        "finish_reason": completion.finish_reason,
+        "prompt_tokens": completion.prompt_tokens,
+        "generated_tokens": completion.generated_tokens,
+    }
+    if details:
+        body["token_ids"] = list(completion.token_ids)
+    return body
+
+
+def event(model_name: str, request_id: str | None, chunk: Chunk, generated: int, details: bool) -> bytes:
+    """One Server-Sent Event for one chunk (`generated`: the request's new tokens so far)."""
+    body: dict[str, Any] = {"model_name": model_name}
+    if request_id is not None:
+        body["id"] = request_id
+    body |= {"text_output": chunk.text, "done": chunk.finish_reason is not None}
+    if chunk.finish_reason is not None:
+        body |= {"finish_reason": chunk.finish_reason, "generated_tokens": generated}
+    if details:
+        body["token_ids"] = list(chunk.token_ids)
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def error_event(error: BaseException) -> bytes:
+    return b"data: " + orjson.dumps({"error": describe(error)}) + b"\n\n"

@@ -1,0 +1,104 @@
+"""The spec's newer fields, refused alike by the model (`batchd serve`, the operator) and the CRD
+(`kubectl apply`): Ray Serve's batching_config names, `allow_small_batch`, `model.calls`."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from batchd.api.manifest import ManifestError, parse_manifest
+from batchd.api.spec import RAY_SERVE_NAMES
+from batchd.testing import ROOT
+from batchd.testing.admission import admit
+from batchd.testing.manifests import manifest
+
+GOOD: dict[str, Any] = manifest("good")
+
+
+def with_spec(**spec: Any) -> dict[str, Any]:
+    document = copy.deepcopy(GOOD)
+    document["spec"].update(spec)
+    return document
+
+
+def refusals(document: dict[str, Any]) -> tuple[list[str], str]:
+    """What the CRD says (the API server's problems) and what the model says (the error text)."""
+    _, problems = admit(document)
+    with pytest.raises(ManifestError) as refused:
+        parse_manifest(document)
+    return problems, str(refused.value)
+
+
+SEED_CASES = [
+    ("timeout_s", with_spec(batching={"max_batch_size": 32, "timeout_s": 0.1}), "batch_wait_timeout_s"),
+    ("stride_s", with_spec(batching={"stride_s": 0}), "remove it"),
+    ("batching_config", with_spec(batching_config={"max_batch_size": 32}), "spec.batching"),
+]
+
+
+@pytest.mark.parametrize(("name", "document", "ours"), SEED_CASES, ids=[case[0] for case in SEED_CASES])
+def test_ray_serve_names_are_refused_saying_which_field_to_use(name: str, document: Any, ours: str) -> None:
+    problems, message = refusals(document)
+    field = f"spec.{name}" if name == "batching_config" else f"spec.batching.{name}"
+    assert any(problem.startswith(field) and ours in problem for problem in problems), problems
+    assert f"  {field}: " in message and ours in message, message
+    assert "(got " in message  # and the value they wrote
+
+
+def test_the_readme_maps_every_ray_serve_name_to_ours() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for _, name in RAY_SERVE_NAMES:
+        assert f"| `{name}` |" in readme, name
+    assert "| `allow_small_batch` |" in readme and "| `max_batch_size` |" in readme
+
+
+def test_allow_small_batch_defaults_to_true_and_false_needs_room_for_a_full_batch() -> None:
+    assert parse_manifest(GOOD).spec.batching.allow_small_batch is True
+    assert admit(GOOD)[0]["spec"]["batching"]["allow_small_batch"] is True
+    fits = with_spec(batching={"allow_small_batch": False, "max_batch_size": 8, "max_queued_requests": 8})
+    assert admit(fits)[1] == [] and parse_manifest(fits).spec.batching.allow_small_batch is False
+
+    cramped = with_spec(batching={"allow_small_batch": False, "max_batch_size": 8, "max_queued_requests": 4})
+    problems, message = refusals(cramped)
+    assert any(problem.startswith("spec.batching.max_queued_requests") for problem in problems), problems
+    assert "max_queued_requests (4) of at least max_batch_size (8)" in message
+
+
+def test_calls_name_deployments_for_a_handler_class() -> None:
+    composer = manifest(
+        "composer", {"handler": "examples.classifier:EmbeddingClassifier", "calls": {"e": "minilm"}}
+    )
+    assert admit(composer)[1] == []
+    assert parse_manifest(composer).spec.model.calls == {"e": "minilm"}
+
+
+CALLS_CASES = [
+    (
+        "a task calls nothing",
+        {"task": "fill-mask", "source": "hf://a/b", "calls": {"e": "minilm"}},
+        "model.handler",
+    ),
+    ("deployment name", {"handler": "m:C", "calls": {"e": "MiniLM"}}, "spec.model.calls.e"),
+]
+
+
+@pytest.mark.parametrize(("case", "model", "says"), CALLS_CASES, ids=[case[0] for case in CALLS_CASES])
+def test_bad_calls_are_refused_by_both(case: str, model: dict[str, Any], says: str) -> None:
+    problems, message = refusals(manifest("composer", model))
+    assert any(problem.startswith("spec.model.calls") for problem in problems), problems
+    assert says in message, message
+
+
+@pytest.mark.parametrize("alias", ["class", "with-dash", "1st"])
+def test_an_alias_must_be_a_keyword_argument(alias: str) -> None:
+    # The CRD cannot constrain a map's keys; the operator refuses it (Degraded) and so does serve.
+    with pytest.raises(ManifestError, match=f"alias {alias!r} must be a Python identifier"):
+        parse_manifest(manifest("composer", {"handler": "m:C", "calls": {alias: "minilm"}}))
+
+
+def test_an_alias_may_not_also_be_an_init_kwarg() -> None:
+    model = {"handler": "m:C", "calls": {"embedder": "minilm"}, "init_kwargs": {"embedder": "x"}}
+    with pytest.raises(ManifestError, match="both name 'embedder'"):
+        parse_manifest(manifest("composer", model))

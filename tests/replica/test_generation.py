@@ -1,0 +1,396 @@
+"""Token-level batching and streaming, on a real `batchd serve` process with a tiny GPT-2.
+
+Sequences join the running batch at the next step and leave it the moment they are done; tokens
+stream as Server-Sent Events; a client that leaves frees its row; and drain, deadlines, overload
+and bad input behave as on every other route. Greedy answers are transformers' own `generate`,
+token for token (the tiny model's random weights make text that is often not valid UTF-8, so
+tokens, not text, are compared).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from batchd.api.manifest import parse_manifest
+from batchd.replica.app import create_app
+from batchd.replica.settings import ReplicaSettings
+from batchd.testing import manifests
+from batchd.testing.models import build_gpt2
+from batchd.testing.servers import (
+    ServerProcess,
+    replica_process,
+    uvicorn_in_thread,
+    wait_until,
+    write_manifest,
+)
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "Once upon a time",
+    "The quick brown fox jumps over the lazy dog while the model computes its answer.",
+    "Batching",
+    "Sentence embeddings and text generation are served by replicas on Kubernetes.",
+]
+LONG = 240  # new tokens: a long request (the tiny model's context is 256)
+GREEDY_LONG = {"temperature": 0, "max_tokens": LONG, "min_new_tokens": LONG}
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory: Path = build_gpt2(tmp_path_factory.mktemp("tiny-gpt2"))
+    return directory
+
+
+def gpt2_manifest(gpt2_dir: Path, name: str = "gpt2", **batching: Any) -> dict[str, Any]:
+    model = {"task": "text-generation", "source": f"file://{gpt2_dir}", "device": "cpu"}
+    limits = {"max_batch_size": 4, "max_queued_requests": 4, "request_timeout_s": 60, **batching}
+    return manifests.manifest(name, {**model, "generation": {"max_new_tokens": LONG}}, batching=limits)
+
+
+@pytest.fixture(scope="module")
+def replica(gpt2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("gpt2")
+    with replica_process(write_manifest(tmp, gpt2_manifest(gpt2_dir)), tmp) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def generate(gpt2_dir: Path) -> Any:
+    """transformers' own greedy `generate`, in this process: the reference."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gpt2_dir)
+    model = AutoModelForCausalLM.from_pretrained(gpt2_dir).eval()
+
+    def greedy(prompt: str, new_tokens: int) -> list[int]:
+        ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+        with torch.inference_mode():
+            output = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        return list(output[0, ids.shape[1] :].tolist())
+
+    return greedy
+
+
+@asynccontextmanager
+async def sse(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> AsyncIterator[Any]:
+    """The events of a generate_stream answer, as (time, event) pairs; leaving early disconnects."""
+    async with client.stream("POST", path, json=body) as response:
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+
+        async def events() -> AsyncIterator[tuple[float, dict[str, Any]]]:
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    yield time.monotonic(), orjson.loads(line[len("data: ") :])
+
+        yield events()
+
+
+def metric(url: str, name: str) -> float:
+    text = httpx.get(f"{url}/metrics").text
+    found = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE)
+    assert found, f"{name} is not exported"
+    return float(found.group(1))
+
+
+async def test_greedy_answers_are_generates_token_for_token_with_any_batch_mates(
+    replica: ServerProcess, generate: Any
+) -> None:
+    lengths = [5, 40, 17, 60]
+    async with httpx.AsyncClient(base_url=replica.url, timeout=60) as client:
+        answers = await asyncio.gather(
+            *(
+                client.post(
+                    "/v2/models/gpt2/generate",
+                    json={
+                        "text_input": p,
+                        "parameters": {
+                            "temperature": 0,
+                            "max_tokens": n,
+                            "min_new_tokens": n,
+                            "details": True,
+                        },
+                    },
+                )
+                for p, n in zip(PROMPTS, lengths, strict=True)
+            )
+        )
+        async with sse(
+            client,
+            "/v2/models/gpt2/generate_stream",
+            {"text_input": PROMPTS[1], "parameters": {**GREEDY_LONG, "details": True}},
+        ) as events:
+            streamed = [event async for _, event in events]
+    for prompt, n, answer in zip(PROMPTS, lengths, answers, strict=True):
+        body = answer.json()
+        assert answer.status_code == 200, body
+        assert body["token_ids"] == generate(prompt, n)
+        assert (
+            body["generated_tokens"] == n
+            and body["finish_reason"] == "length"
+            and body["model_name"] == "gpt2"
+        )
+    assert [token for event in streamed for token in event["token_ids"]] == generate(PROMPTS[1], LONG)
+    assert streamed[-1]["done"] and streamed[-1]["generated_tokens"] == LONG
+    assert not any(event["done"] for event in streamed[:-1])
+
+
+async def test_a_short_request_finishes_while_a_long_one_started_earlier_still_runs(
+    replica: ServerProcess,
+) -> None:
+    async with (
+        httpx.AsyncClient(base_url=replica.url, timeout=60) as client,
+        sse(
+            client, "/v2/models/gpt2/generate_stream", {"text_input": PROMPTS[0], "parameters": GREEDY_LONG}
+        ) as events,
+    ):
+        first, _ = await anext(events)
+        short = await client.post(
+            "/v2/models/gpt2/generate", json={"text_input": PROMPTS[2], "parameters": {"max_tokens": 4}}
+        )
+        short_done = time.monotonic()
+        rest = [(at, event) for at, event in [x async for x in events]]
+    assert short.status_code == 200 and short.json()["generated_tokens"] == 4
+    long_done, last = rest[-1]
+    assert last["done"] and last["generated_tokens"] == LONG
+    assert first < short_done < long_done, "the short request waited for the long one"
+    assert len(rest) > 10 and sum(1 for at, _ in rest if at > short_done) > 10, (
+        "the long stream did not go on"
+    )
+
+
+async def test_tokens_stream_as_they_are_made(replica: ServerProcess) -> None:
+    async with (
+        httpx.AsyncClient(base_url=replica.url, timeout=60) as client,
+        sse(
+            client, "/v2/models/gpt2/generate_stream", {"text_input": PROMPTS[3], "parameters": GREEDY_LONG}
+        ) as events,
+    ):
+        arrivals = [at async for at, _ in events]
+    assert len(arrivals) > 20, "the answer came in a few pieces, not token by token"
+    assert arrivals[0] < arrivals[len(arrivals) // 2] < arrivals[-1], "everything arrived at the end"
+
+
+async def test_a_client_that_leaves_frees_its_row_at_the_next_step(replica: ServerProcess) -> None:
+    cancelled_before = metric(
+        replica.url, 'batchd_requests_total{deployment="gpt2",model="gpt2",outcome="cancelled"}'
+    )
+    async with httpx.AsyncClient(base_url=replica.url, timeout=60) as client:
+        keep = [
+            sse(client, "/v2/models/gpt2/generate_stream", {"text_input": p, "parameters": GREEDY_LONG})
+            for p in PROMPTS[:2]
+        ]
+        leave = [
+            sse(client, "/v2/models/gpt2/generate_stream", {"text_input": p, "parameters": GREEDY_LONG})
+            for p in PROMPTS[2:]
+        ]
+        kept = [await stream.__aenter__() for stream in keep]
+        left = [await stream.__aenter__() for stream in leave]
+        for events in (*kept, *left):  # all four rows (max_batch_size) are running
+            await anext(events)
+        for stream in leave:  # two clients go away mid-answer
+            await stream.__aexit__(None, None, None)
+        shorts = await asyncio.gather(
+            *(
+                client.post(
+                    "/v2/models/gpt2/generate", json={"text_input": p, "parameters": {"max_tokens": 3}}
+                )
+                for p in PROMPTS[:2]
+            )
+        )
+        shorts_done = time.monotonic()
+        ends = [[at async for at, _ in events][-1] for events in kept]
+        for stream in keep:
+            await stream.__aexit__(None, None, None)
+    assert all(short.status_code == 200 for short in shorts)
+    assert shorts_done < min(ends), "the new requests waited for the rows of clients that had left"
+    wait_until(
+        lambda: (
+            metric(replica.url, 'batchd_requests_total{deployment="gpt2",model="gpt2",outcome="cancelled"}')
+            == cancelled_before + 2
+        ),
+        10,
+        "two cancelled requests counted",
+    )
+    assert metric(replica.url, "batchd_running_sequences") == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error"),
+    [
+        (
+            {"text_input": "Hi", "parameters": {"max_tokens": LONG + 1}},
+            400,
+            r"^parameters.max_tokens: 241 is more than",
+        ),
+        ({"text_input": "Hi", "parameters": {"top_p": 1.5}}, 400, r"^parameters.top_p: .*1.5"),
+        ({"text_input": "Hi", "parameters": {"stop": ["a"] * 5}}, 400, r"^parameters.stop: 5 stop strings"),
+        ({"text_input": "Hi", "parameters": {"beam_width": 2}}, 400, r"^parameters.beam_width: unknown"),
+        (
+            {"text_input": "Once upon a time " * 60},
+            400,
+            r"^text_input: \d+ prompt tokens and max_new_tokens=32 exceed",
+        ),
+        ({"text_input": ""}, 400, r"^text_input: expected a non-empty string"),
+        ({"prompt": "Hi"}, 400, r"^prompt: unknown field"),
+    ],
+)
+async def test_bad_requests_are_refused_naming_the_field(
+    replica: ServerProcess, body: dict[str, Any], status: int, error: str
+) -> None:
+    async with httpx.AsyncClient(base_url=replica.url, timeout=60) as client:
+        for route in ("generate", "generate_stream"):
+            answer = await client.post(f"/v2/models/gpt2/{route}", json=body)
+            assert answer.status_code == status and re.search(error, answer.json()["error"]), answer.text
+        unknown = await client.post("/v2/models/other/generate", json={"text_input": "Hi"})
+        assert unknown.status_code == 404
+
+
+async def test_overload_is_a_503_with_retry_after_and_nothing_is_lost(replica: ServerProcess) -> None:
+    long = {"text_input": PROMPTS[0], "parameters": GREEDY_LONG}
+    short = {"text_input": PROMPTS[1], "parameters": {"max_tokens": 8}}
+    async with httpx.AsyncClient(base_url=replica.url, timeout=60) as client:
+        running = [sse(client, "/v2/models/gpt2/generate_stream", long) for _ in range(4)]
+        streams = [await stream.__aenter__() for stream in running]
+        for events in streams:  # every row (max_batch_size 4) is busy for LONG tokens
+            await anext(events)
+        waiting = [
+            asyncio.ensure_future(client.post("/v2/models/gpt2/generate", json=short)) for _ in range(4)
+        ]
+        await asyncio.to_thread(
+            wait_until,
+            lambda: metric(replica.url, "batchd_waiting_sequences") == 4,
+            10,
+            "4 sequences waiting",
+        )
+        refused = await client.post("/v2/models/gpt2/generate", json=short)
+        ends = [[event async for _, event in events][-1] for events in streams]
+        for stream in running:
+            await stream.__aexit__(None, None, None)
+        answers = await asyncio.gather(*waiting)
+    assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1, refused.text
+    assert "queue full" in refused.json()["error"]
+    assert all(end["generated_tokens"] == LONG for end in ends)
+    assert [a.status_code for a in answers] == [200] * 4
+    assert all(a.json()["generated_tokens"] == 8 for a in answers)
+
+
+def test_the_routes_and_the_metrics_of_token_level_batching(replica: ServerProcess) -> None:
+    simple = httpx.get(f"{replica.url}/", params={"text": PROMPTS[0]}, timeout=60)
+    assert simple.status_code == 200 and simple.json().startswith(PROMPTS[0])
+    v1 = httpx.post(
+        f"{replica.url}/v1/models/gpt2:predict", json={"instances": PROMPTS[:2]}, timeout=60
+    ).json()
+    assert [text.startswith(p) for text, p in zip(v1["predictions"], PROMPTS, strict=False)] == [True, True]
+    assert "generate" in httpx.get(f"{replica.url}/v2").json()["extensions"]
+    assert httpx.get(f"{replica.url}/load").json()["running_items"] == 0
+    for name in (
+        "batchd_time_to_first_token_seconds_count",
+        "batchd_time_per_output_token_seconds_count",
+        "batchd_generated_tokens_total",
+        "batchd_prompt_tokens_total",
+        'batchd_generation_step_seconds_count{deployment="gpt2",kind="decode",model="gpt2"}',
+    ):
+        assert metric(replica.url, name) > 0, name
+    for gauge in ("batchd_running_sequences", "batchd_waiting_sequences", "batchd_kv_cache_usage_ratio"):
+        assert metric(replica.url, gauge) == 0, gauge
+
+
+async def test_sigterm_finishes_running_sequences_and_refuses_new_ones(
+    gpt2_dir: Path, tmp_path: Path
+) -> None:
+    with replica_process(write_manifest(tmp_path, gpt2_manifest(gpt2_dir)), tmp_path) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+            assert (await client.get("/v2/health/ready")).status_code == 200  # a keep-alive connection
+            async with sse(
+                client,
+                "/v2/models/gpt2/generate_stream",
+                {"text_input": PROMPTS[0], "parameters": GREEDY_LONG},
+            ) as events:
+                await anext(events)
+                server.process.send_signal(signal.SIGTERM)
+                await asyncio.to_thread(
+                    wait_until,
+                    lambda: "shutting down" in server.log().lower(),
+                    10,
+                    "the replica to start draining",
+                )
+                try:
+                    late = (
+                        await client.post("/v2/models/gpt2/generate", json={"text_input": "Hi"})
+                    ).status_code
+                except httpx.TransportError:
+                    late = 0  # refused at the door: the listener is closed
+                rest = [event async for _, event in events]
+        assert late in (0, 503)
+        assert rest[-1]["done"] and rest[-1]["generated_tokens"] == LONG, "the running sequence was cut short"
+        assert server.process.wait(timeout=30) == 0
+
+
+@pytest.fixture(scope="module")
+def in_process(gpt2_dir: Path) -> Any:
+    """A replica app on real uvicorn in this process (quicker to start than a process)."""
+
+    def serve(**model: Any) -> Any:
+        document = gpt2_manifest(gpt2_dir, name="tg", request_timeout_s=model.pop("request_timeout_s", 60))
+        document["spec"]["model"].update(model)
+        return uvicorn_in_thread(create_app(parse_manifest(document), ReplicaSettings()))
+
+    return serve
+
+
+async def test_past_request_timeout_s_a_request_gets_504_and_a_stream_a_last_error_event(
+    in_process: Any,
+) -> None:
+    with in_process(request_timeout_s=0.3) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            late = await client.post(
+                "/v2/models/tg/generate", json={"text_input": PROMPTS[0], "parameters": GREEDY_LONG}
+            )
+            async with sse(
+                client, "/v2/models/tg/generate_stream", {"text_input": PROMPTS[0], "parameters": GREEDY_LONG}
+            ) as events:
+                streamed = [event async for _, event in events]
+            assert metric(url, "batchd_running_sequences") == 0
+    assert late.status_code == 504 and "request_timeout_s" in late.json()["error"]
+    assert "request_timeout_s" in streamed[-1]["error"] and not any(e.get("done") for e in streamed)
+
+
+async def test_request_level_scheduling_gives_the_same_tokens_in_one_piece(
+    in_process: Any, generate: Any
+) -> None:
+    with in_process(generation={"scheduling": "request", "max_new_tokens": LONG}) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            answer = await client.post(
+                "/v2/models/tg/generate",
+                json={
+                    "text_input": PROMPTS[1],
+                    "parameters": {"temperature": 0, "max_tokens": 30, "details": True},
+                },
+            )
+            async with sse(
+                client, "/v2/models/tg/generate_stream", {"text_input": PROMPTS[1], "parameters": GREEDY_LONG}
+            ) as events:
+                streamed = [event async for _, event in events]
+    assert answer.json()["token_ids"] == generate(PROMPTS[1], 30)
+    assert len(streamed) == 1 and streamed[0]["done"] and streamed[0]["generated_tokens"] == LONG
