@@ -109,41 +109,35 @@ CONDITION_SCHEMA: dict[str, Any] = {
         "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
     },
 }
+
+
+def _integer(fmt: str, description: str) -> dict[str, Any]:
+    return {"type": "integer", "format": fmt, "description": description}
+
+
 STATUS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "Written by the operator, in step with the child Deployment's own status.",
     "properties": {
-        "replicas": {"type": "integer", "format": "int32", "description": "Pods the Deployment has."},
-        "ready_replicas": {"type": "integer", "format": "int32", "description": "Pods ready to serve."},
-        "observed_generation": {
-            "type": "integer",
-            "format": "int64",
-            "description": "The metadata.generation this status describes.",
-        },
+        "replicas": _integer("int32", "Pods the Deployment has."),
+        "ready_replicas": _integer("int32", "Pods ready to serve."),
+        "observed_generation": _integer("int64", "The metadata.generation this status describes."),
         "selector": {"type": "string", "description": "Label selector of the pods (scale subresource)."},
         "url": {"type": "string", "description": "In-cluster base URL of the Service."},
         "model": {"type": "string", "description": "What is served: the source or the handler."},
-        "desired_replicas": {
-            "type": "integer",
-            "format": "int32",
-            "description": "Replicas asked of the Deployment: num_replicas, or the autoscaler's count.",
-        },
+        "desired_replicas": _integer(
+            "int32", "Replicas asked of the Deployment: num_replicas, or the autoscaler's count."
+        ),
         "autoscaling": {
             "type": "object",
             "description": "What the autoscaler last saw and did (with spec.autoscaling only).",
             "properties": {
-                "load": {
-                    "type": "integer",
-                    "format": "int64",
-                    "description": "Items the ready replicas hold, queued or in the model, summed.",
-                },
-                "ready_replicas": {"type": "integer", "format": "int32", "description": "Replicas it read."},
-                "target_ongoing_items": {"type": "integer", "format": "int64", "description": "Per replica."},
-                "recommended_replicas": {
-                    "type": "integer",
-                    "format": "int32",
-                    "description": "What the load alone asks for, before bounds and delays.",
-                },
+                "load": _integer("int64", "Items the ready replicas hold, queued or in the model, summed."),
+                "ready_replicas": _integer("int32", "Replicas it read."),
+                "target_ongoing_items": _integer("int64", "Per replica."),
+                "recommended_replicas": _integer(
+                    "int32", "What the load alone asks for, before bounds and delays."
+                ),
                 "last_scale_time": {"type": "string", "format": "date-time"},
                 "last_scale_reason": {"type": "string", "description": "Why it last changed the count."},
             },
@@ -152,17 +146,11 @@ STATUS_SCHEMA: dict[str, Any] = {
             "type": "object",
             "description": "Live retuning: which spec.batching the replicas run.",
             "properties": {
-                "generation": {
-                    "type": "integer",
-                    "format": "int64",
-                    "description": "metadata.generation when spec.batching last changed.",
-                },
+                "generation": _integer("int64", "metadata.generation when spec.batching last changed."),
                 "hash": {"type": "string", "description": "Of spec.batching, to notice the next change."},
-                "ready_replicas_applied": {
-                    "type": "integer",
-                    "format": "int32",
-                    "description": "Ready replicas that report running this generation.",
-                },
+                "ready_replicas_applied": _integer(
+                    "int32", "Ready replicas that report running this generation."
+                ),
                 "applied": {
                     "type": "boolean",
                     "description": "True once every ready replica runs this generation.",

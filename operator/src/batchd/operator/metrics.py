@@ -28,29 +28,31 @@ RECONCILE_DURATION = Histogram(
 for _outcome in OUTCOMES:  # every series exists from the start, so rate() sees the first increment
     RECONCILES.labels(outcome=_outcome)
 
-DESIRED_REPLICAS = Gauge(
+
+def _per_resource(name: str, documentation: str) -> Gauge:
+    """A gauge with one series per BatchedDeployment."""
+    return Gauge(name, documentation, ["namespace", "deployment"])
+
+
+DESIRED_REPLICAS = _per_resource(
     "batchd_operator_desired_replicas",
     "Replicas the operator asks of each BatchedDeployment's Deployment: num_replicas, "
     "or the autoscaler's count.",
-    ["namespace", "deployment"],
 )
-READY_REPLICAS = Gauge(
+READY_REPLICAS = _per_resource(
     "batchd_operator_ready_replicas",
     "Ready replica pods of each BatchedDeployment, as its Deployment reports them.",
-    ["namespace", "deployment"],
 )
 
 
-REPLICA_LOAD = Gauge(
+REPLICA_LOAD = _per_resource(
     "batchd_operator_replica_load",
     "Items queued or in the model over the ready replicas of each autoscaled BatchedDeployment, "
     "as the operator last read them.",
-    ["namespace", "deployment"],
 )
-RECOMMENDED_REPLICAS = Gauge(
+RECOMMENDED_REPLICAS = _per_resource(
     "batchd_operator_recommended_replicas",
     "Replicas the load alone asks for (before the up- and downscale delays), per autoscaled resource.",
-    ["namespace", "deployment"],
 )
 SCALES = Counter(
     "batchd_operator_scales",
