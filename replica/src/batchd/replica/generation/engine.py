@@ -12,11 +12,11 @@ Why not transformers' own continuous batching (`generate_batch`, `init_continuou
 transformers 5.23)? It serves GPT-2 correctly on CPU (greedy output identical to `generate`,
 requests added mid-run, cancellation), but without a flash-attention kernel it packs every
 running sequence into one row and attends with a block-diagonal mask over all of their keys:
-on this machine it made 886 tokens/s on the tiny GPT-2 and 70 on a 12-layer one, where
-request-level `generate` made 1,315 and 72, and this scheduler 2,729 and 143 (8 sequences, the
-same prompts). It also cannot give each request its own seed, min_new_tokens or stop strings,
-switches sampling on and off for all requests at once, and sizes its cache from free memory.
-See the README's section on token-level batching for the measurements.
+on this machine it made fewer tokens/s than request-level `generate`, and this scheduler about
+twice as many as `generate` (`python -m batchd.bench.hf_continuous`; the README's section on
+token-level batching has the figures). It also cannot give each request its own seed,
+min_new_tokens or stop strings, switches sampling on and off for all requests at once, and sizes
+its cache from free memory.
 """
 
 from __future__ import annotations
