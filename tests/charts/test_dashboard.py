@@ -66,6 +66,8 @@ def test_the_dashboard_is_well_formed() -> None:
         "generated tokens",
         "running and waiting sequences",
         "kv cache",
+        "adaptive batching",
+        "latency objective",
     ):
         assert wanted in titles
     assert all(not re.search(r"\$\w", expr) for _, expr in panel_queries()), "an unsubstituted variable"
@@ -97,8 +99,10 @@ async def test_every_panel_returns_data_from_a_replica_under_load(
         running_operator(server, metrics_port=metrics_port, replica_poll_interval_s=0.2),
         Cluster(server, tmp_path / "cluster") as cluster,
     ):
-        # The seeds' adder (0.2 s a batch of up to 4), autoscaled, on a real replica process.
-        await create(server, manifest("adder", autoscaling={"max_replicas": 2}, batching={"max_batch_size": 4}))
+        # The seeds' adder (0.2 s a batch of up to 4), autoscaled and with a latency objective
+        # (adaptive batching), on a real replica process.
+        batching = {"max_batch_size": 4, "latency_objective_s": 1.0}
+        await create(server, manifest("adder", autoscaling={"max_replicas": 2}, batching=batching))
         (url,) = await eventually(lambda: cluster.endpoints("adder"), timeout_s=60, what="a ready replica")
         await eventually(
             lambda: "batchd_operator_replica_load{" in httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text,

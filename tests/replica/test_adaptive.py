@@ -42,8 +42,14 @@ def test_the_arrival_rate_is_items_over_the_last_second_or_so() -> None:
 
 
 def decide(
-    queued: int, items_per_s: float, *, objective_s: float = 0.2, oldest_age_s: float = 0.0
+    queued: int,
+    items_per_s: float,
+    *,
+    objective_s: float = 0.2,
+    oldest_age_s: float = 0.0,
+    running: int = 1,
 ) -> tuple[bool, int]:
+    """The plan with `running` batches in the model (a second slot free)."""
     rate = ArrivalRate()
     for tick in range(int(items_per_s * 2)):
         rate.add(1, 8.0 + tick / items_per_s)
@@ -53,7 +59,7 @@ def decide(
         oldest_arrival=10.0 - oldest_age_s,
         objective_s=objective_s,
         max_batch_size=32,
-        slots=1,
+        running=running,
         cost=learned(0.020, 0.003, [1, 8, 32] * 5),  # 23 ms for one item, 116 ms for 32
         rate=rate,
     )
@@ -67,6 +73,11 @@ def test_light_load_goes_at_once_with_what_is_there() -> None:
 def test_heavy_load_waits_for_a_batch_the_model_can_keep_up_with() -> None:
     go, size = decide(queued=2, items_per_s=200)  # 1 item keeps up with ~40/s: not with 200/s
     assert not go and 2 < size <= 32
+
+
+def test_an_idle_model_takes_what_is_queued_at_once_whatever_the_load() -> None:
+    # What arrives while this batch runs forms the next one: waiting would only add latency.
+    assert decide(queued=2, items_per_s=200, running=0) == (True, 2)
 
 
 def test_it_never_waits_past_the_oldest_items_objective() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from batchd.api.spec import BatchingSpec
-from batchd.replica.batching import Batcher
+from batchd.replica.batching import Batcher, NullObserver
 from batchd.replica.errors import BatchSizeMismatch, ClientDisconnected, DeadlineExceeded, Draining, QueueFull
 
 
@@ -354,12 +354,55 @@ async def test_adaptive_batching_makes_light_load_wait_for_nobody() -> None:
     await batcher.drain()
 
 
+class SharedDeviceModel(CostlyModel):
+    """CostlyModel on one device: concurrent batches take turns, as kernels on one GPU do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.device = asyncio.Lock()
+
+    async def __call__(self, items: list[Any]) -> list[Any]:
+        async with self.device:
+            return await super().__call__(items)
+
+
 async def test_adaptive_batching_forms_batches_under_load_and_keeps_the_objective() -> None:
-    model = CostlyModel()
-    batcher = make(model, max_batch_size=32, batch_wait_timeout_s=0, latency_objective_s=0.15)
+    # Two slots on one device: a batch sent while another runs only queues for the device, so
+    # small ones waste it; the adaptive batcher waits for company there, within the objective.
+    model = SharedDeviceModel()
+    objective = ObjectiveCount()
+    config = BatchingSpec(
+        max_batch_size=32, max_concurrent_batches=2, batch_wait_timeout_s=0, latency_objective_s=0.15
+    )
+    batcher = Batcher(config, objective)
+    batcher.start(model)
     latencies = await open_loop(batcher, rate=150, seconds=2)  # alone, the model keeps up with ~47/s
     learned = model.batches[len(model.batches) // 2 :]
     assert sum(learned) / len(learned) > 3  # it waits for company when it has to
     late = sum(1 for latency in latencies[len(latencies) // 2 :] if latency > 0.15)
     assert late <= 0.05 * (len(latencies) // 2), sorted(latencies)[-10:]
+    # What batchd_objective_items and _missed count: every item answered, those over the objective.
+    assert objective.items == len(latencies)
+    assert objective.late <= sum(1 for latency in latencies if latency > 0.15)  # the client saw more
+    await batcher.drain()
+
+
+class ObjectiveCount(NullObserver):
+    def __init__(self) -> None:
+        self.items = self.late = 0
+
+    def objective_checked(self, items: int, late: int) -> None:
+        self.items += items
+        self.late += late
+
+
+async def test_a_latency_objective_set_live_replaces_the_window_at_the_next_batch() -> None:
+    model = CostlyModel()
+    batcher = make(model, max_batch_size=32, batch_wait_timeout_s=0.2)
+    windowed = await open_loop(batcher, rate=10, seconds=1.0)
+    assert sorted(windowed)[len(windowed) // 2] > 0.1  # most requests paid much of the 200 ms window
+
+    batcher.reconfigure(BatchingSpec(max_batch_size=32, batch_wait_timeout_s=0.2, latency_objective_s=0.5))
+    adaptive = await open_loop(batcher, rate=10, seconds=1.5)
+    assert sorted(adaptive[5:])[len(adaptive[5:]) // 2] < 0.05  # the model idle: no wait at all
     await batcher.drain()

@@ -276,8 +276,10 @@ class BatchingSpec(_Strict):
     """Adaptive batching: the latency (queueing plus model time) most requests should stay under.
     When set, each batch's wait and size are chosen from what the replica measures (the model's
     cost per batch size, the arrival rate) instead of batch_wait_timeout_s: a batch leaves at
-    once when it keeps up with the arrivals, waits for company only when it would not, and never
-    past the point where its oldest item would miss the objective. max_batch_size still bounds it."""
+    once when the model is idle (what comes meanwhile forms the next one) or when it keeps up with
+    the arrivals; beside a running batch (max_concurrent_batches > 1) it waits for company only
+    when it would not keep up, and never past the point where its oldest item would miss the
+    objective. max_batch_size still bounds it."""
 
     isolate_failures: bool = True
     """When a batch raises, run it again in halves (and those in halves) to find the items that

@@ -14,6 +14,7 @@ kernel time would, with the CPU free).
 
 from __future__ import annotations
 
+import threading
 import time
 
 
@@ -23,12 +24,19 @@ class TrivialAdder:
 
 
 class CostCurve:
-    """Adds one to each item, after holding the batch for alpha_s + beta_s * len(batch) seconds."""
+    """Adds one to each item, after holding the batch for alpha_s + beta_s * len(batch) seconds;
+    with `shared_device`, concurrent batches take turns (one GPU runs one batch's kernels at a
+    time), so a batch sent while another runs waits for it first."""
 
-    def __init__(self, alpha_s: float = 0.02, beta_s: float = 0.001) -> None:
+    def __init__(self, alpha_s: float = 0.02, beta_s: float = 0.001, shared_device: bool = False) -> None:
         self.alpha_s = alpha_s
         self.beta_s = beta_s
+        self._device = threading.Lock() if shared_device else None
 
     def __call__(self, numbers: list[int]) -> list[int]:
-        time.sleep(self.alpha_s + self.beta_s * len(numbers))
+        if self._device is None:
+            time.sleep(self.alpha_s + self.beta_s * len(numbers))
+        else:
+            with self._device:
+                time.sleep(self.alpha_s + self.beta_s * len(numbers))
         return [n + 1 for n in numbers]

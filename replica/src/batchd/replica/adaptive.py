@@ -3,17 +3,23 @@
 With `batching.latency_objective_s` set, the batcher asks `plan()` before each batch. Two things
 are learned as the replica runs:
 - what a batch costs: `CostModel`, a line through (batch size, seconds) fitted by least squares
-  over the recent batches, forgetting old ones;
+  over the recent batches that ran alone (beside another, a batch's time includes its wait for
+  the device), forgetting old ones;
 - how fast items arrive: `ArrivalRate`, a count decayed over a second (so a change of load is
   followed within seconds).
 
-The rule: waiting for company only pays when the model could not keep up otherwise. A batch of
-the n items already queued keeps up when the model serves them at least as fast as they come
-(n / cost(n) >= rate, per batch slot, with some headroom): then it leaves at once, as with a
-zero window, and light load pays no wait at all. Otherwise the batch waits until enough items
-have arrived to keep up, but never past the moment its oldest item would miss the objective
-(arrival + objective - cost of the batch); full batches (or an overload, when even a full batch
-cannot keep up) leave at once.
+The rule: waiting for company only pays when the model could not keep up otherwise.
+- The model idle (no batch running): the batch leaves at once with what is queued. What arrives
+  while it runs forms the next batch, so batches grow with the load by themselves; with one batch
+  at a time, serving whenever the model is free is the least waiting there is (Deb and Serfozo's
+  bulk-service result), and no window can do better.
+- Another batch running and a slot free: a batch now would share the device with it (batches on
+  one GPU take turns), so it is sized as if the model ran one batch at a time. A batch of the n
+  items already queued keeps up when the model serves them at least as fast as they come
+  (n / cost(n) >= rate, with some headroom): then it leaves at once. Otherwise it
+  waits until enough items have arrived to keep up, or the running batch ends, but never past the
+  moment its oldest item would miss the objective (arrival + objective - cost of the batch).
+- A full batch, or an overload (even a full batch cannot keep up), leaves at once.
 """
 
 from __future__ import annotations
@@ -98,15 +104,15 @@ def plan(
     oldest_arrival: float,
     objective_s: float,
     max_batch_size: int,
-    slots: int,
+    running: int,
     cost: CostModel,
     rate: ArrivalRate,
 ) -> Plan:
-    """The batch to form now, or how long to wait for it (see the module docstring)."""
-    if queued >= max_batch_size or cost.fitted is None:
+    """The batch to form now, or how long to wait for it (see the module docstring); `running` is
+    the number of batches in the model now."""
+    if queued >= max_batch_size or running == 0 or cost.fitted is None:
         return Plan(True, min(queued, max_batch_size), now)
-    per_slot = rate.at(now) / max(slots, 1)
-    needed = _smallest_keeping_up(per_slot, max_batch_size, cost)
+    needed = _smallest_keeping_up(rate.at(now), max_batch_size, cost)
     if queued >= needed:
         return Plan(True, queued, now)  # keeps up as it is: no wait
     # Wait for `needed` items, but leave in time for the oldest item's objective.

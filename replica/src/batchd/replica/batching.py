@@ -68,7 +68,9 @@ class BatchObserver(Protocol):
     def objective_checked(self, items: int, late: int) -> None: ...
 
 
-class _NoObserver:
+class NullObserver:
+    """Reports nowhere: a batcher without metrics (tests, tools)."""
+
     def batch_dispatched(self, size: int, waited_s: float) -> None:
         pass
 
@@ -118,7 +120,7 @@ class Batcher:
 
     def __init__(self, config: BatchingSpec, observer: BatchObserver | None = None) -> None:
         self._config = config
-        self._observer: BatchObserver = observer or _NoObserver()
+        self._observer: BatchObserver = observer or NullObserver()
         self._run_batch: RunBatch | None = None
         self._running_items = 0  # items inside batches the model is computing now
         self._slot_freed = asyncio.Event()
@@ -239,13 +241,14 @@ class Batcher:
             batch = await self._next_batch()
             if batch is None:  # drained and empty
                 return
-            task = asyncio.create_task(self._execute(batch))
+            task = asyncio.create_task(self._execute(batch, alone=not self._running))
             self._running[task] = time.monotonic()
             task.add_done_callback(self._batch_done)
 
     def _batch_done(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
         self._slot_freed.set()
+        self._arrived.set()  # a batch forming may re-plan: the model has room now
 
     async def _next_batch(self) -> list[_Pending] | None:
         """Wait for the first live item, then for the window to close or the batch to fill."""
@@ -301,7 +304,7 @@ class Batcher:
                 oldest_arrival=oldest.arrived_at,
                 objective_s=objective_s,
                 max_batch_size=self._config.max_batch_size,
-                slots=self._config.max_concurrent_batches,
+                running=len(self._running),
                 cost=self.cost,
                 rate=self.arrivals,
             )
@@ -328,8 +331,10 @@ class Batcher:
                 batch.append(pending)
         return batch
 
-    async def _execute(self, batch: list[_Pending]) -> None:
-        """Run one batch; every future in it resolves, whatever happens."""
+    async def _execute(self, batch: list[_Pending], alone: bool = True) -> None:
+        """Run one batch; every future in it resolves, whatever happens. `alone`: no other batch
+        ran when it left, so its time is what the model costs (beside another batch it may have
+        waited for the device too, which would bend the cost line adaptive batching learns)."""
         started = time.perf_counter()
         failed = True
         self._running_items += len(batch)
@@ -356,7 +361,8 @@ class Batcher:
             duration = time.perf_counter() - started
             self._rate.record(len(batch), duration)
             if not failed:
-                self.cost.observe(len(batch), duration)
+                if alone:
+                    self.cost.observe(len(batch), duration)
                 objective_s = self._config.latency_objective_s
                 if objective_s is not None:
                     now = asyncio.get_running_loop().time()
