@@ -194,12 +194,12 @@ def summarise(
 # -- the benchmark ------------------------------------------------------------------------------------
 
 
-def replica_manifest(name: str, model_dir: Path, mode: str) -> dict[str, Any]:
+def replica_manifest(name: str, model_dir: Path, mode: str, device: str = "cpu") -> dict[str, Any]:
     model = {
         "name": "gpt2",
         "task": "text-generation",
         "source": f"file://{model_dir}",
-        "device": "cpu",
+        "device": device,
         "generation": {"scheduling": mode, "max_new_tokens": NEW_TOKENS[1]},
     }
     batching = {
@@ -211,7 +211,9 @@ def replica_manifest(name: str, model_dir: Path, mode: str) -> dict[str, Any]:
     return manifests.manifest(name, model, batching=batching)
 
 
-def run_model(key: str, setup: ModelSetup, repeats: int, workdir: Path, threads: int) -> dict[str, Any]:
+def run_model(
+    key: str, setup: ModelSetup, repeats: int, workdir: Path, threads: int, device: str = "cpu"
+) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     model_dir = workdir / f"gpt2-{key}"
@@ -221,7 +223,7 @@ def run_model(key: str, setup: ModelSetup, repeats: int, workdir: Path, threads:
     pool = prompts(tokenizer, 200, random.Random(7))
     started = {
         mode: servers.start_replica(
-            servers.write_manifest(workdir, replica_manifest(f"{key}-{mode}", model_dir, mode)),
+            servers.write_manifest(workdir, replica_manifest(f"{key}-{mode}", model_dir, mode, device)),
             workdir / "logs",
             env={"OMP_NUM_THREADS": str(threads)},
         )
@@ -351,7 +353,7 @@ def to_markdown(results: dict[str, Any]) -> str:
     lines = [
         "# Text generation: token-level vs request-level batching",
         "",
-        f"`{meta['command']}` ({meta['date']}, {meta['machine']}; {meta['gpu']}). Open loop, Poisson "
+        f"`{meta['command']}` ({meta['date']}, {meta['machine']}; device {meta.get('device', 'cpu')}). Open loop, Poisson "
         f"arrivals; prompts of {PROMPT_TOKENS[0]}-{PROMPT_TOKENS[1]} tokens, max_new_tokens "
         f"{NEW_TOKENS[0]}..{NEW_TOKENS[1]} (= min_new_tokens, greedy: both modes make the same tokens); "
         f"max_batch_size {MAX_BATCH_SIZE}; every request streamed. Medians over repeats; the modes take "
@@ -444,6 +446,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="torch threads of both replicas (OMP_NUM_THREADS; default 1: on 2 shared cores, one intra-op "
         "thread beside the load generator was faster for both modes)",
     )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where both replicas run the model (cuda: results go to generation-cuda.{json,md,png})",
+    )
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(
         "--workdir", type=Path, default=None, help="models and logs (default: a temporary folder)"
@@ -461,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),
         "command": shlex.join(["python", "-m", "batchd.bench.generation", *argv]),
-        "gpu": "none: this task was not lent a GPU machine, so the GPU scenarios were not run",
+        "device": args.device,
     }
     with tempfile.TemporaryDirectory(prefix="batchd-generation-") as temporary:
         workdir = args.workdir or Path(temporary)
@@ -469,13 +477,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = {
             "meta": meta,
             "models": {
-                key: run_model(key, setups[key], repeats, workdir, args.threads) for key in args.models
+                key: run_model(key, setups[key], repeats, workdir, args.threads, args.device)
+                for key in args.models
             },
         }
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    (args.output_dir / "generation.json").write_text(json.dumps(nan_to_none(results), indent=2) + "\n")
-    (args.output_dir / "generation.md").write_text(to_markdown(results))
-    draw_chart(results, args.output_dir / "generation.png")
+    stem = "generation" if args.device == "cpu" else f"generation-{args.device}"
+    (args.output_dir / f"{stem}.json").write_text(json.dumps(nan_to_none(results), indent=2) + "\n")
+    (args.output_dir / f"{stem}.md").write_text(to_markdown(results))
+    draw_chart(results, args.output_dir / f"{stem}.png")
     print(to_markdown(results))
     return 0
 
