@@ -67,6 +67,11 @@ def test_the_comparison_is_made_where_request_level_batching_saturates() -> None
         "medians": medians,
         "comparison": comparison,
     }
-    meta = {"command": "python -m batchd.bench.generation", "date": "today", "machine": "here", "device": "cpu"}
+    meta = {
+        "command": "python -m batchd.bench.generation",
+        "date": "today",
+        "machine": "here",
+        "device": "cpu",
+    }
     report = to_markdown({"meta": meta, "models": {"tiny": model}})
     assert report.count("| 4 | token |") == 1 and "**1.24x**" in report and generation.TABLE_HEAD in report

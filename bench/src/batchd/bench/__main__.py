@@ -13,31 +13,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
-import json
 import logging
 import os
 import platform
-import shlex
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from batchd.bench import RESULTS_DIR, report, runner, scenarios
-
-
-def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
-    return f"{len(os.sched_getaffinity(0))} cores of {model}, {memory_gb:.0f} GB RAM, {platform.system()}"
+from batchd.bench import RESULTS_DIR, records, report, runner, scenarios
 
 
 def versions() -> dict[str, str]:
@@ -103,12 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     every = scenarios.all_scenarios()
     result: dict[str, Any] = {
         "meta": {
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": machine(),
+            **records.run_meta("batchd.bench", argv if argv is not None else sys.argv[1:]),
             "versions": versions(),
-            "command": shlex.join(
-                ["python", "-m", "batchd.bench", *(argv if argv is not None else sys.argv[1:])]
-            ),
             "repeats": options.repeats,
             "duration_s": options.duration_s,
             "options": {k: list(v) if isinstance(v, tuple) else v for k, v in options.__dict__.items()},
@@ -131,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             f"- **{n} failed**: {e.splitlines()[0]}" for n, e in result["failures"].items()
         )
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    (args.output_dir / "latest.json").write_text(json.dumps(runner.nan_to_none(result), indent=2) + "\n")
+    records.write_json(args.output_dir / "latest.json", result)
     (args.output_dir / "latest.md").write_text(markdown)
     print(markdown)
     print(f"results: {args.output_dir / 'latest.json'} and {args.output_dir / 'latest.md'}")

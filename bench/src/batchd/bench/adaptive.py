@@ -45,13 +45,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime
 import json
 import logging
 import math
 import os
 import random
-import shlex
 import signal
 import sys
 import tempfile
@@ -64,8 +62,7 @@ from typing import Any
 import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
-from batchd.bench import RESULTS_DIR, ceiling, loadgen, promtext
-from batchd.bench.__main__ import machine
+from batchd.bench import RESULTS_DIR, ceiling, loadgen, promtext, records
 from batchd.bench.stats import median, percentile
 from batchd.testing import manifests, servers
 from batchd.testing.models import MINILM_SOURCE, minilm_mirror
@@ -267,37 +264,9 @@ async def drive(
 ) -> Driven:
     """loadgen.open_loop's pool and timing, with arrival times given and /metrics sampled alongside."""
     driven = Driven()
-    idle: list[loadgen.Connection] = []
-    opened = 0
-    freed = asyncio.Condition()
+    pool = loadgen.ConnectionPool(server.host, server.port, MAX_CONNECTIONS)
     start = time.perf_counter()
     stop = asyncio.Event()
-
-    async def take() -> tuple[loadgen.Connection, bool]:
-        """A connection, and whether it was used before (the server may have closed it since)."""
-        nonlocal opened
-        async with freed:
-            while not idle and opened >= MAX_CONNECTIONS:
-                await freed.wait()
-            if idle:
-                return idle.pop(), True
-            opened += 1
-        try:
-            return await loadgen.Connection.open(server.host, server.port), False
-        except OSError:
-            async with freed:
-                opened -= 1
-                freed.notify()
-            raise
-
-    async def give_back(connection: loadgen.Connection | None) -> None:
-        nonlocal opened
-        async with freed:
-            if connection is None:
-                opened -= 1
-            else:
-                idle.append(connection)
-            freed.notify()
 
     async def one(due_s: float) -> None:
         measured = due_s >= schedule.measure_from_s
@@ -305,13 +274,13 @@ async def drive(
             connection = None
             reused = False
             try:
-                connection, reused = await take()
+                connection, reused = await pool.take()
                 status, body = await connection.call(request)
                 break
             except (OSError, asyncio.IncompleteReadError, ValueError) as error:
                 if connection is not None:
                     connection.close()
-                    await give_back(None)
+                    await pool.give_back(None)
                 # A keep-alive connection the server closed while it sat idle (uvicorn's
                 # timeout_keep_alive): once, the request goes again on a new one.
                 stale = reused and isinstance(error, asyncio.IncompleteReadError | ConnectionResetError)
@@ -320,7 +289,7 @@ async def drive(
                 if measured:
                     driven.error(f"{type(error).__name__}: {error}")
                 return
-        await give_back(connection)
+        await pool.give_back(connection)
         done = time.perf_counter() - start
         if not measured:
             return
@@ -370,8 +339,7 @@ async def drive(
     stop.set()
     await sampler
     driven.client_cpu_s = time.process_time() - cpu_before
-    for connection in idle:
-        connection.close()
+    pool.close()
     return driven
 
 
@@ -917,17 +885,6 @@ def draw_chart(report: dict[str, Any], path: Path) -> None:
 # -- the command ---------------------------------------------------------------------------------------
 
 
-def nan_to_none(value: Any) -> Any:
-    """JSON has no NaN (nor infinity): missing figures are written as null."""
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None
-    if isinstance(value, dict):
-        return {k: nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [nan_to_none(v) for v in value]
-    return value
-
-
 def options_of(result: dict[str, Any]) -> Options:
     """The options a model's results were made with (as adaptive.json holds them)."""
     values: dict[str, Any] = {
@@ -940,22 +897,12 @@ def options_of(result: dict[str, Any]) -> Options:
 
 def write_reports(report: dict[str, Any], output: Path) -> None:
     """adaptive.md and adaptive.png from a report as adaptive.json holds it (null for a missing figure)."""
-    report = _nan_for_null(report)
+    report = records.none_to_nan(report)
     text = to_markdown(report)
     (output / "adaptive.md").write_text(text)
     draw_chart(report, output / "adaptive.png")
     print(text)
     print(f"results: {output / 'adaptive.json'}, .md and .png")
-
-
-def _nan_for_null(value: Any) -> Any:
-    if value is None:
-        return math.nan
-    if isinstance(value, dict):
-        return {k: _nan_for_null(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_nan_for_null(v) for v in value]
-    return value
 
 
 def render(path: Path, output: Path) -> int:
@@ -1021,9 +968,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workdir = args.workdir or Path(temporary)
         for model in options.models:
             meta = {
-                "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                "machine": machine(),
-                "command": shlex.join(["python", "-m", "batchd.bench.adaptive", *argv]),
+                **records.run_meta("batchd.bench.adaptive", argv),
                 "load_average_before": os.getloadavg()[0],
             }
             result = run_model(model, options, workdir)
@@ -1040,7 +985,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
             ordered = {m: report["models"][m] for m in (*MODELS, *report["models"]) if m in report["models"]}
             report["models"] = ordered
-            path.write_text(json.dumps(nan_to_none(report), indent=2) + "\n")
+            records.write_json(path, report)
             errors[model] = sum(
                 f["errors_total"] for by_load in result["summary"].values() for f in by_load.values()
             )

@@ -33,11 +33,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
-import datetime
 import json
 import logging
 import math
-import shlex
 import sys
 import tempfile
 import time
@@ -49,8 +47,7 @@ from typing import Any
 import aiohttp
 import uvloop
 
-from batchd.bench import RESULTS_DIR, loadgen
-from batchd.bench.__main__ import machine
+from batchd.bench import RESULTS_DIR, loadgen, records
 from batchd.bench.stats import median, percentile
 from batchd.testing import servers
 from batchd.testing.apiserver import ApiServer
@@ -649,25 +646,14 @@ def _ran(section: dict[str, Any]) -> str:
     return f"`{meta['command']}` ({meta['date']}, {meta['machine']})\n"
 
 
-def nan_to_none(value: Any) -> Any:
-    """JSON has no NaN (nor infinity): missing figures are written as null."""
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None
-    if isinstance(value, dict):
-        return {k: nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [nan_to_none(v) for v in value]
-    return value
-
-
 def write_results(output_dir: Path, section: str, value: dict[str, Any]) -> dict[str, Any]:
     """Replace one section (`step` or `calibration`) of autoscaling.json, keep the other, and
     rewrite autoscaling.md from both: the two modes run separately but report together."""
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / "autoscaling.json"
     results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
-    results[section] = nan_to_none(value)
-    path.write_text(json.dumps(results, indent=2) + "\n")
+    results[section] = value
+    records.write_json(path, results)
     (output_dir / "autoscaling.md").write_text(to_markdown(results))
     return results
 
@@ -758,11 +744,7 @@ def draw_chart(step: dict[str, Any], path: Path) -> None:
 
 
 def _meta(argv: Sequence[str]) -> dict[str, Any]:
-    return {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(),
-        "command": shlex.join(["python", "-m", "batchd.bench.autoscaling", *argv]),
-    }
+    return records.run_meta("batchd.bench.autoscaling", argv)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

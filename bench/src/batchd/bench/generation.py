@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
 import logging
 import math
 import random
-import shlex
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -38,8 +36,7 @@ from typing import Any
 import aiohttp
 import uvloop
 
-from batchd.bench import RESULTS_DIR
-from batchd.bench.__main__ import machine
+from batchd.bench import RESULTS_DIR, records
 from batchd.bench.stats import median, percentile
 from batchd.testing import manifests, servers
 from batchd.testing.models import GPT2_CORPUS, build_gpt2
@@ -353,7 +350,8 @@ def to_markdown(results: dict[str, Any]) -> str:
     lines = [
         "# Text generation: token-level vs request-level batching",
         "",
-        f"`{meta['command']}` ({meta['date']}, {meta['machine']}; device {meta.get('device', 'cpu')}). Open loop, Poisson "
+        f"`{meta['command']}` ({meta['date']}, {meta['machine']}; device {meta.get('device', 'cpu')}). "
+        "Open loop, Poisson "
         f"arrivals; prompts of {PROMPT_TOKENS[0]}-{PROMPT_TOKENS[1]} tokens, max_new_tokens "
         f"{NEW_TOKENS[0]}..{NEW_TOKENS[1]} (= min_new_tokens, greedy: both modes make the same tokens); "
         f"max_batch_size {MAX_BATCH_SIZE}; every request streamed. Medians over repeats; the modes take "
@@ -420,16 +418,6 @@ def draw_chart(results: dict[str, Any], path: Path) -> None:
     plt.close(figure)
 
 
-def nan_to_none(value: Any) -> Any:
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None
-    if isinstance(value, dict):
-        return {k: nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [nan_to_none(v) for v in value]
-    return value
-
-
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m batchd.bench.generation", description=(__doc__ or "").splitlines()[0]
@@ -466,9 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setups = QUICK if args.quick else MODELS
     repeats = args.repeats or (1 if args.quick else 3)
     meta = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(),
-        "command": shlex.join(["python", "-m", "batchd.bench.generation", *argv]),
+        **records.run_meta("batchd.bench.generation", argv),
         "device": args.device,
     }
     with tempfile.TemporaryDirectory(prefix="batchd-generation-") as temporary:
@@ -483,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
     args.output_dir.mkdir(parents=True, exist_ok=True)
     stem = "generation" if args.device == "cpu" else f"generation-{args.device}"
-    (args.output_dir / f"{stem}.json").write_text(json.dumps(nan_to_none(results), indent=2) + "\n")
+    records.write_json(args.output_dir / f"{stem}.json", results)
     (args.output_dir / f"{stem}.md").write_text(to_markdown(results))
     draw_chart(results, args.output_dir / f"{stem}.png")
     print(to_markdown(results))

@@ -18,10 +18,7 @@ Writes bench/results/hf-continuous.{json,md}.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import random
-import shlex
 import sys
 import tempfile
 import time
@@ -29,8 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from batchd.bench import RESULTS_DIR
-from batchd.bench.__main__ import machine
+from batchd.bench import RESULTS_DIR, records
 from batchd.testing.models import build_gpt2
 
 CONFIGS: dict[str, dict[str, int]] = {
@@ -207,9 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import transformers
 
     meta = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(),
-        "command": shlex.join(["python", "-m", "batchd.bench.hf_continuous", *argv]),
+        **records.run_meta("batchd.bench.hf_continuous", argv),
         "transformers": transformers.__version__,
     }
     with tempfile.TemporaryDirectory(prefix="batchd-hf-continuous-") as workdir:
@@ -220,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
     results = {"meta": meta, "runs": runs}
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    (args.output_dir / "hf-continuous.json").write_text(json.dumps(results, indent=2) + "\n")
+    records.write_json(args.output_dir / "hf-continuous.json", results)
     (args.output_dir / "hf-continuous.md").write_text(to_markdown(results))
     print(to_markdown(results))
     return 0

@@ -188,6 +188,47 @@ async def closed_loop(
     return result
 
 
+class ConnectionPool:
+    """Keep-alive connections for an open loop: grows up to `max_connections`; a request that
+    finds none free waits for one (and that wait counts in its latency, as it would for a user)."""
+
+    def __init__(self, host: str, port: int, max_connections: int) -> None:
+        self.host, self.port, self.max_connections = host, port, max_connections
+        self._idle: list[Connection] = []
+        self._opened = 0
+        self._freed = asyncio.Condition()
+
+    async def take(self) -> tuple[Connection, bool]:
+        """A connection, and whether it was used before (the server may have closed it since)."""
+        async with self._freed:
+            while not self._idle and self._opened >= self.max_connections:
+                await self._freed.wait()
+            if self._idle:
+                return self._idle.pop(), True
+            self._opened += 1
+        try:
+            return await Connection.open(self.host, self.port), False
+        except OSError:
+            async with self._freed:
+                self._opened -= 1
+                self._freed.notify()
+            raise
+
+    async def give_back(self, connection: Connection | None) -> None:
+        """Return a connection for the next request; None for one that was closed after an error."""
+        async with self._freed:
+            if connection is None:
+                self._opened -= 1
+            else:
+                self._idle.append(connection)
+            self._freed.notify()
+
+    def close(self) -> None:
+        for connection in self._idle:
+            connection.close()
+        self._idle.clear()
+
+
 async def open_loop(
     host: str,
     port: int,
@@ -205,47 +246,20 @@ async def open_loop(
     errors: an overloaded server's backlog would otherwise stretch the run without bound.
     """
     result = RunResult("open", max_connections, rate_rps)
-    idle: list[Connection] = []
-    opened = 0
-    freed = asyncio.Condition()
-
-    async def take() -> Connection:
-        nonlocal opened
-        async with freed:
-            while not idle and opened >= max_connections:
-                await freed.wait()
-            if idle:
-                return idle.pop()
-            opened += 1
-        try:
-            return await Connection.open(host, port)
-        except OSError:
-            async with freed:
-                opened -= 1
-                freed.notify()
-            raise
-
-    async def give_back(connection: Connection | None) -> None:
-        nonlocal opened
-        async with freed:
-            if connection is None:
-                opened -= 1
-            else:
-                idle.append(connection)
-            freed.notify()
+    pool = ConnectionPool(host, port, max_connections)
 
     async def one(due: float) -> None:
         connection = None
         try:
-            connection = await take()
+            connection, _ = await pool.take()
             status, body = await connection.call(request)
         except (OSError, asyncio.IncompleteReadError, ValueError) as error:
             if connection is not None:
                 connection.close()
-                await give_back(None)
+                await pool.give_back(None)
             result.record_error(f"{type(error).__name__}: {error}")
             return
-        await give_back(connection)
+        await pool.give_back(connection)
         if status == 200:
             result.latencies_s.append(time.perf_counter() - due)
         else:
@@ -270,8 +284,7 @@ async def open_loop(
     await asyncio.gather(*late, return_exceptions=True)
     result.duration_s = max(time.perf_counter() - start, duration_s)
     result.client_cpu_s = time.process_time() - cpu_before
-    for connection in idle:
-        connection.close()
+    pool.close()
     return result
 
 

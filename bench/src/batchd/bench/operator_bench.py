@@ -25,11 +25,9 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import datetime
 import itertools
 import json
 import math
-import shlex
 import statistics
 import sys
 import tempfile
@@ -40,8 +38,7 @@ from pathlib import Path
 from typing import Any, ClassVar, cast
 
 from batchd.api.pod import MANAGED_BY, REPLICA_PORT
-from batchd.bench import RESULTS_DIR
-from batchd.bench.__main__ import machine
+from batchd.bench import RESULTS_DIR, records
 from batchd.operator.settings import Settings
 from batchd.testing import procstat
 from batchd.testing.apiserver import ApiServer
@@ -525,17 +522,11 @@ def main(argv: list[str] | None = None) -> int:
                 args.log,
             )
         )
-    meta = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(),
-        "command": shlex.join(["python", "-m", "batchd.bench.operator_bench", *argv]),
-    }
+    meta = records.run_meta("batchd.bench.operator_bench", argv)
     for line in report_lines(figures, args.repeats, args.resources):
         print(line)
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    (args.output_dir / "operator.json").write_text(
-        json.dumps({"meta": meta, **_finite(figures)}, indent=2) + "\n"
-    )
+    records.write_json(args.output_dir / "operator.json", {"meta": meta, **figures})
     (args.output_dir / "operator.md").write_text(to_markdown(figures, args.repeats, args.resources, meta))
     auto = figures.get("autoscaling")
     if auto and auto["replicas_polled"] < auto["replicas"]:
@@ -545,17 +536,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     return 0
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no NaN: missing figures are written as null."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
 
 
 if __name__ == "__main__":

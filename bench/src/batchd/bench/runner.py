@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import subprocess
 import sys
@@ -304,14 +303,3 @@ def same_work(ceiling: Ceiling, answers: dict[str, Any]) -> dict[str, Any]:
     if not result["all"]:
         logger.warning("the ceiling and the servers answered differently: %s", result)
     return result
-
-
-def nan_to_none(value: Any) -> Any:
-    """JSON has no NaN: missing figures are written as null."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [nan_to_none(v) for v in value]
-    return value
