@@ -776,8 +776,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     parts = [
         "# Adaptive batching benchmark (issue 12)",
         "",
-        "Five replicas per model, one batch at a time, max_batch_size "
-        f"{options.max_batch_size}: fixed windows "
+        "Five replicas per model (one batch at a time, but for the two slots of "
+        f"`{SHARED_DEVICE}`), max_batch_size {options.max_batch_size}: fixed windows "
         + ", ".join(window_subject(ms) for ms in options.windows_ms)
         + " and adaptive (`latency_objective_s`). Open loops, "
         f"{options.arrivals} arrivals (the same arrival times for every subject of a repeat), at "
