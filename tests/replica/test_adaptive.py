@@ -88,3 +88,19 @@ def test_a_full_batch_or_an_overload_goes_at_once() -> None:
     assert decide(queued=32, items_per_s=200) == (True, 32)
     go, size = decide(queued=20, items_per_s=5000)  # nothing keeps up: largest batches, no waiting
     assert not go or size == 20
+
+
+def test_a_burst_shows_in_the_queue_before_the_count_catches_up() -> None:
+    # Nothing for seconds, then 20 items in the last 20 ms: the decayed count still says ~0/s,
+    # but a batch of 20 beside a running one would not keep up with 1,000 items a second.
+    result = plan(
+        now=10.0,
+        queued=20,
+        oldest_arrival=9.98,
+        objective_s=0.2,
+        max_batch_size=32,
+        running=1,
+        cost=learned(0.020, 0.003, [1, 8, 32] * 5),
+        rate=ArrivalRate(),  # nothing counted yet
+    )
+    assert not result.go and result.size == 32

@@ -20,6 +20,10 @@ The rule: waiting for company only pays when the model could not keep up otherwi
   waits until enough items have arrived to keep up, or the running batch ends, but never past the
   moment its oldest item would miss the objective (arrival + objective - cost of the batch).
 - A full batch, or an overload (even a full batch cannot keep up), leaves at once.
+
+The arrival rate is the decayed count, or the rate the queue itself shows when that is higher:
+at the start of a burst the count lags, but the items queued since the oldest one already show
+how fast they come.
 """
 
 from __future__ import annotations
@@ -112,7 +116,7 @@ def plan(
     the number of batches in the model now."""
     if queued >= max_batch_size or running == 0 or cost.fitted is None:
         return Plan(True, min(queued, max_batch_size), now)
-    needed = _smallest_keeping_up(rate.at(now), max_batch_size, cost)
+    needed = _smallest_keeping_up(_arrival_rate(now, queued, oldest_arrival, rate), max_batch_size, cost)
     if queued >= needed:
         return Plan(True, queued, now)  # keeps up as it is: no wait
     # Wait for `needed` items, but leave in time for the oldest item's objective.
@@ -120,6 +124,14 @@ def plan(
     if last_moment <= now:
         return Plan(True, queued, now)
     return Plan(False, needed, last_moment)  # arrivals meanwhile bring a new plan
+
+
+def _arrival_rate(now: float, queued: int, oldest_arrival: float, rate: ArrivalRate) -> float:
+    """Items a second: the decayed count, or what the queue shows if more. The count lags a step
+    of load by about RATE_WINDOW_S; the items that came since the oldest one show it at once."""
+    if queued > 1 and now > oldest_arrival:
+        return max(rate.at(now), (queued - 1) / (now - oldest_arrival))
+    return rate.at(now)
 
 
 def _smallest_keeping_up(rate: float, max_batch_size: int, cost: CostModel) -> int:
