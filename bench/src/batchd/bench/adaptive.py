@@ -920,6 +920,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 3)")
     parser.add_argument("--duration-s", type=float, default=None, help="measured seconds per open loop (10)")
     parser.add_argument("--arrivals", choices=("poisson", "uniform"), default=None)
+    parser.add_argument(
+        "--fractions",
+        type=float,
+        nargs="+",
+        default=None,
+        help="open-loop rates, of capacity (0.1 0.5 0.8 0.95)",
+    )
+    parser.add_argument("--windows-ms", type=float, nargs="+", default=None, help="fixed windows (0 2 10 50)")
+    parser.add_argument("--burst-cycles", type=int, default=None, help="on/off cycles of the bursty load (4)")
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--workdir", type=Path, default=None, help="keep the manifests and replica logs here")
     parser.add_argument(
@@ -941,6 +950,12 @@ def options_from(args: argparse.Namespace) -> Options:
         options = replace(options, duration_s=args.duration_s)
     if args.arrivals is not None:
         options = replace(options, arrivals=args.arrivals)
+    if args.fractions is not None:
+        options = replace(options, fractions=tuple(args.fractions))
+    if args.windows_ms is not None:
+        options = replace(options, windows_ms=tuple(args.windows_ms))
+    if args.burst_cycles is not None:
+        options = replace(options, burst_cycles=args.burst_cycles)
     return options
 
 
