@@ -132,3 +132,19 @@ def test_quick_run_reports_every_subject_at_every_load_with_a_chart(tmp_path: Pa
     assert "| load | offered req/s | 0 ms | 2 ms | 10 ms | 50 ms | adaptive |" in markdown
     assert "![p99 against arrival rate](adaptive.png)" in markdown
     assert (tmp_path / "adaptive.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--fractions", "0", "0.5"], "--fractions"),
+        (["--windows-ms", "-2"], "--windows-ms"),
+        (["--burst-cycles", "0"], "--burst-cycles"),
+    ],
+)
+def test_bad_options_are_refused_naming_the_option(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        adaptive.parse_args(argv)
+    assert exited.value.code == 2 and named in capsys.readouterr().err

@@ -373,7 +373,7 @@ class ObjectMeta(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    name: DeploymentName
     namespace: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)

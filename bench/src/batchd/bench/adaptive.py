@@ -63,7 +63,7 @@ import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchd.bench import RESULTS_DIR, ceiling, loadgen, promtext, records
-from batchd.bench.stats import median, percentile
+from batchd.bench.stats import latency_summary, median
 from batchd.testing import manifests, servers
 from batchd.testing.models import MINILM_SOURCE, minilm_mirror
 
@@ -242,28 +242,20 @@ def schedule_for(load: str, capacity: float, options: Options, rng: random.Rando
 
 
 @dataclass
-class Driven:
-    """What the client saw of one scheduled run, and the replica's /metrics sampled meanwhile."""
+class Driven(loadgen.RunResult):
+    """What the client saw of one scheduled run (latencies_s: answered 200, measured part only),
+    and the replica's /metrics sampled meanwhile."""
 
-    latencies_s: list[float] = field(default_factory=list)  # answered 200, measured part only
     measured: int = 0
-    errors: int = 0
-    error_samples: list[str] = field(default_factory=list)
     last_answer_s: float = 0.0  # of a measured request, from the start
-    client_cpu_s: float = 0.0
     samples: list[tuple[float, str]] = field(default_factory=list)  # (seconds from start, /metrics)
-
-    def error(self, what: str) -> None:
-        self.errors += 1
-        if len(self.error_samples) < 5:
-            self.error_samples.append(what)
 
 
 async def drive(
     server: servers.ServerProcess, request: loadgen.Request, schedule: Schedule, options: Options
 ) -> Driven:
     """loadgen.open_loop's pool and timing, with arrival times given and /metrics sampled alongside."""
-    driven = Driven()
+    driven = Driven("open", MAX_CONNECTIONS, None)
     pool = loadgen.ConnectionPool(server.host, server.port, MAX_CONNECTIONS)
     start = time.perf_counter()
     stop = asyncio.Event()
@@ -287,7 +279,7 @@ async def drive(
                 if attempt == 0 and stale:
                     continue
                 if measured:
-                    driven.error(f"{type(error).__name__}: {error}")
+                    driven.record_error(f"{type(error).__name__}: {error}")
                 return
         await pool.give_back(connection)
         done = time.perf_counter() - start
@@ -297,7 +289,7 @@ async def drive(
             driven.latencies_s.append(done - due_s)
             driven.last_answer_s = max(driven.last_answer_s, done)
         else:
-            driven.error(f"HTTP {status}: {body[:200]!r}")
+            driven.record_error(f"HTTP {status}: {body[:200]!r}")
 
     async def sample_metrics() -> None:
         scrape = loadgen.Request.get(server.host, server.port, "/metrics")
@@ -330,7 +322,7 @@ async def drive(
         for task in late:
             task.cancel()
         for _ in late:
-            driven.error(f"no answer within {options.grace_s} s after the last arrival")
+            driven.record_error(f"no answer within {options.grace_s} s after the last arrival")
         await asyncio.gather(*late, return_exceptions=True)
     # The series goes on to the end of the schedule (a bursty run ends idle), then one last sample.
     delay = start + end_s - time.perf_counter()
@@ -403,11 +395,8 @@ def summarise_run(driven: Driven, schedule: Schedule, adaptive: bool, keep_serie
         "errors": driven.errors,
         "error_samples": driven.error_samples,
         "throughput_rps": len(lat) / measured_s,
-        "p50_ms": percentile(lat, 50) * 1000,
-        "p95_ms": percentile(lat, 95) * 1000,
-        "p99_ms": percentile(lat, 99) * 1000,
+        **latency_summary(lat),
         "max_ms": max(lat) * 1000 if lat else math.nan,
-        "mean_ms": sum(lat) / len(lat) * 1000 if lat else math.nan,
         "duration_s": measured_s,
         "client_cpu_s": driven.client_cpu_s,
     }
@@ -533,7 +522,7 @@ def run_model(model: str, options: Options, workdir: Path) -> dict[str, Any]:
     if is_cost_curve(model):
         full = options.alpha_s + options.beta_s * options.max_batch_size
         result["curve_capacity_rps"] = options.max_batch_size / full
-    result["summary"] = summarise(result, options)
+    result["summary"] = summarise(result)
     result["verdicts"] = verdicts(result["summary"], options)
     result["adaptivity"] = adaptivity(result, options)
     return result
@@ -545,7 +534,7 @@ MEDIAN_FIGURES = (
 )  # fmt: skip
 
 
-def summarise(result: dict[str, Any], options: Options) -> dict[str, dict[str, dict[str, Any]]]:
+def summarise(result: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per subject and load, the median of each figure over the repeats (and the repeats' p99s)."""
     summary: dict[str, dict[str, dict[str, Any]]] = {}
     for subject, by_load in result["runs"].items():
@@ -937,6 +926,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.repeats is not None and args.repeats < 1:
         parser.error(f"--repeats: expected 1 or more, got {args.repeats}")
+    if args.fractions is not None and not all(0 < f <= 2 for f in args.fractions):
+        parser.error(f"--fractions: expected shares of capacity above 0 and at most 2, got {args.fractions}")
+    if args.windows_ms is not None and any(ms < 0 for ms in args.windows_ms):
+        parser.error(f"--windows-ms: expected 0 or more, got {args.windows_ms}")
+    if args.burst_cycles is not None and args.burst_cycles < 1:
+        parser.error(f"--burst-cycles: expected 1 or more, got {args.burst_cycles}")
     return args
 
 

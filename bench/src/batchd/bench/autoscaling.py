@@ -238,7 +238,7 @@ async def run_subject(subject: str, options: Options, workdir: Path) -> dict[str
 
 
 def _p99_ms(latencies: Sequence[float]) -> float:
-    return percentile(latencies, 99) * 1000 if latencies else math.nan
+    return percentile(latencies, 99) * 1000  # NaN for none
 
 
 def series(options: Options, samples: Sequence[Sample], outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
@@ -331,7 +331,7 @@ def analyse(
         "unanswered": len(lost),
         "unanswered_examples": [asdict(o) for o in lost[:5]],
         "idle_p99_ms": idle_p99,
-        "step_p50_ms": percentile(step_latencies, 50) * 1000 if step_latencies else math.nan,
+        "step_p50_ms": percentile(step_latencies, 50) * 1000,
         "step_p99_ms": _p99_ms(step_latencies),
         # Answers that arrived within the step (a backlog answered later belongs to later).
         "step_ok_rps": sum(

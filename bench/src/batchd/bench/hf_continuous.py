@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from batchd.bench import RESULTS_DIR, records
+from batchd.bench.generation import NEW_TOKENS, PROMPT_TOKENS
 from batchd.testing.models import build_gpt2
 
 CONFIGS: dict[str, dict[str, int]] = {
@@ -39,8 +40,10 @@ RUNNING = 8
 
 def _workload(vocabulary: int, count: int, seed: int) -> tuple[list[list[int]], list[int]]:
     rng = random.Random(seed)
-    prompts = [[rng.randrange(1, vocabulary) for _ in range(rng.randint(4, 64))] for _ in range(count)]
-    return prompts, [rng.randint(8, 256) for _ in prompts]
+    prompts = [
+        [rng.randrange(1, vocabulary) for _ in range(rng.randint(*PROMPT_TOKENS))] for _ in range(count)
+    ]
+    return prompts, [rng.randint(*NEW_TOKENS) for _ in prompts]
 
 
 def measure(key: str, directory: Path, requests: int, threads: int) -> dict[str, Any]:
@@ -171,7 +174,8 @@ def to_markdown(results: dict[str, Any]) -> str:
         "# transformers' continuous batching on CPU, beside batchd's scheduler",
         "",
         f"`{meta['command']}` ({meta['date']}, {meta['machine']}, transformers {meta['transformers']}). "
-        f"{RUNNING} sequences at a time; prompts of 4-64 tokens, 8..256 new tokens (greedy, every one made).",
+        f"{RUNNING} sequences at a time; prompts of {PROMPT_TOKENS[0]}-{PROMPT_TOKENS[1]} tokens, "
+        f"{NEW_TOKENS[0]}..{NEW_TOKENS[1]} new tokens (greedy, every one made).",
         "",
         "| model | torch threads | requests | transformers continuous tokens/s | request-level generate "
         "tokens/s | batchd engine tokens/s | greedy identical to generate (transformers / batchd) | "

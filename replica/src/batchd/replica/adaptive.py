@@ -29,6 +29,7 @@ how fast they come.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -115,13 +116,18 @@ def plan(
 ) -> Plan:
     """The batch to form now, or how long to wait for it (see the module docstring); `running` is
     the number of batches in the model now."""
-    if queued >= max_batch_size or running == 0 or cost.fitted is None:
+    if queued >= max_batch_size or running == 0:
         return Plan(True, min(queued, max_batch_size), now)
-    needed = _smallest_keeping_up(_arrival_rate(now, queued, oldest_arrival, rate), max_batch_size, cost)
+    fit = cost.fitted  # once per plan, not once per size tried
+    if fit is None:
+        return Plan(True, queued, now)
+    alpha, beta = fit
+    arrivals = _arrival_rate(now, queued, oldest_arrival, rate)
+    needed = _smallest_keeping_up(arrivals, max_batch_size, alpha, beta)
     if queued >= needed:
         return Plan(True, queued, now)  # keeps up as it is: no wait
     # Wait for `needed` items, but leave in time for the oldest item's objective.
-    last_moment = oldest_arrival + objective_s - cost.seconds(needed)
+    last_moment = oldest_arrival + objective_s - (alpha + beta * needed)
     if last_moment <= now:
         return Plan(True, queued, now)
     return Plan(False, needed, last_moment)  # arrivals meanwhile bring a new plan
@@ -135,19 +141,22 @@ def _arrival_rate(now: float, queued: int, oldest_arrival: float, rate: ArrivalR
     return rate.at(now)
 
 
-def _smallest_keeping_up(rate: float, max_batch_size: int, cost: CostModel) -> int:
-    """The smallest batch the model serves at HEADROOM times `rate`; the largest when none can."""
+def _smallest_keeping_up(rate: float, max_batch_size: int, alpha: float, beta: float) -> int:
+    """The smallest batch the model serves at HEADROOM times `rate` (batch cost alpha + beta *
+    size); the largest when none can."""
     for size in _sizes(max_batch_size):
-        if size >= HEADROOM * rate * cost.seconds(size):
+        if size >= HEADROOM * rate * (alpha + beta * size):
             return size
     return max_batch_size
 
 
-def _sizes(max_batch_size: int) -> list[int]:
-    """1..max, every size up to 64 and then a geometric ladder (a plan is computed per batch)."""
+@functools.lru_cache(maxsize=8)
+def _sizes(max_batch_size: int) -> tuple[int, ...]:
+    """1..max, every size up to 64 and then a geometric ladder (a plan is computed per arrival;
+    the ladder, once per max_batch_size)."""
     sizes = list(range(1, min(max_batch_size, 64) + 1))
     size = 64
     while size < max_batch_size:
         size = min(max_batch_size, int(size * 1.25) + 1)
         sizes.append(size)
-    return sizes
+    return tuple(sizes)

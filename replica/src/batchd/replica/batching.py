@@ -169,9 +169,8 @@ class Batcher:
         `request_timeout_s` has passed since admission, `ClientDisconnected` when `abandoned`
         resolves first, or the exception that failed the item's batch.
         """
-        futures = self._admit(items)
+        futures, deadline = self._admit(items)
         waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
-        deadline = asyncio.get_running_loop().time() + self._config.request_timeout_s
         try:
             result = await _wait(waiter, deadline, abandoned)
         finally:
@@ -179,8 +178,9 @@ class Batcher:
                 future.cancel()
         return [result] if len(futures) == 1 else list(result)
 
-    def _admit(self, items: Sequence[Any]) -> list[asyncio.Future[Any]]:
-        """Queue every item of one request, or none of them: a request is never half-served."""
+    def _admit(self, items: Sequence[Any]) -> tuple[list[asyncio.Future[Any]], float]:
+        """Queue every item of one request, or none of them: a request is never half-served.
+        Returns the items' futures and the request's deadline (loop time)."""
         if self._draining:
             raise Draining("the replica is shutting down; retry on another replica")
         free = self._config.max_queued_requests - len(self._queue)
@@ -196,7 +196,7 @@ class Batcher:
             self._queue.append(_Pending(item, future, now, deadline))
             futures.append(future)
         self._arrived.set()
-        return futures
+        return futures, deadline
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -263,7 +263,8 @@ class Batcher:
             while not self._draining and not self._full():
                 if not self._drop_dead_head():
                     break  # everything in the window went away
-                remaining = self._partial_leaves_at(loop.time()) - loop.time()
+                now = loop.time()
+                remaining = self._partial_leaves_at(now) - now
                 if remaining <= 0:
                     break
                 self._arrived.clear()

@@ -18,7 +18,7 @@ import logging
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 import orjson
@@ -35,6 +35,10 @@ from batchd.replica.protocols.v2_tensors import (
     wanted_outputs,
 )
 from batchd.replica.serving import Replica
+
+if TYPE_CHECKING:  # the generation package imports torch
+    from batchd.replica.generation.params import GenerationRequest
+    from batchd.replica.generation.service import GenerationService
 
 logger = logging.getLogger(__name__)
 
@@ -115,9 +119,7 @@ class InferenceRoutes:
             return {"predictions": await self._infer(call.name, instances, "instances", receive)}
         if call.protocol == "generate":
             assert call.name is not None
-            text, parameters, request_id, details = generate.decode_request(_parse_json(body))
-            service = self.replica.generator(call.name)
-            request = service.preparer.prepare(text, parameters, "text_input")
+            service, request, request_id, details = self._generation(call.name, body)
             (completion,) = await service.complete([request], partial(_disconnected, receive))
             return generate.answer(call.name, request_id, completion, details)
         header, binary = split_body(body, _header(scope, b"inference-header-content-length"))
@@ -142,9 +144,7 @@ class InferenceRoutes:
         try:
             assert call.name is not None
             body = await _read_body(receive, self._max_body)
-            text, parameters, request_id, details = generate.decode_request(_parse_json(body))
-            service = replica.generator(call.name)
-            request = service.preparer.prepare(text, parameters, "text_input")
+            service, request, request_id, details = self._generation(call.name, body)
             async with service.open(request, partial(_disconnected, receive)) as stream:
                 async for first in stream:
                     if not streaming:
@@ -175,6 +175,14 @@ class InferenceRoutes:
         finally:
             replica.inflight -= 1
             replica.metrics.request_done(outcome, time.perf_counter() - started)
+
+    def _generation(
+        self, name: str, body: bytes
+    ) -> tuple[GenerationService, GenerationRequest, str | None, bool]:
+        """A generate request decoded: the service, the prepared request, its id and `details`."""
+        text, parameters, request_id, details = generate.decode_request(_parse_json(body))
+        service = self.replica.generator(name)
+        return service, service.preparer.prepare(text, parameters, "text_input"), request_id, details
 
     async def _infer(self, name: str | None, items: list[Any], field: str, receive: Receive) -> list[Any]:
         """Batch the items with everybody else's; a client that leaves cancels what has not run."""

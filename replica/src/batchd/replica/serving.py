@@ -47,6 +47,9 @@ class Replica:
         self.load_error: Exception | None = None
         self.hung = False  # a batch outlived the drain at shutdown
         self.generation: GenerationService | None = None  # text-generation models only
+        # The same service when it schedules tokens (decided once, at load): its prompts bypass
+        # the batcher, and its sequences count as items in the load.
+        self._token_level: GenerationService | None = None
         self.metrics.track(
             queue_depth=lambda: self.batcher.queue_depth + self._sequences()[0],
             running_items=lambda: self.batcher.running_items + self._sequences()[1],
@@ -69,17 +72,18 @@ class Replica:
     def _sequences(self) -> tuple[int, int]:
         """Sequences waiting and running in token-level scheduling: items, as the autoscaler counts
         them (request-level generation requests are the batcher's items already)."""
-        generation = self.generation
-        if generation is None or getattr(generation, "scheduling", None) != "token":
+        token_level = self._token_level
+        if token_level is None:
             return 0, 0
-        return generation.waiting, generation.running
+        return token_level.waiting, token_level.running
 
     def load(self) -> dict[str, Any]:
         """What the operator reads to autoscale and to follow live retuning (`GET /load`)."""
+        waiting, running = self._sequences()
         return {
             "ready": self.ready,
-            "queued_items": self.batcher.queue_depth + self._sequences()[0],
-            "running_items": self.batcher.running_items + self._sequences()[1],
+            "queued_items": self.batcher.queue_depth + waiting,
+            "running_items": self.batcher.running_items + running,
             "inflight_requests": self.inflight,
             "batching_generation": self.manifest.batching_generation,
         }
@@ -123,6 +127,7 @@ class Replica:
             kv_usage=lambda: getattr(service, "kv_usage", 0.0),
         )
         self.generation = service
+        self._token_level = service if getattr(service, "scheduling", None) == "token" else None
 
     def begin_draining(self) -> None:
         """Turn unready at once (SIGTERM); accepted work still completes."""
@@ -206,8 +211,8 @@ class Replica:
             except ValidationError as error:
                 problem = error.errors(include_url=False)[0]
                 raise InvalidInput(f"{field}[{position}]: {problem['msg']} (got {item!r})") from None
-        generation = self.generation
-        if generation is not None and getattr(generation, "scheduling", None) == "token":
+        generation = self._token_level
+        if generation is not None:
             # Each prompt is a sequence of its own; the answer is the pipeline's: prompt and continuation.
             prepare = generation.preparer.prepare
             requests = [prepare(text, None, f"{field}[{i}]") for i, text in enumerate(valid)]

@@ -52,10 +52,10 @@ class SlotCache:
         for rows first_row, first_row + 1, ..."""
         self._prefill, self._positions = (first_row, lengths), None
 
-    def decode(self, positions: torch.Tensor) -> None:
-        """The next forward pass is one token for each of rows 0..n-1, at these columns."""
-        self._prefill, self._positions = None, positions
-        self._width = int(positions.max().item()) + 1
+    def decode(self, positions: torch.Tensor, width: int) -> None:
+        """The next forward pass is one token for each of rows 0..n-1, at these columns
+        (`width`: the highest of them, plus one)."""
+        self._prefill, self._positions, self._width = None, positions, width
 
     def move_row(self, source: int, target: int, length: int) -> None:
         """Row `source`'s first `length` columns become row `target`'s (a sequence ended there)."""

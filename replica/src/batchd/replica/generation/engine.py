@@ -227,7 +227,7 @@ class GenerationEngine:
         mask |= torch.eye(padded, dtype=torch.bool)[None]  # padding attends to itself, never to nothing
         first = len(self._rows)
         self._cache.reserve(
-            first + len(new), max(len(s.request.prompt_ids) + s.params.max_new_tokens for s in new)
+            first + len(new), max(n + s.params.max_new_tokens for s, n in zip(new, lengths, strict=True))
         )
         self._cache.prefill(first, lengths)
         try:
@@ -253,7 +253,7 @@ class GenerationEngine:
         width = int(positions.max()) + 1
         mask = torch.arange(width)[None, :] <= positions[:, None]
         ids = torch.tensor([s.last_token for s in running])[:, None]
-        self._cache.decode(positions.to(self._device))
+        self._cache.decode(positions.to(self._device), width)
         try:
             logits = self._forward("decode", ids, mask[:, None, None, :], positions[:, None])
         except Exception as error:

@@ -44,14 +44,12 @@ class TokenGenerationModel:
 
     def __init__(
         self,
-        model: Any,
         engine: GenerationEngine,
         preparer: Preparer,
         executor: ModelExecutor,
         item_adapter: TypeAdapter[Any],
         generate_reference: Any,
     ) -> None:
-        self._model = model
         self.engine = engine
         self.preparer = preparer
         self._executor = executor
@@ -134,13 +132,9 @@ def load_token_level(
     decoder = AutoTokenizer.from_pretrained(location)
     model: Any = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, attn_implementation="sdpa")
     model = model.to(device).eval()
-    context = context_tokens(model.config, encoder)
-    limits = GenerationLimits.of(spec.generation_spec, context)
-    try:
-        defaults = defaults_from(spec.call_kwargs, limits, model.generation_config)
-    except InvalidInput as error:
-        raise ModelLoadError(str(error)) from None
-    eos_ids = _eos_ids(model, encoder)
+    limits, defaults = limits_and_defaults(spec, model, encoder)
+    context = limits.context_tokens
+    eos_ids = model_eos_ids(model, encoder)
     pad_id = encoder.pad_token_id if encoder.pad_token_id is not None else (eos_ids[0] if eos_ids else 0)
     special = frozenset(int(i) for i in encoder.all_special_ids)
     engine = GenerationEngine(
@@ -168,7 +162,18 @@ def load_token_level(
         return str(decoder.decode(output[0, ids.shape[1] :].tolist(), skip_special_tokens=True))
 
     logger.info("token-level generation: context %d tokens, defaults %s", context, defaults)
-    return TokenGenerationModel(model, engine, preparer, executor, item_adapter, reference)
+    return TokenGenerationModel(engine, preparer, executor, item_adapter, reference)
+
+
+def limits_and_defaults(
+    spec: ModelSpec, model: Any, tokenizer: Any
+) -> tuple[GenerationLimits, GenerationParams]:
+    """What the spec and the model allow a request, and what one that asks for nothing gets."""
+    limits = GenerationLimits.of(spec.generation_spec, context_tokens(model.config, tokenizer))
+    try:
+        return limits, defaults_from(spec.call_kwargs, limits, model.generation_config)
+    except InvalidInput as error:
+        raise ModelLoadError(str(error)) from None
 
 
 def context_tokens(config: Any, tokenizer: Any) -> int:
@@ -184,7 +189,7 @@ def context_tokens(config: Any, tokenizer: Any) -> int:
     )
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
+def model_eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
     eos = getattr(model.generation_config, "eos_token_id", None)
     if eos is None:
         eos = tokenizer.eos_token_id

@@ -24,19 +24,16 @@ import torch
 
 from batchd.api.spec import BatchingSpec, ModelSpec
 from batchd.replica.batching import Abandoned, Batcher
-from batchd.replica.errors import InvalidInput
+from batchd.replica.generation.loader import limits_and_defaults, model_eos_ids
 from batchd.replica.generation.params import (
     Chunk,
     Completion,
-    GenerationLimits,
     GenerationParams,
     GenerationRequest,
-    defaults_from,
 )
 from batchd.replica.generation.sampling import generator_for, next_tokens
 from batchd.replica.generation.service import Deliver, Preparer, SequenceObserver, SequenceStream
 from batchd.replica.generation.text import Decoder, TextStream
-from batchd.replica.models.base import ModelLoadError
 from batchd.replica.models.pipelines import PipelineModel
 
 
@@ -213,15 +210,8 @@ def pipeline_model(
     `generate_batch` for generation requests, both under the pipeline's lock, in one batch."""
     tokenizer = pipe.tokenizer
     model = pipe.model
-    context = _context(model.config, tokenizer)
-    limits = GenerationLimits.of(spec.generation_spec, context)
-    try:
-        defaults = defaults_from(spec.call_kwargs, limits, model.generation_config)
-    except InvalidInput as error:
-        raise ModelLoadError(str(error)) from None
-    eos = getattr(model.generation_config, "eos_token_id", None)
-    eos = tokenizer.eos_token_id if eos is None else eos
-    eos_ids = () if eos is None else tuple(int(i) for i in (eos if isinstance(eos, list) else [eos]))
+    limits, defaults = limits_and_defaults(spec, model, tokenizer)
+    eos_ids = model_eos_ids(model, tokenizer)
     special = frozenset(int(i) for i in tokenizer.all_special_ids)
     pad_id = int(tokenizer.pad_token_id) if tokenizer.pad_token_id is not None else 0
     # A second tokenizer for the event loop's checks: the batch thread decodes with the pipeline's.
@@ -267,9 +257,3 @@ class RequestLevelModel(PipelineModel):
         if self._service is None:
             self._service = RequestLevel(batcher, self.preparer, observer)
         return self._service
-
-
-def _context(config: Any, tokenizer: Any) -> int:
-    from batchd.replica.generation.loader import context_tokens
-
-    return context_tokens(config, tokenizer)

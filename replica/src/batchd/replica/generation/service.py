@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from batchd.api.spec import BatchingSpec
+from batchd.replica.batching import Abandoned
 from batchd.replica.errors import ClientDisconnected, DeadlineExceeded, Draining, InvalidInput, QueueFull
 from batchd.replica.generation.engine import GenerationEngine, SequenceState
 from batchd.replica.generation.params import (
@@ -31,9 +32,12 @@ from batchd.replica.generation.params import (
     parse_parameters,
 )
 
-Abandoned = Callable[[], Awaitable[None]]
 # How a stream is fed: chunks in order, or the error that ends it.
 Deliver = Callable[["Chunk | BaseException"], None]
+
+
+def _nothing() -> None:
+    pass
 
 
 class Encoder(Protocol):
@@ -77,8 +81,8 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
         timeout_s: float,
         abandoned: Abandoned | None,
         observer: SequenceObserver | None,
-        on_open: Callable[[], None] = lambda: None,
-        on_close: Callable[[], None] = lambda: None,
+        on_open: Callable[[], None] = _nothing,
+        on_close: Callable[[], None] = _nothing,
     ) -> None:
         self.request = request
         self._start = start
@@ -323,7 +327,3 @@ class TokenLevel:
 
         timeout_s = self._config.request_timeout_s
         return SequenceStream(start, request, timeout_s, abandoned, self._observer, opened, closed)
-
-
-def _nothing() -> None:
-    pass
