@@ -19,8 +19,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from types import UnionType
-from typing import Any, Union, get_args, get_origin
+from typing import Any, get_args
 
 from mkdocs.structure.files import File, Files
 from pydantic import BaseModel
@@ -121,9 +120,7 @@ def _model_sections(model: type[BaseModel], path: str, seen: set[type[BaseModel]
         default = "required" if field.is_required() else _value(field.get_default(call_default_factory=True))
         rows.append(
             "| "
-            + " | ".join(
-                [label, _type(node, defs), default, _cell(description), _constraints(node, defs)]
-            )
+            + " | ".join([label, _type(node, defs), default, _cell(description), _constraints(node, defs)])
             + " |"
         )
     doc = _cell(model.__doc__ or "")
@@ -242,13 +239,21 @@ def _status_sections(node: dict[str, Any], path: str) -> Iterator[str]:
         if "properties" in target:
             nested.append((target, child_path))
             label = f"[`{key}`](#{_anchor(child_path)})"
-        kind = _type(child, {}) if "properties" not in target else ("array of object" if target is not child else "object")
+        kind = (
+            _type(child, {})
+            if "properties" not in target
+            else ("array of object" if target is not child else "object")
+        )
         extra = f" (`{child['format']}`)" if "format" in child and child["format"] == "date-time" else ""
         description = child.get("description", "") + extra
         if "enum" in child:
             description += " One of " + ", ".join(f"`{value}`" for value in child["enum"]) + "."
         rows.append(f"| {label} | {kind} | {_cell(description)} |")
-    yield f"## `{path}` {{#{_anchor(path)}}}\n\n{_cell(node.get('description', ''))}\n\n" + "\n".join(rows) + "\n"
+    yield (
+        f"## `{path}` {{#{_anchor(path)}}}\n\n{_cell(node.get('description', ''))}\n\n"
+        + "\n".join(rows)
+        + "\n"
+    )
     for child, child_path in nested:
         yield from _status_sections(child, child_path)
 
@@ -292,17 +297,19 @@ def operator_metrics() -> str:
 
     from batchd.operator import metrics
 
-    rows = []
+    rows: list[tuple[str, str, dict[str, list[str]], str]] = []
     for value in vars(metrics).values():
         if isinstance(value, MetricWrapperBase):
-            name = value._name + _SUFFIX[value._type]  # noqa: SLF001 - prometheus-client keeps these private
-            labels = {label: [] for label in value._labelnames}  # noqa: SLF001
+            # A gauge per resource has no series before the first resource: its label names are
+            # known only to the metric (prometheus-client keeps them private).
+            names: tuple[str, ...] = value._labelnames
             for family in value.collect():
+                labels: dict[str, list[str]] = {label: [] for label in names}
                 for sample in family.samples:
                     for label, seen in sample.labels.items():
                         if label in labels and seen not in labels[label]:
                             labels[label].append(seen)
-            rows.append((name, value._type, labels, value._documentation))  # noqa: SLF001
+                rows.append((family.name + _SUFFIX[family.type], family.type, labels, family.documentation))
     return _metric_table(rows)
 
 
@@ -315,7 +322,9 @@ def _metric_table(rows: list[tuple[str, str, dict[str, list[str]], str]]) -> str
         for label, values in labels.items():
             fixed = label in ("deployment", "model", "namespace") or not values
             described.append(f"`{label}`" if fixed else f"`{label}`: " + ", ".join(f"`{v}`" for v in values))
-        lines.append(f"| `{name}` | {_TYPE_NOTE.get(kind, kind)} | {'; '.join(described)} | {_cell(help_text)} |")
+        lines.append(
+            f"| `{name}` | {_TYPE_NOTE.get(kind, kind)} | {'; '.join(described)} | {_cell(help_text)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
