@@ -124,7 +124,7 @@ def _model_sections(model: type[BaseModel], path: str, seen: set[type[BaseModel]
             + " |"
         )
     doc = _cell(model.__doc__ or "")
-    yield f"## `{path}` {{#{_anchor(path)}}}\n\n{doc}\n\n" + "\n".join(rows) + "\n"
+    yield f"### `{path}` {{#{_anchor(path)}}}\n\n{doc}\n\n" + "\n".join(rows) + "\n"
     for child, child_path in nested:
         yield from _model_sections(child, child_path, seen)
 
@@ -244,13 +244,14 @@ def _status_sections(node: dict[str, Any], path: str) -> Iterator[str]:
             if "properties" not in target
             else ("array of object" if target is not child else "object")
         )
-        extra = f" (`{child['format']}`)" if "format" in child and child["format"] == "date-time" else ""
-        description = child.get("description", "") + extra
+        if child.get("format") == "date-time":
+            kind = "timestamp (RFC 3339)"
+        description = child.get("description", "")
         if "enum" in child:
             description += " One of " + ", ".join(f"`{value}`" for value in child["enum"]) + "."
         rows.append(f"| {label} | {kind} | {_cell(description)} |")
     yield (
-        f"## `{path}` {{#{_anchor(path)}}}\n\n{_cell(node.get('description', ''))}\n\n"
+        f"### `{path}` {{#{_anchor(path)}}}\n\n{_cell(node.get('description', ''))}\n\n"
         + "\n".join(rows)
         + "\n"
     )
