@@ -215,3 +215,43 @@ def test_no_page_speaks_of_issues_or_history() -> None:
         for match in HISTORY.finditer(page.read_text())
     ]
     assert found == []
+
+
+def _schema_paths(node: dict[str, Any], prefix: str) -> set[str]:
+    paths = {prefix}
+    node = node.get("items", node)
+    for name, child in node.get("properties", {}).items():
+        paths |= _schema_paths(child, f"{prefix}.{name}")
+    return paths
+
+
+def test_every_spec_and_status_field_named_exists_in_the_crd() -> None:
+    from batchd.api.crd import crd
+
+    (version,) = crd()["spec"]["versions"]
+    root = version["schema"]["openAPIV3Schema"]["properties"]
+    known = _schema_paths(root["spec"], "spec") | _schema_paths(root["status"], "status")
+    named = _named(r"(?<![\w/])((?:spec|status)(?:\.[a-z_][A-Za-z_]*)+)")
+    assert {"spec.batching", "status.url"} <= named
+    assert named - known == set()
+
+
+def test_every_metric_named_is_one_the_replica_or_the_operator_exports(site: Path) -> None:
+    page = _text(_page(site, "operations/metrics"))
+    exported = set(re.findall(r"\bbatchd_\w+", page))
+    named = {name.removesuffix("_bucket") for name in _named(r"\b(batchd_[a-z_]+)")}
+    assert named - exported == set()
+
+
+def test_every_environment_variable_named_is_a_setting() -> None:
+    from batchd.api.environment import variable_of
+    from batchd.operator.settings import Settings
+    from batchd.replica.settings import ReplicaSettings
+
+    settings = {
+        variable_of(kind, field) for kind in (ReplicaSettings, Settings) for field in kind.model_fields
+    }
+    named = _named(r"\b(BATCHD_[A-Z_]+[A-Z])\b")
+    assert named - settings == set()
+    reference = (ROOT / "docs" / "reference" / "settings.md").read_text()
+    assert {variable for variable in settings if f"`{variable}`" not in reference} == set()
