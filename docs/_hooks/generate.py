@@ -186,7 +186,9 @@ def _constraints(node: dict[str, Any], defs: dict[str, Any], prefix: str = "") -
         ("maxItems", "at most {} items"),
         ("maxProperties", "at most {} entries"),
     ):
-        if key in node:
+        if key == "minLength" and node.get(key) == 1:
+            parts.append("not empty")
+        elif key in node:
             parts.append(text.format(_number(node[key])))
     if "pattern" in node:
         parts.append(f"matches `{node['pattern']}`")
