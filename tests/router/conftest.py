@@ -1,0 +1,235 @@
+"""The router's stand-in cluster: the project's API emulator taught label selectors and EndpointSlices.
+
+The router watches EndpointSlices by label, which plain KMock does not filter. As the API server
+documents it (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/), a
+`labelSelector` of equality (`a=b`, `a==b`, `a!=b`), set (`a in (x,y)`, `a notin (x)`) and
+existence (`a`, `!a`) requirements, comma-joined (AND), filters LIST and WATCH; on a watch, an
+object that stops matching arrives as DELETED and one that starts matching as ADDED. LIST carries
+the store's resourceVersion. EndpointSlices are validated against the Kubernetes schemas, as the
+other built-in kinds are. (Candidates for `batchd.testing.apiserver`, where the operator's tests
+would get them too.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import kmock
+import pytest
+import yaml
+from kmock._internal import rendering
+
+from batchd.api.spec import GROUP, PLURAL, VERSION
+from batchd.testing.apiserver import ApiServer, Resource, default_resources, kubeconfig_for, validate_builtin
+from batchd.testing.manifests import manifest
+from batchd.testing.servers import ServerProcess, start_process
+
+T = TypeVar("T")
+
+SLICES_PATH = "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
+DEPLOYMENTS_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}"
+# The labels the operator gives a replica Service (operator/children.py), which the EndpointSlice
+# controller copies onto the Service's slices.
+SERVICE_LABELS = {
+    "app.kubernetes.io/name": "batchd-replica",
+    "app.kubernetes.io/component": "replica",
+    "app.kubernetes.io/managed-by": "batchd",
+}
+
+
+def _requirement(text: str) -> Callable[[Mapping[str, str]], bool]:
+    text = text.strip()
+    for keyword, wanted in ((" notin ", False), (" in ", True)):
+        if keyword in text:
+            key, _, values = text.partition(keyword)
+            allowed = {value.strip() for value in values.strip().strip("()").split(",")}
+            key = key.strip()
+            if wanted:
+                return lambda labels: labels.get(key) in allowed
+            return lambda labels: key not in labels or labels[key] not in allowed
+    if "!=" in text:
+        key, _, value = text.partition("!=")
+        return lambda labels: labels.get(key.strip()) != value.strip()
+    if "=" in text:
+        key, _, value = text.replace("==", "=").partition("=")
+        return lambda labels: labels.get(key.strip()) == value.strip()
+    if text.startswith("!"):
+        return lambda labels: text[1:].strip() not in labels
+    return lambda labels: text in labels
+
+
+def _split(selector: str) -> list[str]:
+    """Requirements are comma-separated, except for the commas inside `in (...)` sets."""
+    parts, depth, current = [], 0, ""
+    for char in selector:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return [part for part in [*parts, current] if part.strip()]
+
+
+def selects(selector: str, labels: Mapping[str, str]) -> bool:
+    return all(_requirement(part)(labels) for part in _split(selector))
+
+
+def _labels(document: Any) -> Mapping[str, str]:
+    return ((document or {}).get("metadata") or {}).get("labels") or {}
+
+
+class SelectingApiServer(ApiServer):
+    """The project's emulator, plus `labelSelector` on LIST and WATCH and the list's resourceVersion."""
+
+    async def _serve_list(self, request: rendering.Request) -> Any:
+        listed = await super()._serve_list(request)
+        selector = request.params.get("labelSelector", "")
+        listed["items"] = [item for item in listed["items"] if selects(selector, _labels(item))]
+        listed["metadata"] = {"resourceVersion": str(self.revision)}
+        return listed
+
+    async def _serve_watch(self, request: rendering.Request) -> Any:
+        selector = request.params.get("labelSelector", "")
+        matching: set[tuple[str, str]] = set()
+        async for event in super()._serve_watch(request):
+            if not isinstance(event, dict) or not selector:
+                yield event
+                continue
+            metadata = event["object"].get("metadata") or {}
+            key = (metadata.get("namespace", ""), metadata.get("name", ""))
+            if selects(selector, _labels(event["object"])) and event["type"] != "DELETED":
+                yield {**event, "type": "MODIFIED" if key in matching else "ADDED"}
+                matching.add(key)
+            elif key in matching:
+                matching.discard(key)
+                yield {**event, "type": "DELETED"}
+
+
+def endpoint_slice(
+    service: str,
+    replicas: list[str],
+    *,
+    name: str | None = None,
+    ready: bool = True,
+    namespace: str = "default",
+) -> dict[str, Any]:
+    """An EndpointSlice as the controller makes it for a replica Service: `replicas` are `host:port`
+    (a slice has one port, so replicas on other ports go in other slices)."""
+    ports = {replica.rpartition(":")[2] for replica in replicas}
+    assert len(ports) <= 1, f"one port per slice: {replicas}"
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name or f"{service}-slice",
+            "namespace": namespace,
+            "labels": {
+                **SERVICE_LABELS,
+                "app.kubernetes.io/instance": service,
+                "kubernetes.io/service-name": service,
+                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+            },
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": int(ports.pop()) if ports else 8000, "protocol": "TCP"}],
+        "endpoints": [
+            {"addresses": [replica.rpartition(":")[0]], "conditions": {"ready": ready}}
+            for replica in replicas
+        ],
+    }
+
+
+class StandIn:
+    """What the tests do to the cluster (BatchedDeployments and EndpointSlices, through the API),
+    and the helpers they share: the one fixture of the router's tests."""
+
+    slice = staticmethod(endpoint_slice)
+    selects = staticmethod(selects)
+
+    def __init__(self, server: SelectingApiServer, tmp_path: Path) -> None:
+        self.server = server
+        self.tmp_path = tmp_path
+
+    @staticmethod
+    async def eventually(
+        probe: Callable[[], T], *, timeout_s: float = 15.0, what: str = "the condition"
+    ) -> T:
+        """Poll `probe` until it returns something truthy (in the test's loop, so the emulator serves)."""
+        deadline = time.monotonic() + timeout_s
+        last: T | None = None
+        while time.monotonic() < deadline:
+            last = probe()
+            if last:
+                return last
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last seen: {last!r}")
+
+    @contextmanager
+    def router(self, **settings: Any) -> Iterator[ServerProcess]:
+        """`python -m batchd.router` against the emulator; `settings` are RouterSettings fields."""
+        env = {"KUBECONFIG": self.server.kubeconfig_path, "BATCHD_LOG_LEVEL": "warning"}
+        env.update({f"BATCHD_{key.upper()}": str(value) for key, value in settings.items()})
+        command = [sys.executable, "-m", "batchd.router"]
+        router = start_process("router", command, self.tmp_path / "logs", env=env)
+        try:
+            yield router
+        finally:
+            router.stop(timeout_s=20)
+
+    async def _call(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> Any:
+        response = await self.server.request(
+            method,
+            path,
+            data=json.dumps(body) if body is not None else None,
+            headers={"Content-Type": content_type},
+        )
+        document = await response.json()
+        assert 200 <= response.status < 300, document
+        return document
+
+    async def create_deployment(
+        self, name: str, *, model: str | None = None, namespace: str = "default"
+    ) -> None:
+        document = manifest(name)
+        if model is not None:
+            document["spec"]["model"]["name"] = model
+        await self._call("POST", DEPLOYMENTS_PATH.format(ns=namespace), document)
+
+    async def delete_deployment(self, name: str, namespace: str = "default") -> None:
+        await self._call("DELETE", f"{DEPLOYMENTS_PATH.format(ns=namespace)}/{name}")
+
+    async def put_slice(self, document: dict[str, Any]) -> None:
+        namespace, name = document["metadata"]["namespace"], document["metadata"]["name"]
+        if self.server.get_object("discovery.k8s.io/endpointslices", namespace, name) is None:
+            await self._call("POST", SLICES_PATH.format(ns=namespace), document)
+        else:
+            path = f"{SLICES_PATH.format(ns=namespace)}/{name}"
+            await self._call("PATCH", path, document, "application/merge-patch+json")
+
+    async def delete_slice(self, name: str, namespace: str = "default") -> None:
+        await self._call("DELETE", f"{SLICES_PATH.format(ns=namespace)}/{name}")
+
+
+def slice_resource() -> Resource:
+    return Resource("discovery.k8s.io", "endpointslices", "EndpointSlice", validator=validate_builtin)
+
+
+@pytest.fixture
+async def stand_in(tmp_path: Path) -> AsyncIterator[StandIn]:
+
+    async with SelectingApiServer() as server, kmock.Server(server):
+        server.register([*default_resources(), slice_resource()])
+        kubeconfig = tmp_path / "kubeconfig.yaml"
+        kubeconfig.write_text(yaml.safe_dump(kubeconfig_for(str(server.url).rstrip("/"))))
+        server.kubeconfig_path = str(kubeconfig)
+        yield StandIn(server, tmp_path)
