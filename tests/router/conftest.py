@@ -13,14 +13,20 @@ would get them too.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import json
+import socket
+import struct
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
 import kmock
 import pytest
 import yaml
@@ -29,7 +35,7 @@ from kmock._internal import rendering
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.testing.apiserver import ApiServer, Resource, default_resources, kubeconfig_for, validate_builtin
 from batchd.testing.manifests import manifest
-from batchd.testing.servers import ServerProcess, start_process
+from batchd.testing.servers import ServerProcess, start_process, uvicorn_in_thread
 
 T = TypeVar("T")
 
@@ -160,29 +166,42 @@ class StandIn:
 
     @staticmethod
     async def eventually(
-        probe: Callable[[], T], *, timeout_s: float = 15.0, what: str = "the condition"
+        probe: Callable[[], T | Awaitable[T]], *, timeout_s: float = 15.0, what: str = "the condition"
     ) -> T:
-        """Poll `probe` until it returns something truthy (in the test's loop, so the emulator serves)."""
+        """Poll `probe` (plain or async) until it returns something truthy, in the test's loop so
+        that the emulator keeps serving meanwhile; fail after `timeout_s` saying what was awaited."""
         deadline = time.monotonic() + timeout_s
-        last: T | None = None
+        last: Any = None
         while time.monotonic() < deadline:
-            last = probe()
+            result = probe()
+            last = await result if inspect.isawaitable(result) else result
             if last:
-                return last
+                return last  # type: ignore[no-any-return]
             await asyncio.sleep(0.02)
         raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last seen: {last!r}")
 
-    @contextmanager
-    def router(self, **settings: Any) -> Iterator[ServerProcess]:
-        """`python -m batchd.router` against the emulator; `settings` are RouterSettings fields."""
+    @asynccontextmanager
+    async def router(self, **settings: Any) -> AsyncIterator[ServerProcess]:
+        """`python -m batchd.router` against the emulator (`settings`: RouterSettings fields),
+        yielded once it has listed the deployments and endpoints; stopped on the way out."""
         env = {"KUBECONFIG": self.server.kubeconfig_path, "BATCHD_LOG_LEVEL": "warning"}
         env.update({f"BATCHD_{key.upper()}": str(value) for key, value in settings.items()})
         command = [sys.executable, "-m", "batchd.router"]
         router = start_process("router", command, self.tmp_path / "logs", env=env)
+
+        async def ready() -> bool:
+            router.check_alive()
+            try:
+                async with aiohttp.ClientSession() as client, client.get(f"{router.url}/readyz") as response:
+                    return response.status == 200
+            except aiohttp.ClientError:
+                return False
+
         try:
+            await self.eventually(ready, timeout_s=60, what="the router ready")
             yield router
         finally:
-            router.stop(timeout_s=20)
+            await asyncio.to_thread(router.stop, 20)
 
     async def _call(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json"
@@ -233,3 +252,113 @@ async def stand_in(tmp_path: Path) -> AsyncIterator[StandIn]:
         kubeconfig.write_text(yaml.safe_dump(kubeconfig_for(str(server.url).rstrip("/"))))
         server.kubeconfig_path = str(kubeconfig)
         yield StandIn(server, tmp_path)
+
+
+class FakeReplica:
+    """A replica's HTTP surface and nothing behind it, over real uvicorn: it counts what it was sent
+    and answers as `mode` says. `ok`: 200; `refuse`: 503 marked as refused before accepting;
+    `overloaded`: 503 unmarked (a callee's refusal after accepting); `stream`: Server-Sent Events,
+    the second one only once `go_on` is set."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.received = 0
+        self.bodies: list[bytes] = []
+        self.go_on = threading.Event()
+        self.url = ""
+
+    @property
+    def address(self) -> str:
+        return self.url.removeprefix("http://")
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        if scope["path"] == "/load":
+            await _answer(send, 200, b'{"ready": true, "queued_items": 0, "running_items": 0}')
+            return
+        self.received += 1
+        self.bodies.append(body)
+        if self.mode == "refuse":
+            headers = [(b"retry-after", b"1"), (b"batchd-refused", b"queue_full")]
+            await _answer(send, 503, b'{"error": "queue full"}', headers)
+        elif self.mode == "overloaded":
+            await _answer(send, 503, b'{"error": "callee overloaded"}', [(b"retry-after", b"1")])
+        elif self.mode == "stream":
+            headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            first = b'data: {"text_output": "one"}\n\n'
+            await send({"type": "http.response.body", "body": first, "more_body": True})
+            await asyncio.to_thread(self.go_on.wait, 30)
+            await send({"type": "http.response.body", "body": b'data: {"text_output": "two"}\n\n'})
+        else:
+            await _answer(send, 200, b'{"predictions": [' + str(self.url.rpartition(":")[2]).encode() + b"]}")
+
+
+async def _answer(
+    send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    headers = [(b"content-type", b"application/json"), *(headers or [])]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class ResettingReplica:
+    """A replica that reads the whole request and then drops the connection without answering:
+    what a crash after accepting looks like from outside. Counts the requests it read."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            with connection:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = connection.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                if b"/load" in data.split(b"\r\n", 1)[0]:
+                    continue
+                self.received += 1
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() below, which close() would not
+        self._listener.close()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture
+def fakes() -> Iterator[Callable[[str], FakeReplica]]:
+    """`fakes(mode)`: a FakeReplica listening on loopback; all stopped after the test."""
+    with contextlib.ExitStack() as stack:
+
+        def start(mode: str) -> FakeReplica:
+            fake = FakeReplica(mode)
+            fake.url = stack.enter_context(uvicorn_in_thread(fake, wait_ready=False))
+            return fake
+
+        yield start
+
+
+@pytest.fixture
+def resetting() -> Iterator[ResettingReplica]:
+    replica = ResettingReplica()
+    yield replica
+    replica.close()

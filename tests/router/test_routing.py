@@ -1,0 +1,123 @@
+"""The router as a real uvicorn process, endpoints fed by the emulated API server, fake replicas.
+
+What a client notices: requests reach the deployment that serves their model; a replica's refusal
+before accepting goes to another replica; nothing a replica may have accepted is sent twice;
+answers stream through as they are made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+
+PREDICT = "/v1/models/{model}:predict"
+
+
+async def post_many(url: str, count: int, *, connections: int = 8) -> list[tuple[int, bytes]]:
+    """`count` predictions over a keep-alive pool of `connections`, all at once."""
+    connector = aiohttp.TCPConnector(limit=connections)
+    async with aiohttp.ClientSession(connector=connector) as client:
+
+        async def one(n: int) -> tuple[int, bytes]:
+            async with client.post(url, json={"instances": [n]}) as response:
+                return response.status, await response.read()
+
+        return await asyncio.gather(*(one(n) for n in range(count)))
+
+
+async def test_requests_reach_the_deployment_that_serves_their_model(stand_in: Any, fakes: Any) -> None:
+    adder, other = fakes("ok"), fakes("ok")
+    await stand_in.create_deployment("adder")
+    await stand_in.create_deployment("embedder", model="minilm")
+    await stand_in.put_slice(stand_in.slice("adder", [adder.address]))
+    await stand_in.put_slice(stand_in.slice("embedder", [other.address]))
+    async with stand_in.router() as router, aiohttp.ClientSession() as client:
+        for model, fake in (("adder", adder), ("minilm", other)):
+            url = router.url + PREDICT.format(model=model)
+            async with client.post(url, json={"instances": [1]}) as response:
+                assert response.status == 200
+                assert await response.json() == {"predictions": [int(fake.address.rpartition(":")[2])]}
+        assert adder.bodies == [b'{"instances": [1]}']
+        async with client.post(router.url + PREDICT.format(model="embedder"), json={}) as response:
+            assert response.status == 404
+            assert await response.json() == {"error": "model 'embedder': no BatchedDeployment serves it"}
+        async with client.get(f"{router.url}/v2/models") as response:
+            assert response.status == 404
+            assert "no route for GET /v2/models" in (await response.json())["error"]
+
+
+async def test_a_refused_request_goes_to_another_replica(stand_in: Any, fakes: Any) -> None:
+    refusing, accepting = fakes("refuse"), fakes("ok")
+    await stand_in.create_deployment("adder")
+    await stand_in.put_slice(stand_in.slice("adder", [refusing.address], name="a"))
+    await stand_in.put_slice(stand_in.slice("adder", [accepting.address], name="b"))
+    async with stand_in.router() as router:
+        answers = await post_many(router.url + PREDICT.format(model="adder"), 40)
+        metrics = await _metrics(router.url)
+    assert [status for status, _ in answers] == [200] * 40
+    assert accepting.received == 40
+    assert refusing.received > 0  # about half were tried there first
+    assert f'reason="refused"}} {float(refusing.received)}' in metrics
+
+
+async def test_an_unreachable_replica_is_passed_over(stand_in: Any, fakes: Any) -> None:
+    accepting = fakes("ok")
+    await stand_in.create_deployment("adder")
+    await stand_in.put_slice(stand_in.slice("adder", ["127.0.0.1:9"], name="a"))  # the discard port
+    await stand_in.put_slice(stand_in.slice("adder", [accepting.address], name="b"))
+    async with stand_in.router() as router:
+        answers = await post_many(router.url + PREDICT.format(model="adder"), 30)
+        metrics = await _metrics(router.url)
+    assert [status for status, _ in answers] == [200] * 30
+    assert accepting.received == 30
+    assert 'reason="unreachable"' in metrics
+
+
+async def test_an_unmarked_503_passes_through_and_is_not_sent_again(stand_in: Any, fakes: Any) -> None:
+    overloaded, accepting = fakes("overloaded"), fakes("ok")
+    await stand_in.create_deployment("adder")
+    await stand_in.put_slice(stand_in.slice("adder", [overloaded.address], name="a"))
+    await stand_in.put_slice(stand_in.slice("adder", [accepting.address], name="b"))
+    async with stand_in.router() as router:
+        answers = await post_many(router.url + PREDICT.format(model="adder"), 40)
+    statuses = [status for status, _ in answers]
+    assert statuses.count(503) == overloaded.received > 0
+    assert statuses.count(200) == accepting.received
+    assert overloaded.received + accepting.received == 40
+
+
+async def test_a_connection_lost_after_sending_is_a_502_and_not_sent_again(
+    stand_in: Any, fakes: Any, resetting: Any
+) -> None:
+    accepting = fakes("ok")
+    await stand_in.create_deployment("adder")
+    await stand_in.put_slice(stand_in.slice("adder", [resetting.address], name="a"))
+    await stand_in.put_slice(stand_in.slice("adder", [accepting.address], name="b"))
+    async with stand_in.router() as router:
+        answers = await post_many(router.url + PREDICT.format(model="adder"), 40)
+    failed = [body for status, body in answers if status == 502]
+    assert len(failed) == resetting.received > 0
+    assert b"not sent again" in failed[0]
+    assert accepting.received + resetting.received == 40
+
+
+async def test_server_sent_events_stream_through_as_they_are_made(stand_in: Any, fakes: Any) -> None:
+    streaming = fakes("stream")
+    await stand_in.create_deployment("gpt")
+    await stand_in.put_slice(stand_in.slice("gpt", [streaming.address]))
+    async with stand_in.router() as router, aiohttp.ClientSession() as client:
+        url = f"{router.url}/v2/models/gpt/generate_stream"
+        async with client.post(url, json={"text_input": "hi"}) as response:
+            assert response.status == 200
+            assert response.headers["content-type"] == "text/event-stream"
+            # The first event arrives while the replica still holds back the second.
+            assert await response.content.readuntil(b"\n\n") == b'data: {"text_output": "one"}\n\n'
+            streaming.go_on.set()
+            assert await response.content.read() == b'data: {"text_output": "two"}\n\n'
+
+
+async def _metrics(url: str) -> str:
+    async with aiohttp.ClientSession() as client, client.get(f"{url}/metrics") as response:
+        return await response.text()
