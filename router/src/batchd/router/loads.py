@@ -3,8 +3,8 @@
 The router's own count is exact and changes with every request; what other routers and direct
 clients send a replica only the replica knows, so it is read in the background (never per
 request) and kept as a correction: what the replica held beyond the router's own at that read.
-A replica that says it is not ready (draining, loading) is left out of picks until it says
-otherwise, which is sooner than its EndpointSlice changes.
+A replica that says it is not ready (draining, loading), or that could not be reached, is left
+out of picks until a reading says otherwise, which is sooner than its EndpointSlice changes.
 """
 
 from __future__ import annotations
@@ -79,6 +79,13 @@ class Loads:
 
     def record(self, replica: str, items: int, ready: bool) -> None:
         self.readings[replica] = Reading(items, self.inflight.get(replica, 0), ready)
+
+    def unreachable(self, replica: str) -> None:
+        """No connection could be opened: left out of picks until a `GET /load` answers again."""
+        reading = self.readings.get(replica)
+        self.readings[replica] = Reading(
+            reading.items if reading else 0, self.inflight.get(replica, 0), False
+        )
 
     def forget_except(self, replicas: set[str]) -> None:
         for gone in set(self.readings) - replicas:

@@ -123,6 +123,7 @@ class Router:
                 try:
                     response = await self.upstream.send(replica, scope["method"], target, headers, body)
                 except ConnectFailed as error:
+                    self.loads.unreachable(replica)
                     if last_chance:
                         raise Unreachable(
                             f"model {model!r}: no replica of {ref} could be reached: {error}"
