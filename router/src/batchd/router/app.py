@@ -14,6 +14,8 @@ import logging
 import random
 from dataclasses import dataclass, field
 
+import aiohttp
+
 from batchd.router.directory import DeploymentRef, Directory
 from batchd.router.holding import Holds
 from batchd.router.kube import KubeClient
@@ -72,6 +74,7 @@ class RouterApp:
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._api: KubeClient | None = None
+        self._session: aiohttp.ClientSession | None = None
 
     def synced(self) -> bool:
         return bool(self.watchers) and all(watcher.synced.is_set() for watcher in self.watchers)
@@ -100,7 +103,8 @@ class RouterApp:
 
     async def start(self) -> None:
         settings = self.settings
-        session = await self.upstream.open()
+        # The load readings are few and off the request path: aiohttp's client is convenient there.
+        self._session = session = aiohttp.ClientSession()
         self._api = await KubeClient.connect(settings.kubeconfig)
         namespaces: tuple[str | None, ...] = settings.namespaces or (None,)
         self.watchers = [
@@ -134,7 +138,9 @@ class RouterApp:
         self._tasks = []
         if self._api is not None:
             await self._api.close()
-        await self.upstream.close()
+        if self._session is not None:
+            await self._session.close()
+        self.upstream.close()
 
 
 def create_app(settings: RouterSettings, metrics: RouterMetrics | None = None) -> RouterApp:

@@ -34,7 +34,6 @@ from batchd.router.upstream import (
     Send,
     SendFailed,
     Upstream,
-    refused,
     relay,
     request_headers,
 )
@@ -136,11 +135,18 @@ class Router:
                         f"not sent again, as it may have been computed ({error})"
                     ) from None
                 try:
-                    if not last_chance and refused(response) and self._pick(ref, tried) is not None:
+                    if not last_chance and response.refused() and self._pick(ref, tried) is not None:
                         self.metrics.retries.labels(*labels, "refused").inc()
                         continue
                     await relay(response, send)
                     return response.status
+                except SendFailed as error:
+                    if response.started:
+                        raise  # uvicorn cuts the client's connection: the answer is incomplete
+                    raise UpstreamFailed(
+                        f"model {model!r}: replica {replica} of {ref} failed while answering; "
+                        f"not sent again, as it may have been computed ({error})"
+                    ) from None
                 finally:
                     response.release()
             finally:

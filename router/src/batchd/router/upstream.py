@@ -1,13 +1,10 @@
-"""The router's side of the connection to a replica: a keep-alive pool, bodies streamed both ways.
+"""Forwarding one request to one replica: headers and body out, the answer back, streamed both ways.
 
 What matters for retries is where a failure happened. A connection that could not be opened
 carried nothing, so the request may go elsewhere; once the request has been written, a reset
 may come after the replica accepted it, so it is never sent again. A replica that refused a
 request before accepting it says so with the `batchd-refused` header on its 503; only those
 answers are retried.
-
-aiohttp's client, chosen by measurement against a small asyncio protocol over httptools' parser
-(see router/bench_upstream.py and the router's README section in the report).
 """
 
 from __future__ import annotations
@@ -15,15 +12,21 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import aiohttp
-from multidict import CIMultiDict
-
+from batchd.router.connections import ConnectFailed, Connection, Pool, SendFailed
 from batchd.router.settings import RouterSettings
+
+__all__ = ["Answer", "Body", "ClientGone", "ConnectFailed", "SendFailed", "Upstream", "relay"]
+
+# ASGI's callables, as uvicorn passes them.
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 # Set by a replica on a 503 for a request it did not accept (queue full, draining, stalled,
 # loading): its value is the reason. Nothing of the request was computed; another replica may take it.
-REFUSED_HEADER = "batchd-refused"
-# Headers of one connection, not of the request or the answer (RFC 9110 7.6.1), and `host`.
+REFUSED_HEADER = b"batchd-refused"
+# Headers of one connection, not of the request or the answer (RFC 9110 7.6.1); `host` and the
+# body's framing are the router's to write for its own connection.
 HOP_BY_HOP = frozenset(
     {
         b"connection",
@@ -36,25 +39,12 @@ HOP_BY_HOP = frozenset(
         b"transfer-encoding",
         b"upgrade",
         b"host",
+        b"content-length",
     }
 )
 # Answers up to this size with a Content-Length go to the client in one write; larger ones, and
 # streams, go piece by piece as they come.
 WHOLE_ANSWER_MAX_BYTES = 64 * 1024
-
-
-# ASGI's callables, as uvicorn passes them.
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-
-class ConnectFailed(Exception):
-    """No connection to the replica could be opened: nothing of the request was sent."""
-
-
-class SendFailed(Exception):
-    """The request was (at least partly) written and then the connection failed or was closed."""
 
 
 class ClientGone(Exception):
@@ -80,7 +70,8 @@ class Body:
 
     async def _stream(self) -> AsyncIterator[bytes]:
         for chunk in list(self._chunks):
-            yield chunk
+            if chunk:
+                yield chunk
         while self._more:
             message = await self._receive()
             if message["type"] == "http.disconnect":
@@ -96,87 +87,102 @@ class Body:
                 yield chunk
 
 
-def request_headers(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str]:
-    """The client's headers for the replica: all but the connection's own."""
-    return CIMultiDict(
-        (name.decode("latin-1"), value.decode("latin-1"))
-        for name, value in raw
-        if name.lower() not in HOP_BY_HOP
-    )
+def request_headers(raw: list[tuple[bytes, bytes]]) -> tuple[bytes, int | None]:
+    """The client's headers as the replica gets them (all but the connection's own), and the
+    Content-Length the client sent, if any."""
+    lines = []
+    length = None
+    for name, value in raw:
+        lowered = name.lower()
+        if lowered == b"content-length":
+            length = int(value)
+        elif lowered not in HOP_BY_HOP:
+            lines.append(b"%b: %b\r\n" % (name, value))
+    return b"".join(lines), length
 
 
-def answer_headers(raw: tuple[tuple[bytes, bytes], ...]) -> list[tuple[bytes, bytes]]:
-    """The replica's answer headers for the client: all but the connection's own."""
-    return [(name, value) for name, value in raw if name.lower() not in HOP_BY_HOP]
+class Answer:
+    """A replica's answer, its status and headers read, its body not yet; `release` once done."""
 
+    def __init__(self, pool: Pool, replica: str, connection: Connection) -> None:
+        self._pool, self._replica, self._connection = pool, replica, connection
+        self.status = connection.status
+        self.headers = [(name, value) for name, value in connection.headers if name not in HOP_BY_HOP]
+        self.content_length = next(
+            (int(value) for name, value in connection.headers if name == b"content-length"), None
+        )
+        self.started = False  # the status line went to the client: a failure now can only cut it off
+        self._released = False
 
-def refused(response: aiohttp.ClientResponse) -> bool:
-    """The replica refused the request before accepting it: it may go to another replica."""
-    return response.status == 503 and REFUSED_HEADER in response.headers
+    def refused(self) -> bool:
+        """The replica refused the request before accepting it: it may go to another replica."""
+        return self.status == 503 and any(name == REFUSED_HEADER for name, _ in self.headers)
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self._connection.body()])
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self._connection.body()
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._pool.release(self._replica, self._connection)
 
 
 class Upstream:
-    """One pool of keep-alive connections to every replica, for the router's lifetime."""
+    """The keep-alive connections to every replica, for the router's lifetime."""
 
     def __init__(self, settings: RouterSettings) -> None:
-        self.settings = settings
-        self.session: aiohttp.ClientSession | None = None
-
-    async def open(self) -> aiohttp.ClientSession:
-        settings = self.settings
-        connector = aiohttp.TCPConnector(
-            limit=0,
-            limit_per_host=settings.upstream_connections_per_replica,
-            keepalive_timeout=settings.upstream_keepalive_s,
-            enable_cleanup_closed=False,
-            use_dns_cache=False,  # replicas are addressed by IP
+        self.pool = Pool(
+            limit=settings.upstream_connections_per_replica,
+            keepalive_s=settings.upstream_keepalive_s,
+            connect_timeout_s=settings.upstream_connect_timeout_s,
         )
-        self.session = aiohttp.ClientSession(
-            connector=connector,
-            # No total timeout of the router's own: the replica bounds every request
-            # (request_timeout_s), and a stream lasts as long as the text it makes.
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=settings.upstream_connect_timeout_s),
-            auto_decompress=False,  # bodies pass through as the replica encoded them
-            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-            raise_for_status=False,
-        )
-        return self.session
 
-    async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
+    def close(self) -> None:
+        self.pool.close()
 
     async def send(
-        self, replica: str, method: str, target: str, headers: CIMultiDict[str], body: Body
-    ) -> aiohttp.ClientResponse:
-        """The replica's answer, its headers read and its body not yet."""
-        assert self.session is not None, "Upstream.open() first"
+        self, replica: str, method: str, target: str, headers: tuple[bytes, int | None], body: Body
+    ) -> Answer:
+        """ConnectFailed when nothing was sent; SendFailed when the connection failed after."""
+        block, length = headers
+        payload = body.payload()
+        if isinstance(payload, bytes):
+            framing, chunked = b"content-length: %d\r\n" % len(payload), False
+        elif length is not None:
+            framing, chunked = b"content-length: %d\r\n" % length, False
+        else:
+            framing, chunked = b"transfer-encoding: chunked\r\n", True
+        head = b"%b %b HTTP/1.1\r\nhost: %b\r\n%b%b\r\n" % (
+            method.encode(),
+            target.encode("latin-1"),
+            replica.encode(),
+            block,
+            framing,
+        )
+        connection = await self.pool.acquire(replica)
         try:
-            return await self.session.request(
-                method,
-                f"http://{replica}{target}",
-                headers=headers,
-                data=body.payload(),
-                allow_redirects=False,
-            )
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as error:
-            raise ConnectFailed(f"{replica}: {error}") from error
-        except ClientGone:
+            await connection.exchange(head, payload, chunked)
+        except BaseException:
+            connection.close()
+            self.pool.release(replica, connection)
             raise
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise SendFailed(f"{replica}: {type(error).__name__}: {error}") from error
+        return Answer(self.pool, replica, connection)
 
 
-async def relay(response: aiohttp.ClientResponse, send: Send) -> None:
+async def relay(answer: Answer, send: Send) -> None:
     """The replica's answer to the client: small ones in one write, the rest (streams) as they come."""
-    headers = answer_headers(response.raw_headers)
-    length = response.content_length
+    length = answer.content_length
     if length is not None and length <= WHOLE_ANSWER_MAX_BYTES:
-        body = await response.read()
-        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        body = await answer.read()
+        answer.started = True
+        await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
         await send({"type": "http.response.body", "body": body})
         return
-    await send({"type": "http.response.start", "status": response.status, "headers": headers})
-    async for chunk in response.content.iter_any():
+    answer.started = True
+    await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+    async for chunk in answer.chunks():
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
