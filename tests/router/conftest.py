@@ -257,7 +257,8 @@ async def stand_in(tmp_path: Path) -> AsyncIterator[StandIn]:
 class FakeReplica:
     """A replica's HTTP surface and nothing behind it, over real uvicorn: it counts what it was sent
     and answers as `mode` says. `ok`: 200; `refuse`: 503 marked as refused before accepting;
-    `overloaded`: 503 unmarked (a callee's refusal after accepting); `stream`: Server-Sent Events,
+    `overloaded`: 503 unmarked (a callee's refusal after accepting); `echo`: the body back;
+    `stream`: Server-Sent Events,
     the second one only once `go_on` is set."""
 
     def __init__(self, mode: str) -> None:
@@ -289,6 +290,8 @@ class FakeReplica:
             await _answer(send, 503, b'{"error": "queue full"}', headers)
         elif self.mode == "overloaded":
             await _answer(send, 503, b'{"error": "callee overloaded"}', [(b"retry-after", b"1")])
+        elif self.mode == "echo":
+            await _answer(send, 200, body, [(b"content-type", b"application/octet-stream")])
         elif self.mode == "stream":
             headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
             await send({"type": "http.response.start", "status": 200, "headers": headers})

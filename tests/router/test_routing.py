@@ -8,6 +8,8 @@ answers stream through as they are made.
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 from typing import Any
 
 import aiohttp
@@ -121,3 +123,48 @@ async def test_server_sent_events_stream_through_as_they_are_made(stand_in: Any,
 async def _metrics(url: str) -> str:
     async with aiohttp.ClientSession() as client, client.get(f"{url}/metrics") as response:
         return await response.text()
+
+
+async def test_large_bodies_pass_through_both_ways_whatever_their_framing(stand_in: Any, fakes: Any) -> None:
+    echo = fakes("echo")
+    await stand_in.create_deployment("adder")
+    await stand_in.put_slice(stand_in.slice("adder", [echo.address]))
+    body = bytes(range(256)) * (12 * 1024)  # 3 MiB: beyond what the router keeps for a retry
+
+    async def pieces() -> Any:
+        for start in range(0, len(body), 100_000):
+            yield body[start : start + 100_000]
+
+    async with stand_in.router() as router, aiohttp.ClientSession() as client:
+        url = router.url + PREDICT.format(model="adder")
+        async with client.post(url, data=io.BytesIO(body)) as response:  # Content-Length
+            assert response.status == 200
+            assert await response.read() == body
+        async with client.post(url, data=pieces()) as response:  # chunked
+            assert response.status == 200
+            assert await response.read() == body
+    assert [len(received) for received in echo.bodies] == [len(body)] * 2
+
+
+async def test_the_emulator_filters_lists_and_watches_by_label_as_the_api_server_does(stand_in: Any) -> None:
+    assert stand_in.selects("a=1,b in (x, y),!c", {"a": "1", "b": "y"})
+    assert not stand_in.selects("a=1,b in (x, y),!c", {"a": "1", "b": "y", "c": ""})
+    assert stand_in.selects("a!=1,b notin (x)", {"b": "z"})
+    assert not stand_in.selects("kubernetes.io/service-name", {"a": "1"})
+    path = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
+    selector = "kubernetes.io/service-name=adder"
+    await stand_in.put_slice(stand_in.slice("adder", ["127.0.0.1:1"]))
+    await stand_in.put_slice(stand_in.slice("other", ["127.0.0.1:2"]))
+    listed = await (await stand_in.server.get(path, params={"labelSelector": selector})).json()
+    assert [item["metadata"]["name"] for item in listed["items"]] == ["adder-slice"]
+    assert listed["metadata"]["resourceVersion"] == str(stand_in.server.revision)
+    params = {"labelSelector": selector, "watch": "true"}
+    async with stand_in.server.get(path, params=params) as watch:
+        first = json.loads(await watch.content.readline())
+        assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "adder-slice")
+        relabelled = stand_in.slice("adder", ["127.0.0.1:1"])
+        relabelled["metadata"]["labels"]["kubernetes.io/service-name"] = "moved"
+        await stand_in.put_slice(stand_in.slice("other", ["127.0.0.1:3"]))  # not selected: no event
+        await stand_in.put_slice(relabelled)  # no longer selected: DELETED
+        second = json.loads(await watch.content.readline())
+        assert (second["type"], second["object"]["metadata"]["name"]) == ("DELETED", "adder-slice")
