@@ -265,6 +265,7 @@ class FakeReplica:
         self.mode = mode
         self.received = 0
         self.bodies: list[bytes] = []
+        self.headers: list[dict[bytes, bytes]] = []
         self.go_on = threading.Event()
         self.url = ""
 
@@ -285,6 +286,7 @@ class FakeReplica:
             return
         self.received += 1
         self.bodies.append(body)
+        self.headers.append(dict(scope["headers"]))
         if self.mode == "refuse":
             headers = [(b"retry-after", b"1"), (b"batchd-refused", b"queue_full")]
             await _answer(send, 503, b'{"error": "queue full"}', headers)

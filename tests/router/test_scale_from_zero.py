@@ -83,3 +83,48 @@ async def test_a_deployment_deleted_while_requests_wait_fails_them_naming_the_mo
 async def _with_count(entries: Any, count: int) -> list[dict[str, Any]] | None:
     found: list[dict[str, Any]] = await entries
     return found if found and found[0]["held_requests"] == count else None
+
+
+async def test_a_client_that_leaves_stops_waiting(stand_in: Any) -> None:
+    await stand_in.create_deployment("adder")
+    async with stand_in.router() as router, aiohttp.ClientSession() as client:
+        waiting = asyncio.create_task(predict(client, router.url))
+        await stand_in.eventually(lambda: _with_count(held(client, router.url), 1), what="one request held")
+        waiting.cancel()  # closes its connection
+        await asyncio.gather(waiting, return_exceptions=True)
+        await stand_in.eventually(lambda: _empty(held(client, router.url)), what="the request no longer held")
+
+
+async def test_the_clients_deadline_bounds_the_hold_and_travels_to_the_replica(
+    stand_in: Any, fakes: Any
+) -> None:
+    await stand_in.create_deployment("adder")
+    async with stand_in.router() as router, aiohttp.ClientSession() as client:
+        url = URL.format(router=router.url)
+        async with client.post(url, json={"instances": [1]}, headers={"batchd-timeout-s": "0.3"}) as response:
+            assert response.status == 504
+            assert (await response.json())["error"] == (
+                "model 'adder': the request's batchd-timeout-s passed while it waited for a first replica"
+            )
+        async with client.post(
+            url, json={"instances": [1]}, headers={"batchd-timeout-s": "soon"}
+        ) as response:
+            assert response.status == 400
+            assert (await response.json())["error"] == (
+                "header batchd-timeout-s: expected a positive number of seconds, got 'soon'"
+            )
+        replica = fakes("ok")
+        await stand_in.put_slice(stand_in.slice("adder", [replica.address]))
+        await stand_in.eventually(lambda: _answers(client, url), what="the replica reached")
+        async with client.post(url, json={"instances": [1]}, headers={"batchd-timeout-s": "20"}) as response:
+            assert response.status == 200
+        assert 0 < float(replica.headers[-1][b"batchd-timeout-s"]) <= 20
+
+
+async def _empty(entries: Any) -> bool:
+    return await entries == []
+
+
+async def _answers(client: aiohttp.ClientSession, url: str) -> bool:
+    async with client.post(url, json={"instances": [1]}) as response:
+        return response.status == 200

@@ -18,6 +18,14 @@ class RouterError(Exception):
     """A request the router answers itself; the message names the model or the route."""
 
 
+class BadRequest(RouterError):
+    """Something the router reads of the request is malformed; the message names it and the value."""
+
+
+class DeadlineExceeded(RouterError):
+    """The time the client gave the request (`batchd-timeout-s`) passed before it could be sent."""
+
+
 class NoRoute(RouterError):
     """The path is none of the inference routes the router forwards."""
 
@@ -56,6 +64,7 @@ class Answer:
 
 # The first entry whose class matches wins: order from specific to general.
 ERROR_TABLE: tuple[tuple[type[RouterError], Answer], ...] = (
+    (BadRequest, Answer(400)),
     (NoRoute, Answer(404)),
     (UnknownModel, Answer(404)),
     (AmbiguousModel, Answer(409)),
@@ -63,6 +72,7 @@ ERROR_TABLE: tuple[tuple[type[RouterError], Answer], ...] = (
     (HoldRefused, Answer(503, retry=True)),
     (Unreachable, Answer(503, retry=True)),
     (UpstreamFailed, Answer(502)),
+    (DeadlineExceeded, Answer(504)),
 )
 
 

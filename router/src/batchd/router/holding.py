@@ -60,6 +60,9 @@ class Holds:
         except UnknownModel:
             outcome = "deleted"
             raise
+        except asyncio.CancelledError:
+            outcome = "cancelled"  # the client went away, or its deadline passed
+            raise
         finally:
             waiting.futures.discard(future)
             waiting.since.pop(future, None)

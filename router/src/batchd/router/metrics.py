@@ -52,7 +52,8 @@ class RouterMetrics:
         )
         self.holds = Counter(
             "batchd_router_holds",
-            "How holds ended: `released` (a replica came), `timeout`, `full` (none held), `deleted`.",
+            "How holds ended: `released` (a replica came), `timeout`, `full` (none held), `deleted`, "
+            "`cancelled` (the client left or its deadline passed).",
             [*DEPLOYMENT, "outcome"],
             registry=r,
         )

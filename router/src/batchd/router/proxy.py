@@ -10,15 +10,27 @@ replica, for the operator), `/metrics`, `/healthz` and `/readyz`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from batchd.router.deadlines import TIMEOUT_HEADER, deadline_of, remaining_header
 from batchd.router.directory import DeploymentRef, Directory
-from batchd.router.errors import NoRoute, NotSynced, RouterError, Unreachable, UpstreamFailed, http_answer
+from batchd.router.errors import (
+    DeadlineExceeded,
+    HoldRefused,
+    NoRoute,
+    NotSynced,
+    RouterError,
+    Unreachable,
+    UpstreamFailed,
+    http_answer,
+)
 from batchd.router.holding import Holds
 from batchd.router.loads import Loads
 from batchd.router.metrics import RouterMetrics
@@ -92,17 +104,15 @@ class Router:
     async def _route(
         self, ref: DeploymentRef, model: str, scope: Message, receive: Receive, send: Send
     ) -> int:
+        deadline = deadline_of(scope["headers"])
+        received: list[Message] = []
         if not self.directory.replicas(ref):
-            await self.holds.wait(ref, model, self.settings.hold_timeout_s)
-        message = await receive()
-        if message["type"] == "http.disconnect":
+            received = await self._hold(ref, model, receive, deadline)
+        if not received:
+            received.append(await receive())
+        if received[-1]["type"] == "http.disconnect":
             raise ClientGone
-        body = Body(
-            message.get("body", b""),
-            message.get("more_body", False),
-            receive,
-            self.settings.retry_body_max_bytes,
-        )
+        body = Body(received, receive, self.settings.retry_body_max_bytes)
         headers = request_headers(scope["headers"])
         target = scope["raw_path"].decode("latin-1") if scope.get("raw_path") else scope["path"]
         if scope["query_string"]:
@@ -117,10 +127,17 @@ class Router:
                 )
             tried.append(replica)
             last_chance = len(tried) > 1 or not body.replayable
+            extra = b""
+            if deadline is not None:
+                if deadline <= time.monotonic():
+                    raise DeadlineExceeded(f"model {model!r}: the request's {TIMEOUT_HEADER.decode()} passed")
+                extra = remaining_header(deadline)
             self.loads.begin(replica)
             try:
                 try:
-                    response = await self.upstream.send(replica, scope["method"], target, headers, body)
+                    response = await self.upstream.send(
+                        replica, scope["method"], target, headers, body, extra
+                    )
                 except ConnectFailed as error:
                     self.loads.unreachable(replica)
                     if last_chance:
@@ -151,6 +168,48 @@ class Router:
                     response.release()
             finally:
                 self.loads.end(replica)
+
+    async def _hold(
+        self, ref: DeploymentRef, model: str, receive: Receive, deadline: float | None
+    ) -> list[Message]:
+        """Wait for a first replica of `ref`, reading the body meanwhile (up to what a retry may
+        keep) so that a client that leaves stops waiting; what was read of the body comes back."""
+        timeout_s = self.settings.hold_timeout_s
+        if deadline is not None:
+            timeout_s = min(timeout_s, deadline - time.monotonic())
+        received: list[Message] = []
+        held = asyncio.ensure_future(self.holds.wait(ref, model, timeout_s))
+        watching = asyncio.ensure_future(self._watch_client(receive, received))
+        try:
+            await asyncio.wait((held, watching), return_when=asyncio.FIRST_COMPLETED)
+            if watching.done() and received and received[-1]["type"] == "http.disconnect":
+                raise ClientGone
+            try:
+                await held
+            except HoldRefused:
+                if deadline is not None and deadline <= time.monotonic():
+                    raise DeadlineExceeded(
+                        f"model {model!r}: the request's {TIMEOUT_HEADER.decode()} passed while it "
+                        "waited for a first replica"
+                    ) from None
+                raise
+        finally:
+            for task in (held, watching):
+                task.cancel()
+            await asyncio.gather(held, watching, return_exceptions=True)
+        return received
+
+    async def _watch_client(self, receive: Receive, received: list[Message]) -> None:
+        """Read the body into `received`; then the next message can only say the client left."""
+        size = 0
+        while True:
+            message = await receive()
+            received.append(message)
+            if message["type"] == "http.disconnect":
+                return
+            size += len(message.get("body", b""))
+            if size > self.settings.retry_body_max_bytes:
+                return  # read no more ahead: the rest streams once a replica is there
 
     def _pick(self, ref: DeploymentRef, tried: list[str]) -> str | None:
         replicas = self.directory.replicas(ref)

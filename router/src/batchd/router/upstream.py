@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from batchd.router.connections import ConnectFailed, Connection, Pool, SendFailed
+from batchd.router.deadlines import TIMEOUT_HEADER
 from batchd.router.settings import RouterSettings
 
 __all__ = ["Answer", "Body", "ClientGone", "ConnectFailed", "SendFailed", "Upstream", "relay"]
@@ -25,8 +26,8 @@ Send = Callable[[Message], Awaitable[None]]
 # Set by a replica on a 503 for a request it did not accept (queue full, draining, stalled,
 # loading): its value is the reason. Nothing of the request was computed; another replica may take it.
 REFUSED_HEADER = b"batchd-refused"
-# Headers of one connection, not of the request or the answer (RFC 9110 7.6.1); `host` and the
-# body's framing are the router's to write for its own connection.
+# Headers of one connection, not of the request or the answer (RFC 9110 7.6.1), and `host`: the
+# router writes its own for its own connection.
 HOP_BY_HOP = frozenset(
     {
         b"connection",
@@ -39,9 +40,10 @@ HOP_BY_HOP = frozenset(
         b"transfer-encoding",
         b"upgrade",
         b"host",
-        b"content-length",
     }
 )
+# Of a request, the router also writes the body's framing and the time left (see deadlines).
+_NOT_FORWARDED = HOP_BY_HOP | {b"content-length", TIMEOUT_HEADER}
 # Answers up to this size with a Content-Length go to the client in one write; larger ones, and
 # streams, go piece by piece as they come.
 WHOLE_ANSWER_MAX_BYTES = 64 * 1024
@@ -55,9 +57,11 @@ class Body:
     """A request body on its way to a replica: passed on as it arrives, kept up to `keep_max_bytes`
     so that it can be sent again to another replica after a refusal."""
 
-    def __init__(self, first: bytes, more: bool, receive: Receive, keep_max_bytes: int) -> None:
+    def __init__(self, messages: list[Message], receive: Receive, keep_max_bytes: int) -> None:
+        """`messages`: what was already received of the body (at least one `http.request`)."""
+        first = b"".join(message.get("body", b"") for message in messages)
         self._chunks = [first]
-        self._more = more
+        self._more = bool(messages[-1].get("more_body", False))
         self._receive = receive
         self._size = len(first)
         self._keep_max = keep_max_bytes
@@ -96,7 +100,7 @@ def request_headers(raw: list[tuple[bytes, bytes]]) -> tuple[bytes, int | None]:
         lowered = name.lower()
         if lowered == b"content-length":
             length = int(value)
-        elif lowered not in HOP_BY_HOP:
+        elif lowered not in _NOT_FORWARDED:
             lines.append(b"%b: %b\r\n" % (name, value))
     return b"".join(lines), length
 
@@ -144,9 +148,16 @@ class Upstream:
         self.pool.close()
 
     async def send(
-        self, replica: str, method: str, target: str, headers: tuple[bytes, int | None], body: Body
+        self,
+        replica: str,
+        method: str,
+        target: str,
+        headers: tuple[bytes, int | None],
+        body: Body,
+        extra: bytes = b"",
     ) -> Answer:
-        """ConnectFailed when nothing was sent; SendFailed when the connection failed after."""
+        """ConnectFailed when nothing was sent; SendFailed when the connection failed after.
+        `extra`: header lines of the router's own (the time left)."""
         block, length = headers
         payload = body.payload()
         if isinstance(payload, bytes):
@@ -155,11 +166,12 @@ class Upstream:
             framing, chunked = b"content-length: %d\r\n" % length, False
         else:
             framing, chunked = b"transfer-encoding: chunked\r\n", True
-        head = b"%b %b HTTP/1.1\r\nhost: %b\r\n%b%b\r\n" % (
+        head = b"%b %b HTTP/1.1\r\nhost: %b\r\n%b%b%b\r\n" % (
             method.encode(),
             target.encode("latin-1"),
             replica.encode(),
             block,
+            extra,
             framing,
         )
         connection = await self.pool.acquire(replica)
