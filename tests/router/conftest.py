@@ -268,6 +268,7 @@ class FakeReplica:
         self.headers: list[dict[bytes, bytes]] = []
         self.go_on = threading.Event()
         self.url = ""
+        self.load = {"ready": True, "queued_items": 0, "running_items": 0}  # what GET /load says
 
     @property
     def address(self) -> str:
@@ -282,7 +283,7 @@ class FakeReplica:
             body += message.get("body", b"")
             more = message.get("more_body", False)
         if scope["path"] == "/load":
-            await _answer(send, 200, b'{"ready": true, "queued_items": 0, "running_items": 0}')
+            await _answer(send, 200, json.dumps(self.load).encode())
             return
         self.received += 1
         self.bodies.append(body)

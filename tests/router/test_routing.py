@@ -168,3 +168,21 @@ async def test_the_emulator_filters_lists_and_watches_by_label_as_the_api_server
         await stand_in.put_slice(relabelled)  # no longer selected: DELETED
         second = json.loads(await watch.content.readline())
         assert (second["type"], second["object"]["metadata"]["name"]) == ("DELETED", "adder-slice")
+
+
+async def test_load_the_router_did_not_send_steers_requests_away(stand_in: Any, fakes: Any) -> None:
+    busy, idle, draining = fakes("ok"), fakes("ok"), fakes("ok")
+    busy.load["queued_items"] = 1000  # another router's, or direct clients'
+    draining.load["ready"] = False  # shutting down, still in the EndpointSlice
+    await stand_in.create_deployment("adder")
+    for name, fake in (("a", busy), ("b", idle), ("c", draining)):
+        await stand_in.put_slice(stand_in.slice("adder", [fake.address], name=name))
+    async with stand_in.router(load_poll_interval_s=0.1) as router:
+
+        async def busy_seen() -> bool:
+            return f'replica="{busy.address}"}} 1000.0' in await _metrics(router.url)
+
+        await stand_in.eventually(busy_seen, what="the router to read the busy replica's load")
+        answers = await post_many(router.url + PREDICT.format(model="adder"), 40)
+    assert [status for status, _ in answers] == [200] * 40
+    assert (busy.received, idle.received, draining.received) == (0, 40, 0)
