@@ -258,6 +258,7 @@ class FakeReplica:
     """A replica's HTTP surface and nothing behind it, over real uvicorn: it counts what it was sent
     and answers as `mode` says. `ok`: 200; `refuse`: 503 marked as refused before accepting;
     `overloaded`: 503 unmarked (a callee's refusal after accepting); `echo`: the body back;
+    `hang`: no answer until its client leaves;
     `stream`: Server-Sent Events,
     the second one only once `go_on` is set."""
 
@@ -266,6 +267,7 @@ class FakeReplica:
         self.received = 0
         self.bodies: list[bytes] = []
         self.headers: list[dict[bytes, bytes]] = []
+        self.left = 0  # clients seen leaving (`hang`)
         self.go_on = threading.Event()
         self.url = ""
         self.load = {"ready": True, "queued_items": 0, "running_items": 0}  # what GET /load says
@@ -293,6 +295,9 @@ class FakeReplica:
             await _answer(send, 503, b'{"error": "queue full"}', headers)
         elif self.mode == "overloaded":
             await _answer(send, 503, b'{"error": "callee overloaded"}', [(b"retry-after", b"1")])
+        elif self.mode == "hang":  # computes until its client leaves
+            if (await receive())["type"] == "http.disconnect":
+                self.left += 1
         elif self.mode == "echo":
             await _answer(send, 200, body, [(b"content-type", b"application/octet-stream")])
         elif self.mode == "stream":

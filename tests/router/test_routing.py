@@ -186,3 +186,20 @@ async def test_load_the_router_did_not_send_steers_requests_away(stand_in: Any, 
         answers = await post_many(router.url + PREDICT.format(model="adder"), 40)
     assert [status for status, _ in answers] == [200] * 40
     assert (busy.received, idle.received, draining.received) == (0, 40, 0)
+
+
+async def test_a_client_that_leaves_is_seen_leaving_by_the_replica(stand_in: Any, fakes: Any) -> None:
+    hanging = fakes("hang")
+    await stand_in.create_deployment("adder")
+    await stand_in.put_slice(stand_in.slice("adder", [hanging.address]))
+    async with stand_in.router() as router:
+        client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.5))
+        async with client:
+            try:
+                await client.post(router.url + PREDICT.format(model="adder"), json={"instances": [1]})
+            except TimeoutError:
+                pass  # the client gives up and closes its connection
+            else:
+                raise AssertionError("the hanging replica answered")
+        await stand_in.eventually(lambda: hanging.left == 1, what="the replica to see its client leave")
+    assert hanging.received == 1

@@ -40,6 +40,7 @@ from batchd.router.settings import RouterSettings
 from batchd.router.upstream import (
     Body,
     ClientGone,
+    ClientWatch,
     ConnectFailed,
     Message,
     Receive,
@@ -117,6 +118,30 @@ class Router:
         target = scope["raw_path"].decode("latin-1") if scope.get("raw_path") else scope["path"]
         if scope["query_string"]:
             target = f"{target}?{scope['query_string'].decode('latin-1')}"
+        watch = ClientWatch(receive) if body.complete else None
+        try:
+            return await self._forward(ref, model, scope, send, body, headers, target, deadline, watch)
+        except SendFailed:
+            if watch is not None and watch.left:
+                raise ClientGone from None  # the router closed the replica's connection itself
+            raise
+        finally:
+            if watch is not None:
+                watch.stop()
+
+    async def _forward(
+        self,
+        ref: DeploymentRef,
+        model: str,
+        scope: Message,
+        send: Send,
+        body: Body,
+        headers: tuple[bytes, int | None],
+        target: str,
+        deadline: float | None,
+        watch: ClientWatch | None,
+    ) -> int:
+        """To the better of two replicas; to one other after a refusal or no connection at all."""
         labels = (ref.namespace, ref.name)
         tried: list[str] = []
         while True:
@@ -136,9 +161,11 @@ class Router:
             try:
                 try:
                     response = await self.upstream.send(
-                        replica, scope["method"], target, headers, body, extra
+                        replica, scope["method"], target, headers, body, extra, watch
                     )
                 except ConnectFailed as error:
+                    if watch is not None and watch.left:
+                        raise ClientGone from None
                     self.loads.unreachable(replica)
                     if last_chance:
                         raise Unreachable(
@@ -147,18 +174,21 @@ class Router:
                     self.metrics.retries.labels(*labels, "unreachable").inc()
                     continue
                 except SendFailed as error:
+                    if watch is not None and watch.left:
+                        raise
                     raise UpstreamFailed(
                         f"model {model!r}: replica {replica} of {ref} failed after the request was sent; "
                         f"not sent again, as it may have been computed ({error})"
                     ) from None
                 try:
-                    if not last_chance and response.refused() and self._pick(ref, tried) is not None:
+                    if not last_chance and response.refused() and self._others(ref, tried):
+                        await response.read()  # a short answer: the connection stays usable
                         self.metrics.retries.labels(*labels, "refused").inc()
                         continue
                     await relay(response, send)
                     return response.status
                 except SendFailed as error:
-                    if response.started:
+                    if response.started or (watch is not None and watch.left):
                         raise  # uvicorn cuts the client's connection: the answer is incomplete
                     raise UpstreamFailed(
                         f"model {model!r}: replica {replica} of {ref} failed while answering; "
@@ -168,6 +198,9 @@ class Router:
                     response.release()
             finally:
                 self.loads.end(replica)
+
+    def _others(self, ref: DeploymentRef, tried: list[str]) -> bool:
+        return any(replica not in tried for replica in self.directory.replicas(ref))
 
     async def _hold(
         self, ref: DeploymentRef, model: str, receive: Receive, deadline: float | None

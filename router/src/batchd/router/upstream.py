@@ -9,6 +9,7 @@ answers are retried.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ from batchd.router.connections import ConnectFailed, Connection, Pool, SendFaile
 from batchd.router.deadlines import TIMEOUT_HEADER
 from batchd.router.settings import RouterSettings
 
-__all__ = ["Answer", "Body", "ClientGone", "ConnectFailed", "SendFailed", "Upstream", "relay"]
+__all__ = ["Answer", "Body", "ClientGone", "ClientWatch", "ConnectFailed", "SendFailed", "Upstream", "relay"]
 
 # ASGI's callables, as uvicorn passes them.
 Message = dict[str, Any]
@@ -66,6 +67,7 @@ class Body:
         self._size = len(first)
         self._keep_max = keep_max_bytes
         self.replayable = self._size <= keep_max_bytes
+        self.complete = not self._more  # all of it arrived with the first messages
 
     def payload(self) -> bytes | AsyncIterator[bytes]:
         if not self._more:
@@ -103,6 +105,33 @@ def request_headers(raw: list[tuple[bytes, bytes]]) -> tuple[bytes, int | None]:
         elif lowered not in _NOT_FORWARDED:
             lines.append(b"%b: %b\r\n" % (name, value))
     return b"".join(lines), length
+
+
+class ClientWatch:
+    """Watches for the client leaving while its (fully received) request is with a replica, and
+    then closes the connection to the replica: the replica sees its client leave, as it would
+    without the router, and drops what it had not computed yet."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.left = False
+        self.connection: Connection | None = None
+        task: asyncio.Future[Message] = asyncio.ensure_future(receive())
+        task.add_done_callback(self._done)
+        self._task: asyncio.Future[Message] | None = task
+
+    def _done(self, task: asyncio.Future[Message]) -> None:
+        if task.cancelled() or task.exception() is not None or self._task is None:
+            return
+        if task.result()["type"] == "http.disconnect":
+            self.left = True
+            if self.connection is not None:
+                self.connection.close()
+
+    def stop(self) -> None:
+        """The exchange is over: what the client does now is no longer the replica's business."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
 
 
 class Answer:
@@ -155,6 +184,7 @@ class Upstream:
         headers: tuple[bytes, int | None],
         body: Body,
         extra: bytes = b"",
+        watch: ClientWatch | None = None,
     ) -> Answer:
         """ConnectFailed when nothing was sent; SendFailed when the connection failed after.
         `extra`: header lines of the router's own (the time left)."""
@@ -175,6 +205,10 @@ class Upstream:
             framing,
         )
         connection = await self.pool.acquire(replica)
+        if watch is not None:
+            watch.connection = connection
+            if watch.left:
+                connection.close()
         try:
             await connection.exchange(head, payload, chunked)
         except BaseException:
