@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.router.directory import SERVICE_NAME_LABEL, Directory
-from batchd.router.kube import ApiError, KubeClient, collection_path
+from batchd.router.kube import ApiError, collection_path
 
 logger = logging.getLogger(__name__)
 
@@ -71,11 +71,21 @@ def watched_kinds(directory: Directory) -> tuple[Watched, Watched]:
     return deployments, slices
 
 
+class Source(Protocol):
+    """Where objects come from: the API server (`kube.KubeClient`), or a test's stand-in."""
+
+    async def list(self, path: str, label_selector: str) -> tuple[list[dict[str, Any]], str]: ...
+
+    def watch(
+        self, path: str, label_selector: str, resource_version: str, timeout_s: int
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]: ...
+
+
 class Watcher:
     """LIST + WATCH of one kind in one namespace (or all), forever; `synced` once listed."""
 
     def __init__(
-        self, api: KubeClient, watched: Watched, namespace: str | None, *, timeout_s: int, retry_s: float
+        self, api: Source, watched: Watched, namespace: str | None, *, timeout_s: int, retry_s: float
     ) -> None:
         self.api = api
         self.watched = watched
@@ -93,7 +103,11 @@ class Watcher:
                 logger.warning(
                     "watching %s at %s: %s; again in %g s", self.watched.what, self.path, error, self.retry_s
                 )
-                await asyncio.sleep(self.retry_s)
+            except Exception:  # a watch that stopped for good would leave the router routing blind
+                logger.exception(
+                    "watching %s at %s failed; again in %g s", self.watched.what, self.path, self.retry_s
+                )
+            await asyncio.sleep(self.retry_s)
 
     async def _list_and_watch(self) -> None:
         watched = self.watched
