@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from batchd.api.environment import SettingsError
@@ -58,3 +63,16 @@ def test_the_router_may_only_list_and_watch_its_two_kinds() -> None:
     assert role("batchd-router", "ml")["kind"] == "Role"
     for manifest in (role("batchd-router"), role("batchd-router", "ml")):
         assert validate_builtin(manifest) == []
+
+
+def test_the_router_refuses_to_start_on_a_bad_setting_naming_it() -> None:
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("batchd-router"))],  # the console script
+        env={**os.environ, "BATCHD_MAX_HELD_PER_DEPLOYMENT": "many"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "BATCHD_MAX_HELD_PER_DEPLOYMENT: " in done.stderr
+    assert "(got 'many')" in done.stderr
