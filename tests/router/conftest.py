@@ -93,7 +93,22 @@ def _labels(document: Any) -> Mapping[str, str]:
 
 
 class SelectingApiServer(ApiServer):
-    """The project's emulator, plus `labelSelector` on LIST and WATCH and the list's resourceVersion."""
+    """The project's emulator, plus `labelSelector` on LIST and WATCH and the list's resourceVersion;
+    it records the router's calls apart, as (group, resource, verb), for the RBAC test."""
+
+    router_calls: set[tuple[str, str, str]]
+
+    def _record(self, request: rendering.Request) -> None:
+        if not str(request.headers.get("User-Agent", "")).startswith("batchd-router/"):
+            super()._record(request)  # the operator's, which the chart's RBAC test compares
+            return
+        if request.resource is not None and request.resource.plural:
+            watching = request.params.get("watch") in ("true", "1")
+            verb = "watch" if watching else "get" if request.name else "list"
+            if request.method is None or request.method.value.upper() != "GET":
+                verb = request.method.value.lower() if request.method else "?"  # a write: never allowed
+            call = (request.resource.group or "", request.resource.plural, verb)
+            self.router_calls = {*getattr(self, "router_calls", set()), call}
 
     async def _serve_list(self, request: rendering.Request) -> Any:
         listed = await super()._serve_list(request)

@@ -14,6 +14,8 @@ from typing import Any
 
 import aiohttp
 
+from batchd.router.rbac import rbac_rules
+
 PREDICT = "/v1/models/{model}:predict"
 
 
@@ -48,6 +50,11 @@ async def test_requests_reach_the_deployment_that_serves_their_model(stand_in: A
         async with client.get(f"{router.url}/v2/models") as response:
             assert response.status == 404
             assert "no route for GET /v2/models" in (await response.json())["error"]
+    # Everything it asked the API server is what its Role allows, and nothing more.
+    allowed = {
+        (rule["apiGroups"][0], rule["resources"][0], verb) for rule in rbac_rules() for verb in rule["verbs"]
+    }
+    assert stand_in.server.router_calls == allowed
 
 
 async def test_a_refused_request_goes_to_another_replica(stand_in: Any, fakes: Any) -> None:

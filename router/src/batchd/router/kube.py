@@ -15,6 +15,11 @@ import orjson
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 
+from batchd.api import __version__
+
+
+USER_AGENT = f"batchd-router/{__version__}"
+
 
 class ApiError(Exception):
     """A refusal from the API server, with its status code and its own message."""
@@ -43,7 +48,10 @@ class KubeClient:
             await aio_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             aio_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        return cls(aio_client.ApiClient(configuration))
+        api_client = aio_client.ApiClient(configuration)
+        # Audit logs, and the tests' record of who called what, tell the router from the operator.
+        api_client.user_agent = USER_AGENT
+        return cls(api_client)
 
     async def close(self) -> None:
         await self._client.close()  # type: ignore[no-untyped-call]
