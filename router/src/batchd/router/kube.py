@@ -17,7 +17,6 @@ from kubernetes.aio import config as aio_config
 
 from batchd.api import __version__
 
-
 USER_AGENT = f"batchd-router/{__version__}"
 
 
