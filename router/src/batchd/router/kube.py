@@ -18,6 +18,7 @@ from kubernetes.aio import config as aio_config
 from batchd.api import __version__
 
 USER_AGENT = f"batchd-router/{__version__}"
+MAX_EVENT_BYTES = 8 * 1024 * 1024
 
 
 class ApiError(Exception):
@@ -98,7 +99,8 @@ class KubeClient:
         response = await self._open(path, params, timeout_s + 30)
         stream = response.response
         try:
-            async for line in stream.content:
+            # One event a line; an object may be as large as etcd takes (about 1.5 MiB).
+            while line := await stream.content.readuntil(b"\n", max_size=MAX_EVENT_BYTES):
                 if not line.strip():
                     continue
                 event = orjson.loads(line)

@@ -51,7 +51,7 @@ WHOLE_ANSWER_MAX_BYTES = 64 * 1024
 
 
 class ClientGone(Exception):
-    """The client went away while sending its body."""
+    """The client went away before its answer: there is nobody left to answer."""
 
 
 class Body:
