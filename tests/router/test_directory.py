@@ -6,8 +6,11 @@ from typing import Any
 
 import pytest
 
+from batchd.router.app import DirectoryEvents
 from batchd.router.directory import DeploymentRef, Directory, ready_replicas
 from batchd.router.errors import AmbiguousModel, UnknownModel
+from batchd.router.holding import Holds
+from batchd.router.metrics import RouterMetrics
 
 
 def bd(name: str, model: str | None = None, namespace: str = "default") -> dict[str, Any]:
@@ -115,3 +118,19 @@ def test_a_fresh_list_forgets_what_was_deleted_meanwhile_in_its_namespace_only()
     assert seen.deleted == [("default/gone", "gone")]
     assert directory.resolve("elsewhere") == DeploymentRef("other", "elsewhere")
     assert directory.replicas(DeploymentRef("default", "gone")) == ()
+
+
+def test_a_replica_that_leaves_has_its_idle_connections_closed() -> None:
+    class Pool:
+        def __init__(self) -> None:
+            self.forgotten: list[str] = []
+
+        def forget(self, replica: str) -> None:
+            self.forgotten.append(replica)
+
+    pool = Pool()
+    events = DirectoryEvents(Holds(1, RouterMetrics()), RouterMetrics(), pool)  # type: ignore[arg-type]
+    directory = Directory(events)
+    directory.put_slice(endpoint_slice("adder", [("10.0.0.1", True), ("10.0.0.2", True)]))
+    directory.put_slice(endpoint_slice("adder", [("10.0.0.2", True)]))
+    assert pool.forgotten == ["10.0.0.1:8000"]

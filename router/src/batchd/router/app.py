@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from batchd.router.connections import Pool
 from batchd.router.directory import DeploymentRef, Directory
 from batchd.router.holding import Holds
 from batchd.router.kube import KubeClient
@@ -29,15 +30,20 @@ from batchd.router.watching import Watcher, watched_kinds
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DirectoryEvents:
-    """What the directory's changes mean for held requests and for the metrics."""
+    """What the directory's changes mean for held requests, idle connections and the metrics."""
 
     holds: Holds
     metrics: RouterMetrics
+    pool: Pool
+    known: dict[DeploymentRef, tuple[str, ...]] = field(default_factory=dict)
 
     def replicas_changed(self, ref: DeploymentRef, replicas: tuple[str, ...]) -> None:
         self.metrics.replicas.labels(ref.namespace, ref.name).set(len(replicas))
+        for gone in set(self.known.get(ref, ())) - set(replicas):
+            self.pool.forget(gone)
+        self.known[ref] = replicas
         if replicas:
             self.holds.release(ref)
 
@@ -58,9 +64,9 @@ class RouterApp:
     def __post_init__(self) -> None:
         settings = self.settings
         self.holds = Holds(settings.max_held_per_deployment, self.metrics)
-        self.directory = Directory(DirectoryEvents(self.holds, self.metrics))
-        self.loads = Loads()
         self.upstream = Upstream(settings)
+        self.directory = Directory(DirectoryEvents(self.holds, self.metrics, self.upstream.pool))
+        self.loads = Loads()
         self.watchers: list[Watcher] = []
         self.router = Router(
             settings,

@@ -195,6 +195,12 @@ class Pool:
             connection.close()
         self._free(replica)
 
+    def forget(self, replica: str) -> None:
+        """The replica left its deployment: its idle connections close (those in use close when
+        their answers end, as the replica goes)."""
+        for connection in self._idle.pop(replica, []):
+            connection.close()
+
     def close(self) -> None:
         for idle in self._idle.values():
             for connection in idle:
