@@ -273,7 +273,7 @@ class FakeReplica:
     """A replica's HTTP surface and nothing behind it, over real uvicorn: it counts what it was sent
     and answers as `mode` says. `ok`: 200; `refuse`: 503 marked as refused before accepting;
     `overloaded`: 503 unmarked (a callee's refusal after accepting); `echo`: the body back;
-    `hang`: no answer until its client leaves;
+    `hang`: no answer until its client leaves; `closing`: 200 with `Connection: close`;
     `stream`: Server-Sent Events,
     the second one only once `go_on` is set."""
 
@@ -313,6 +313,8 @@ class FakeReplica:
         elif self.mode == "hang":  # computes until its client leaves
             if (await receive())["type"] == "http.disconnect":
                 self.left += 1
+        elif self.mode == "closing":  # as a draining replica answers: and then it closes
+            await _answer(send, 200, b'{"predictions": [2]}', [(b"connection", b"close")])
         elif self.mode == "echo":
             await _answer(send, 200, body, [(b"content-type", b"application/octet-stream")])
         elif self.mode == "stream":

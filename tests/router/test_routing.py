@@ -210,3 +210,15 @@ async def test_a_client_that_leaves_is_seen_leaving_by_the_replica(stand_in: Any
                 raise AssertionError("the hanging replica answered")
         await stand_in.eventually(lambda: hanging.left == 1, what="the replica to see its client leave")
     assert hanging.received == 1
+
+
+async def test_a_replica_that_closes_after_answering_gets_a_new_connection(stand_in: Any, fakes: Any) -> None:
+    closing = fakes("closing")
+    await stand_in.create_deployment("adder")
+    await stand_in.put_slice(stand_in.slice("adder", [closing.address]))
+    async with stand_in.router() as router:
+        answers = await post_many(router.url + PREDICT.format(model="adder"), 30, connections=1)
+        metrics = await _metrics(router.url)
+    assert [status for status, _ in answers] == [200] * 30
+    assert closing.received == 30
+    assert "batchd_router_retries_total{" not in metrics  # each went on a fresh connection, first time
