@@ -14,19 +14,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import kmock
 import uvloop
 import yaml
 from upstream_clients import HERE, ProtocolPool, listening
 
-from batchd.testing.apiserver import Resource, default_resources, kubeconfig_for
+from batchd.testing.apiserver import ApiServer, Resource, default_resources, kubeconfig_for
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import ServerProcess, start_process
 
@@ -68,27 +71,36 @@ async def _throughput(
     return count / elapsed, (router.sample().cpu_s - cpu) / count * 1e6
 
 
-async def measure(args: argparse.Namespace, logs: Path) -> dict[str, list[float]]:
-    from kmock import Server
-
-    from batchd.testing.apiserver import ApiServer
-
-    adder = start_process("trivial-adder", _uvicorn("trivial_adder:app"), logs)
-    async with ApiServer() as api, Server(api):
+@contextlib.asynccontextmanager
+async def routed(
+    logs: Path, deployment: str, replicas: list[ServerProcess]
+) -> AsyncIterator[tuple[ApiServer, ServerProcess]]:
+    """The emulated API server holding `deployment` and an EndpointSlice per replica, and a router
+    process on it, yielded once ready; the API server lets a benchmark add replicas later."""
+    async with ApiServer() as api, kmock.Server(api):
         api.register([*default_resources(), Resource("discovery.k8s.io", "endpointslices", "EndpointSlice")])
         kubeconfig = logs / "kubeconfig.yaml"
         kubeconfig.write_text(yaml.safe_dump(kubeconfig_for(str(api.url).rstrip("/"))))
-        await _wait(lambda: _async(listening(adder)), "the trivial adder listening")
-        await api.post(DEPLOYMENTS, json=manifest("adder"))
-        await api.post(SLICES, json=_slice(adder))
+        await api.post(DEPLOYMENTS, json=manifest(deployment))
+        for replica in replicas:
+            await api.post(SLICES, json=endpoint_slice(deployment, replica))
         env = {"KUBECONFIG": str(kubeconfig), "BATCHD_LOG_LEVEL": "warning"}
         router = start_process("router", [sys.executable, "-m", "batchd.router"], logs, env=env)
         try:
             await _wait(lambda: _ready(router), "the router ready")
-            return await _rounds(args, adder, router)
+            yield api, router
         finally:
             router.stop()
-            adder.stop()
+
+
+async def measure(args: argparse.Namespace, logs: Path) -> dict[str, list[float]]:
+    adder = start_process("trivial-adder", _uvicorn("trivial_adder:app"), logs)
+    try:
+        await _wait(lambda: _async(listening(adder)), "the trivial adder listening")
+        async with routed(logs, "adder", [adder]) as (_, router):
+            return await _rounds(args, adder, router)
+    finally:
+        adder.stop()
 
 
 async def _rounds(
@@ -110,14 +122,15 @@ async def _rounds(
     return results
 
 
-def _slice(adder: ServerProcess) -> dict[str, Any]:
+def endpoint_slice(service: str, replica: ServerProcess) -> dict[str, Any]:
+    """One replica's EndpointSlice of `service` (a slice has one port; each replica has its own)."""
     return {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
-        "metadata": {"name": "adder-1", "labels": {"kubernetes.io/service-name": "adder"}},
+        "metadata": {"name": f"{service}-{replica.port}", "labels": {"kubernetes.io/service-name": service}},
         "addressType": "IPv4",
-        "ports": [{"name": "http", "port": adder.port}],
-        "endpoints": [{"addresses": [adder.host], "conditions": {"ready": True}}],
+        "ports": [{"name": "http", "port": replica.port}],
+        "endpoints": [{"addresses": [replica.host], "conditions": {"ready": True}}],
     }
 
 

@@ -27,12 +27,10 @@ from typing import Any
 import aiohttp
 import httpx
 import uvloop
-import yaml
-from overhead import DEPLOYMENTS, SLICES, _ready, _wait
+from overhead import SLICES, endpoint_slice, routed
 
-from batchd.testing.apiserver import ApiServer, Resource, default_resources, kubeconfig_for
 from batchd.testing.manifests import manifest
-from batchd.testing.servers import ServerProcess, start_process, start_replica, write_manifest
+from batchd.testing.servers import ServerProcess, start_replica, write_manifest
 
 SLOW = {"handler": "batchd.testing.handlers:SlowAdder", "init_kwargs": {"delay_s": 0.05}}
 BATCHING = {"max_batch_size": 8, "batch_wait_timeout_s": 0.005, "max_queued_requests": 4096}
@@ -151,37 +149,13 @@ async def _arm(name: str, args: argparse.Namespace, replicas: list[ServerProcess
 async def _through_router(
     args: argparse.Namespace, replicas: list[ServerProcess], logs: Path
 ) -> list[int | None]:
-    from kmock import Server
+    async with routed(logs, "slow", replicas[:1]) as (api, router):
 
-    async with ApiServer() as api, Server(api):
-        api.register([*default_resources(), Resource("discovery.k8s.io", "endpointslices", "EndpointSlice")])
-        kubeconfig = logs / "kubeconfig.yaml"
-        kubeconfig.write_text(yaml.safe_dump(kubeconfig_for(str(api.url).rstrip("/"))))
-        await api.post(DEPLOYMENTS, json=manifest("slow"))
-        await api.post(SLICES, json=_slice(replicas[0], 0))
-        env = {"KUBECONFIG": str(kubeconfig), "BATCHD_LOG_LEVEL": "warning"}
-        router = start_process("router", [sys.executable, "-m", "batchd.router"], logs, env=env)
-        try:
-            await _wait(lambda: _ready(router), "the router ready")
+        async def scale_up() -> None:
+            for replica in replicas[1:]:
+                await api.post(SLICES, json=endpoint_slice("slow", replica))
 
-            async def scale_up() -> None:
-                for n, replica in enumerate(replicas[1:], start=1):
-                    await api.post(SLICES, json=_slice(replica, n))
-
-            return await open_loop(f"{router.url}{PATH}", args.rate, args.seconds, scale_up)
-        finally:
-            router.stop()
-
-
-def _slice(replica: ServerProcess, n: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {"name": f"slow-{n}", "labels": {"kubernetes.io/service-name": "slow"}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": replica.port}],
-        "endpoints": [{"addresses": [replica.host], "conditions": {"ready": True}}],
-    }
+        return await open_loop(f"{router.url}{PATH}", args.rate, args.seconds, scale_up)
 
 
 def main() -> int:
