@@ -239,6 +239,13 @@ class StandIn:
             document["spec"]["model"]["name"] = model
         await self._call("POST", DEPLOYMENTS_PATH.format(ns=namespace), document)
 
+    async def deploy(self, name: str, *replicas: str) -> None:
+        """A BatchedDeployment `name` whose Service has these ready replicas (`host:port`), each in
+        a slice of its own (a slice has one port)."""
+        await self.create_deployment(name)
+        for n, replica in enumerate(replicas):
+            await self.put_slice(endpoint_slice(name, [replica], name=f"{name}-{n}"))
+
     async def delete_deployment(self, name: str, namespace: str = "default") -> None:
         await self._call("DELETE", f"{DEPLOYMENTS_PATH.format(ns=namespace)}/{name}")
 

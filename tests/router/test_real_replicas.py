@@ -76,9 +76,7 @@ async def closed_loop(url: str, count: int, connections: int, on_answer: Any = N
 
 
 async def add_replicas(stand_in: Any, replicas: list[ServerProcess]) -> None:
-    await stand_in.create_deployment("slow")
-    for n, replica in enumerate(replicas):
-        await stand_in.put_slice(stand_in.slice("slow", [f"{replica.host}:{replica.port}"], name=f"slow-{n}"))
+    await stand_in.deploy("slow", *(f"{replica.host}:{replica.port}" for replica in replicas))
 
 
 async def test_a_keep_alive_client_is_spread_over_every_replica(

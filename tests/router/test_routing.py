@@ -59,9 +59,7 @@ async def test_requests_reach_the_deployment_that_serves_their_model(stand_in: A
 
 async def test_a_refused_request_goes_to_another_replica(stand_in: Any, fakes: Any) -> None:
     refusing, accepting = fakes("refuse"), fakes("ok")
-    await stand_in.create_deployment("adder")
-    await stand_in.put_slice(stand_in.slice("adder", [refusing.address], name="a"))
-    await stand_in.put_slice(stand_in.slice("adder", [accepting.address], name="b"))
+    await stand_in.deploy("adder", refusing.address, accepting.address)
     async with stand_in.router() as router:
         answers = await post_many(router.url + PREDICT.format(model="adder"), 40)
         metrics = await _metrics(router.url)
@@ -73,9 +71,7 @@ async def test_a_refused_request_goes_to_another_replica(stand_in: Any, fakes: A
 
 async def test_an_unreachable_replica_is_passed_over(stand_in: Any, fakes: Any) -> None:
     accepting = fakes("ok")
-    await stand_in.create_deployment("adder")
-    await stand_in.put_slice(stand_in.slice("adder", ["127.0.0.1:9"], name="a"))  # the discard port
-    await stand_in.put_slice(stand_in.slice("adder", [accepting.address], name="b"))
+    await stand_in.deploy("adder", "127.0.0.1:9", accepting.address)  # 9: the discard port, closed
     async with stand_in.router() as router:
         answers = await post_many(router.url + PREDICT.format(model="adder"), 30)
         metrics = await _metrics(router.url)
@@ -86,9 +82,7 @@ async def test_an_unreachable_replica_is_passed_over(stand_in: Any, fakes: Any) 
 
 async def test_an_unmarked_503_passes_through_and_is_not_sent_again(stand_in: Any, fakes: Any) -> None:
     overloaded, accepting = fakes("overloaded"), fakes("ok")
-    await stand_in.create_deployment("adder")
-    await stand_in.put_slice(stand_in.slice("adder", [overloaded.address], name="a"))
-    await stand_in.put_slice(stand_in.slice("adder", [accepting.address], name="b"))
+    await stand_in.deploy("adder", overloaded.address, accepting.address)
     async with stand_in.router() as router:
         answers = await post_many(router.url + PREDICT.format(model="adder"), 40)
     statuses = [status for status, _ in answers]
@@ -101,9 +95,7 @@ async def test_a_connection_lost_after_sending_is_a_502_and_not_sent_again(
     stand_in: Any, fakes: Any, resetting: Any
 ) -> None:
     accepting = fakes("ok")
-    await stand_in.create_deployment("adder")
-    await stand_in.put_slice(stand_in.slice("adder", [resetting.address], name="a"))
-    await stand_in.put_slice(stand_in.slice("adder", [accepting.address], name="b"))
+    await stand_in.deploy("adder", resetting.address, accepting.address)
     async with stand_in.router() as router:
         answers = await post_many(router.url + PREDICT.format(model="adder"), 40)
     failed = [body for status, body in answers if status == 502]
@@ -114,8 +106,7 @@ async def test_a_connection_lost_after_sending_is_a_502_and_not_sent_again(
 
 async def test_server_sent_events_stream_through_as_they_are_made(stand_in: Any, fakes: Any) -> None:
     streaming = fakes("stream")
-    await stand_in.create_deployment("gpt")
-    await stand_in.put_slice(stand_in.slice("gpt", [streaming.address]))
+    await stand_in.deploy("gpt", streaming.address)
     async with stand_in.router() as router, aiohttp.ClientSession() as client:
         url = f"{router.url}/v2/models/gpt/generate_stream"
         async with client.post(url, json={"text_input": "hi"}) as response:
@@ -134,8 +125,7 @@ async def _metrics(url: str) -> str:
 
 async def test_large_bodies_pass_through_both_ways_whatever_their_framing(stand_in: Any, fakes: Any) -> None:
     echo = fakes("echo")
-    await stand_in.create_deployment("adder")
-    await stand_in.put_slice(stand_in.slice("adder", [echo.address]))
+    await stand_in.deploy("adder", echo.address)
     body = bytes(range(256)) * (12 * 1024)  # 3 MiB: beyond what the router keeps for a retry
 
     async def pieces() -> Any:
@@ -181,9 +171,7 @@ async def test_load_the_router_did_not_send_steers_requests_away(stand_in: Any, 
     busy, idle, draining = fakes("ok"), fakes("ok"), fakes("ok")
     busy.load["queued_items"] = 1000  # another router's, or direct clients'
     draining.load["ready"] = False  # shutting down, still in the EndpointSlice
-    await stand_in.create_deployment("adder")
-    for name, fake in (("a", busy), ("b", idle), ("c", draining)):
-        await stand_in.put_slice(stand_in.slice("adder", [fake.address], name=name))
+    await stand_in.deploy("adder", busy.address, idle.address, draining.address)
     async with stand_in.router(load_poll_interval_s=0.1) as router:
 
         async def busy_seen() -> bool:
@@ -197,8 +185,7 @@ async def test_load_the_router_did_not_send_steers_requests_away(stand_in: Any, 
 
 async def test_a_client_that_leaves_is_seen_leaving_by_the_replica(stand_in: Any, fakes: Any) -> None:
     hanging = fakes("hang")
-    await stand_in.create_deployment("adder")
-    await stand_in.put_slice(stand_in.slice("adder", [hanging.address]))
+    await stand_in.deploy("adder", hanging.address)
     async with stand_in.router() as router:
         client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.5))
         async with client:
@@ -214,8 +201,7 @@ async def test_a_client_that_leaves_is_seen_leaving_by_the_replica(stand_in: Any
 
 async def test_a_replica_that_closes_after_answering_gets_a_new_connection(stand_in: Any, fakes: Any) -> None:
     closing = fakes("closing")
-    await stand_in.create_deployment("adder")
-    await stand_in.put_slice(stand_in.slice("adder", [closing.address]))
+    await stand_in.deploy("adder", closing.address)
     async with stand_in.router() as router:
         answers = await post_many(router.url + PREDICT.format(model="adder"), 30, connections=1)
         metrics = await _metrics(router.url)
