@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 VERSION := $(shell cat VERSION)
 REGISTRY ?= ghcr.io/batchd
-PROJECTS := api operator replica tests/support bench
+PROJECTS := api operator replica tests/support bench router
 
 .PHONY: demo test bench lint crd images tools install clean
 

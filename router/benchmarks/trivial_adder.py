@@ -1,0 +1,28 @@
+"""A trivial adder in raw ASGI: the cheapest upstream there is, so that what is measured is the router.
+
+`uvicorn trivial_adder:app --app-dir router/benchmarks --loop uvloop --http httptools`
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+_HEADERS = [(b"content-type", b"application/json")]
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    if scope["path"] == "/load":
+        answer = b'{"ready": true, "queued_items": 0, "running_items": 0}'
+    else:
+        answer = orjson.dumps({"predictions": [n + 1 for n in orjson.loads(body)["instances"]]})
+    await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+    await send({"type": "http.response.body", "body": answer})

@@ -1,0 +1,1 @@
+"""batchd's router: between clients and replicas, one replica picked per request by load."""

@@ -1,0 +1,186 @@
+"""What the router knows of the cluster: which deployment serves a model, and its ready replicas.
+
+Fed by the watches (`watching`) with the API server's objects as they change, read per request
+without any I/O. The functions that read a BatchedDeployment or an EndpointSlice are pure; the
+`Directory` keeps their results and tells its listener when a deployment gains its first ready
+replica (held requests go) or goes away (held requests fail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from batchd.router.errors import AmbiguousModel, UnknownModel
+
+# The label the EndpointSlice controller puts on each slice of a Service.
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+# The Service port a replica serves on (the operator names it so, see operator/children.py).
+PORT_NAME = "http"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DeploymentRef:
+    """One BatchedDeployment, and so its Service of the same name in the same namespace."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def model_of(deployment: Mapping[str, Any]) -> tuple[DeploymentRef, str]:
+    """A BatchedDeployment's reference and the model name in its URLs (`spec.model.name`, by
+    default `metadata.name`)."""
+    metadata = deployment.get("metadata") or {}
+    ref = DeploymentRef(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+    model = ((deployment.get("spec") or {}).get("model") or {}).get("name") or ref.name
+    return ref, str(model)
+
+
+def service_of(endpoint_slice: Mapping[str, Any]) -> DeploymentRef | None:
+    metadata = endpoint_slice.get("metadata") or {}
+    service = (metadata.get("labels") or {}).get(SERVICE_NAME_LABEL)
+    return DeploymentRef(str(metadata.get("namespace") or ""), str(service)) if service else None
+
+
+def ready_replicas(endpoint_slice: Mapping[str, Any]) -> tuple[str, ...]:
+    """`host:port` of every ready endpoint of a slice, on the port named `http`.
+
+    A `ready` condition that is absent counts as ready, as the EndpointSlice API says consumers
+    should; a terminating endpoint is not ready (unless the Service publishes not-ready addresses).
+    """
+    port = next(
+        (p.get("port") for p in endpoint_slice.get("ports") or [] if p.get("name") == PORT_NAME), None
+    )
+    if not isinstance(port, int):
+        return ()
+    ipv6 = endpoint_slice.get("addressType") == "IPv6"
+    found = []
+    for endpoint in endpoint_slice.get("endpoints") or []:
+        addresses = endpoint.get("addresses") or []
+        if not addresses or (endpoint.get("conditions") or {}).get("ready") is False:
+            continue
+        # Every address of one endpoint is the same pod: the first one will do.
+        host = f"[{addresses[0]}]" if ipv6 else str(addresses[0])
+        found.append(f"{host}:{port}")
+    return tuple(sorted(found))
+
+
+class Listener(Protocol):
+    def replicas_changed(self, ref: DeploymentRef, replicas: tuple[str, ...]) -> None: ...
+
+    def deployment_deleted(self, ref: DeploymentRef, model: str) -> None: ...
+
+
+class Directory:
+    """Model names -> deployments -> ready replicas, as last seen by the watches."""
+
+    def __init__(self, listener: Listener | None = None) -> None:
+        self.listener = listener
+        self._models: dict[DeploymentRef, str] = {}
+        self._by_model: dict[str, set[DeploymentRef]] = {}
+        self._slices: dict[tuple[str, str], tuple[DeploymentRef, tuple[str, ...]]] = {}
+        self._replicas: dict[DeploymentRef, tuple[str, ...]] = {}
+
+    # -- reads, per request ----------------------------------------------------------------------
+    def resolve(self, model: str) -> DeploymentRef:
+        refs = self._by_model.get(model)
+        if not refs:
+            raise UnknownModel(f"model {model!r}: no BatchedDeployment serves it")
+        if len(refs) > 1:
+            names = ", ".join(sorted(map(str, refs)))
+            raise AmbiguousModel(f"model {model!r}: served by more than one BatchedDeployment ({names})")
+        (ref,) = refs
+        return ref
+
+    def replicas(self, ref: DeploymentRef) -> tuple[str, ...]:
+        return self._replicas.get(ref, ())
+
+    def model(self, ref: DeploymentRef) -> str | None:
+        return self._models.get(ref)
+
+    def deployments(self) -> dict[DeploymentRef, str]:
+        return dict(self._models)
+
+    def all_replicas(self) -> dict[str, DeploymentRef]:
+        return {replica: ref for ref, replicas in self._replicas.items() for replica in replicas}
+
+    # -- writes, from the watches ----------------------------------------------------------------
+    def put_deployment(self, deployment: Mapping[str, Any]) -> None:
+        ref, model = model_of(deployment)
+        previous = self._models.get(ref)
+        if previous is not None and previous != model:
+            self._by_model.get(previous, set()).discard(ref)
+        self._models[ref] = model
+        self._by_model.setdefault(model, set()).add(ref)
+
+    def delete_deployment(self, deployment: Mapping[str, Any]) -> None:
+        ref, _ = model_of(deployment)
+        self._forget(ref)
+
+    def replace_deployments(self, deployments: Iterable[Mapping[str, Any]], namespace: str | None) -> None:
+        """After a fresh list of one namespace (None: all): what is not in it was deleted while no
+        watch was open."""
+        seen = set()
+        for deployment in deployments:
+            self.put_deployment(deployment)
+            seen.add(model_of(deployment)[0])
+        for ref in set(self._models) - seen:
+            if namespace is None or ref.namespace == namespace:
+                self._forget(ref)
+
+    def put_slice(self, endpoint_slice: Mapping[str, Any]) -> None:
+        ref = service_of(endpoint_slice)
+        if ref is None:
+            return
+        self._slices[_slice_key(endpoint_slice)] = (ref, ready_replicas(endpoint_slice))
+        self._recount(ref)
+
+    def delete_slice(self, endpoint_slice: Mapping[str, Any]) -> None:
+        gone = self._slices.pop(_slice_key(endpoint_slice), None)
+        if gone is not None:
+            self._recount(gone[0])
+
+    def replace_slices(self, slices: Iterable[Mapping[str, Any]], namespace: str | None) -> None:
+        before = {ref for ref, _ in self._slices.values()}
+        self._slices = {
+            key: value for key, value in self._slices.items() if namespace is not None and key[0] != namespace
+        }
+        for endpoint_slice in slices:
+            ref = service_of(endpoint_slice)
+            if ref is not None:
+                self._slices[_slice_key(endpoint_slice)] = (ref, ready_replicas(endpoint_slice))
+        for ref in before | {ref for ref, _ in self._slices.values()}:
+            self._recount(ref)
+
+    def _recount(self, ref: DeploymentRef) -> None:
+        replicas = tuple(
+            sorted({replica for owner, found in self._slices.values() if owner == ref for replica in found})
+        )
+        if replicas == self._replicas.get(ref, ()):
+            return
+        if replicas:
+            self._replicas[ref] = replicas
+        else:
+            self._replicas.pop(ref, None)
+        if self.listener is not None:
+            self.listener.replicas_changed(ref, replicas)
+
+    def _forget(self, ref: DeploymentRef) -> None:
+        model = self._models.pop(ref, None)
+        if model is None:
+            return
+        refs = self._by_model.get(model, set())
+        refs.discard(ref)
+        if not refs:
+            self._by_model.pop(model, None)
+        if self.listener is not None:
+            self.listener.deployment_deleted(ref, model)
+
+
+def _slice_key(endpoint_slice: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = endpoint_slice.get("metadata") or {}
+    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")

@@ -1,0 +1,105 @@
+"""Requests held while their deployment has no ready replica: scale from zero, router side.
+
+A deployment at zero replicas (or whose replicas all went) still gets requests. Rather than fail
+them, the router holds each until a first replica is ready, bounded in count per deployment
+and in time; what is held is what the operator reads (`GET /held`) to start a replica. When the
+deployment is deleted, its held requests fail with an error naming the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from batchd.router.directory import DeploymentRef
+from batchd.router.errors import HoldRefused, UnknownModel
+from batchd.router.metrics import RouterMetrics
+
+
+@dataclass(slots=True)
+class _Waiting:
+    model: str
+    futures: set[asyncio.Future[None]] = field(default_factory=set)
+    since: dict[asyncio.Future[None], float] = field(default_factory=dict)
+
+
+class Holds:
+    """The requests held per deployment; `release` and `fail` are the directory's listener calls."""
+
+    def __init__(self, max_per_deployment: int, metrics: RouterMetrics) -> None:
+        self.max_per_deployment = max_per_deployment
+        self.metrics = metrics
+        self._waiting: dict[DeploymentRef, _Waiting] = {}
+
+    async def wait(self, ref: DeploymentRef, model: str, timeout_s: float) -> None:
+        """Return once `ref` has a ready replica; HoldRefused when the hold is full or `timeout_s`
+        passed, UnknownModel when the deployment is deleted meanwhile."""
+        labels = (ref.namespace, ref.name)
+        waiting = self._waiting.setdefault(ref, _Waiting(model))
+        if len(waiting.futures) >= self.max_per_deployment:
+            self.metrics.holds.labels(*labels, "full").inc()
+            raise HoldRefused(
+                f"model {model!r}: no replica is ready and {self.max_per_deployment} requests already "
+                "wait for one; retry later"
+            )
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        started = time.monotonic()
+        waiting.futures.add(future)
+        waiting.since[future] = started
+        self.metrics.held.labels(*labels).inc()
+        outcome = "released"
+        try:
+            async with asyncio.timeout(timeout_s):
+                await future
+        except TimeoutError:
+            outcome = "timeout"
+            raise HoldRefused(
+                f"model {model!r}: no replica became ready within {timeout_s:g} s; retry later"
+            ) from None
+        except UnknownModel:
+            outcome = "deleted"
+            raise
+        except asyncio.CancelledError:
+            outcome = "cancelled"  # the client went away, or its deadline passed
+            raise
+        finally:
+            waiting.futures.discard(future)
+            waiting.since.pop(future, None)
+            if not waiting.futures and self._waiting.get(ref) is waiting:
+                del self._waiting[ref]
+            self.metrics.held.labels(*labels).dec()
+            self.metrics.hold_seconds.labels(*labels).observe(time.monotonic() - started)
+            self.metrics.holds.labels(*labels, outcome).inc()
+        self.metrics.cold_starts.labels(*labels).inc()
+
+    def release(self, ref: DeploymentRef) -> None:
+        """A replica is ready: every request held for `ref` goes."""
+        waiting = self._waiting.get(ref)
+        for future in waiting.futures if waiting else ():
+            if not future.done():
+                future.set_result(None)
+
+    def fail(self, ref: DeploymentRef, model: str) -> None:
+        """The deployment was deleted: every request held for it fails, naming the model."""
+        waiting = self._waiting.get(ref)
+        for future in waiting.futures if waiting else ():
+            if not future.done():
+                future.set_exception(
+                    UnknownModel(f"model {model!r}: its BatchedDeployment {ref} was deleted")
+                )
+
+    def snapshot(self) -> list[dict[str, object]]:
+        """What is held, per deployment: the operator's signal to start a first replica."""
+        now = time.monotonic()
+        return [
+            {
+                "namespace": ref.namespace,
+                "name": ref.name,
+                "model": waiting.model,
+                "held_requests": len(waiting.futures),
+                "oldest_held_s": round(now - min(waiting.since.values()), 3),
+            }
+            for ref, waiting in sorted(self._waiting.items())
+            if waiting.futures
+        ]

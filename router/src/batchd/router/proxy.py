@@ -1,0 +1,277 @@
+"""The router's ASGI application: each inference request to a replica of its model's deployment.
+
+Per request: the model name from the path picks the deployment (`directory`); with no ready
+replica the request is held (`holding`); otherwise the better of two random replicas by load
+(`picker`, `loads`) gets it, streamed through (`upstream`). A replica that refused it before
+accepting it, or that could not be reached at all, makes way for one other replica; nothing a
+replica may have accepted is sent twice. Besides inference: `GET /held` (what waits for a first
+replica, for the operator), `/metrics`, `/healthz` and `/readyz`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from batchd.router.deadlines import TIMEOUT_HEADER, deadline_of, remaining_header
+from batchd.router.directory import DeploymentRef, Directory
+from batchd.router.errors import (
+    DeadlineExceeded,
+    HoldRefused,
+    NoRoute,
+    NotSynced,
+    RouterError,
+    Unreachable,
+    UpstreamFailed,
+    http_answer,
+)
+from batchd.router.holding import Holds
+from batchd.router.loads import Loads
+from batchd.router.metrics import RouterMetrics
+from batchd.router.paths import model_in_path
+from batchd.router.picker import pick
+from batchd.router.settings import RouterSettings
+from batchd.router.upstream import (
+    Body,
+    ClientGone,
+    ClientWatch,
+    ConnectFailed,
+    Message,
+    Receive,
+    Send,
+    SendFailed,
+    Upstream,
+    relay,
+    request_headers,
+)
+
+logger = logging.getLogger(__name__)
+
+_JSON = [(b"content-type", b"application/json")]
+ROUTES_HELP = "POST /v1/models/NAME:predict, /v2/models/NAME/infer, /v2/models/NAME/generate(_stream)"
+
+
+class Router:
+    """ASGI: routes inference requests to replicas and answers its own few endpoints."""
+
+    def __init__(
+        self,
+        settings: RouterSettings,
+        directory: Directory,
+        holds: Holds,
+        loads: Loads,
+        upstream: Upstream,
+        metrics: RouterMetrics,
+        synced: Callable[[], bool],
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.directory = directory
+        self.holds = holds
+        self.loads = loads
+        self.upstream = upstream
+        self.metrics = metrics
+        self.synced = synced
+        self.rng = rng or random.Random()
+
+    async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
+        method, path = scope["method"], scope["path"]
+        model = model_in_path(method, path)
+        if model is None:
+            await self._own(method, path, send)
+            return
+        ref: DeploymentRef | None = None
+        try:
+            if not self.synced():
+                raise NotSynced("the router has not yet read the deployments from the API server")
+            ref = self.directory.resolve(model)
+            status = await self._route(ref, model, scope, receive, send)
+        except RouterError as error:
+            answer = http_answer(error, self.settings)
+            status = answer.status
+            await send({"type": "http.response.start", "status": status, "headers": answer.headers})
+            await send({"type": "http.response.body", "body": answer.body})
+        except ClientGone:
+            status = 499
+        if ref is not None:
+            self.metrics.requests.labels(ref.namespace, ref.name, f"{status // 100}xx").inc()
+
+    async def _route(
+        self, ref: DeploymentRef, model: str, scope: Message, receive: Receive, send: Send
+    ) -> int:
+        deadline = deadline_of(scope["headers"])
+        received: list[Message] = []
+        if not self.directory.replicas(ref):
+            received = await self._hold(ref, model, receive, deadline)
+        if not received:
+            received.append(await receive())
+        if received[-1]["type"] == "http.disconnect":
+            raise ClientGone
+        body = Body(received, receive, self.settings.retry_body_max_bytes)
+        headers = request_headers(scope["headers"])
+        target = scope["raw_path"].decode("latin-1") if scope.get("raw_path") else scope["path"]
+        if scope["query_string"]:
+            target = f"{target}?{scope['query_string'].decode('latin-1')}"
+        watch = ClientWatch(receive) if body.complete else None
+        try:
+            return await self._forward(ref, model, scope, send, body, headers, target, deadline, watch)
+        except SendFailed:
+            if watch is not None and watch.left:
+                raise ClientGone from None  # the router closed the replica's connection itself
+            raise
+        finally:
+            if watch is not None:
+                watch.stop()
+
+    async def _forward(
+        self,
+        ref: DeploymentRef,
+        model: str,
+        scope: Message,
+        send: Send,
+        body: Body,
+        headers: tuple[bytes, int | None],
+        target: str,
+        deadline: float | None,
+        watch: ClientWatch | None,
+    ) -> int:
+        """To the better of two replicas; to one other after a refusal or no connection at all."""
+        labels = (ref.namespace, ref.name)
+        tried: list[str] = []
+        while True:
+            replica = self._pick(ref, tried)
+            if replica is None:
+                raise Unreachable(
+                    f"model {model!r}: no replica of {ref} could be reached (tried {', '.join(tried)})"
+                )
+            tried.append(replica)
+            last_chance = len(tried) > 1 or not body.replayable
+            extra = b""
+            if deadline is not None:
+                if deadline <= time.monotonic():
+                    raise DeadlineExceeded(f"model {model!r}: the request's {TIMEOUT_HEADER.decode()} passed")
+                extra = remaining_header(deadline)
+            self.loads.begin(replica)
+            try:
+                try:
+                    response = await self.upstream.send(
+                        replica, scope["method"], target, headers, body, extra, watch
+                    )
+                except ConnectFailed as error:
+                    if watch is not None and watch.left:
+                        raise ClientGone from None
+                    self.loads.unreachable(replica)
+                    if last_chance:
+                        raise Unreachable(
+                            f"model {model!r}: no replica of {ref} could be reached: {error}"
+                        ) from None
+                    self.metrics.retries.labels(*labels, "unreachable").inc()
+                    continue
+                except SendFailed as error:
+                    if watch is not None and watch.left:
+                        raise
+                    raise UpstreamFailed(
+                        f"model {model!r}: replica {replica} of {ref} failed after the request was sent; "
+                        f"not sent again, as it may have been computed ({error})"
+                    ) from None
+                try:
+                    if not last_chance and response.refused() and self._others(ref, tried):
+                        await response.read()  # a short answer: the connection stays usable
+                        self.metrics.retries.labels(*labels, "refused").inc()
+                        continue
+                    await relay(response, send)
+                    return response.status
+                except SendFailed as error:
+                    if response.started or (watch is not None and watch.left):
+                        raise  # uvicorn cuts the client's connection: the answer is incomplete
+                    raise UpstreamFailed(
+                        f"model {model!r}: replica {replica} of {ref} failed while answering; "
+                        f"not sent again, as it may have been computed ({error})"
+                    ) from None
+                finally:
+                    response.release()
+            finally:
+                self.loads.end(replica)
+
+    def _others(self, ref: DeploymentRef, tried: list[str]) -> bool:
+        return any(replica not in tried for replica in self.directory.replicas(ref))
+
+    async def _hold(
+        self, ref: DeploymentRef, model: str, receive: Receive, deadline: float | None
+    ) -> list[Message]:
+        """Wait for a first replica of `ref`, reading the body meanwhile (up to what a retry may
+        keep) so that a client that leaves stops waiting; what was read of the body comes back."""
+        timeout_s = self.settings.hold_timeout_s
+        if deadline is not None:
+            timeout_s = min(timeout_s, deadline - time.monotonic())
+        received: list[Message] = []
+        held = asyncio.ensure_future(self.holds.wait(ref, model, timeout_s))
+        watching = asyncio.ensure_future(self._watch_client(receive, received))
+        try:
+            await asyncio.wait((held, watching), return_when=asyncio.FIRST_COMPLETED)
+            if watching.done() and received and received[-1]["type"] == "http.disconnect":
+                raise ClientGone
+            try:
+                await held
+            except HoldRefused:
+                if deadline is not None and deadline <= time.monotonic():
+                    raise DeadlineExceeded(
+                        f"model {model!r}: the request's {TIMEOUT_HEADER.decode()} passed while it "
+                        "waited for a first replica"
+                    ) from None
+                raise
+        finally:
+            for task in (held, watching):
+                task.cancel()
+            await asyncio.gather(held, watching, return_exceptions=True)
+        return received
+
+    async def _watch_client(self, receive: Receive, received: list[Message]) -> None:
+        """Read the body into `received`; then the next message can only say the client left."""
+        size = 0
+        while True:
+            message = await receive()
+            received.append(message)
+            if message["type"] == "http.disconnect":
+                return
+            size += len(message.get("body", b""))
+            if size > self.settings.retry_body_max_bytes:
+                return  # read no more ahead: the rest streams once a replica is there
+
+    def _pick(self, ref: DeploymentRef, tried: list[str]) -> str | None:
+        replicas = self.directory.replicas(ref)
+        ready = [replica for replica in replicas if self.loads.ready(replica)] or replicas
+        candidates = [replica for replica in ready if replica not in tried]
+        replica = pick(candidates, self.loads.items, self.rng)
+        if replica is not None:
+            choice = "two_choices" if len(candidates) > 1 else "only_choice"
+            self.metrics.decisions.labels(ref.namespace, ref.name, choice).inc()
+        return replica
+
+    async def _own(self, method: str, path: str, send: Send) -> None:
+        if method == "GET" and path == "/held":
+            await _send(send, 200, orjson.dumps({"deployments": self.holds.snapshot()}), _JSON)
+        elif method == "GET" and path == "/metrics":
+            headers = [(b"content-type", CONTENT_TYPE_LATEST.encode())]
+            await _send(send, 200, generate_latest(self.metrics.registry), headers)
+        elif method == "GET" and path == "/healthz":
+            await _send(send, 200, b'{"live":true}', _JSON)
+        elif method == "GET" and path == "/readyz":
+            ready = self.synced()
+            await _send(send, 200 if ready else 503, orjson.dumps({"ready": ready}), _JSON)
+        else:
+            answer = http_answer(
+                NoRoute(f"no route for {method} {path}; the router forwards {ROUTES_HELP}"), self.settings
+            )
+            await _send(send, answer.status, answer.body, answer.headers)
+
+
+async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

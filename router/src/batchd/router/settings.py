@@ -1,0 +1,74 @@
+"""Router settings, read once at startup from `BATCHD_*` variables and flags, then passed down.
+
+Nothing below reads the environment again, so a running router never changes behaviour because
+a variable changed under it. A bad value stops the process at startup naming the variable.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
+from pydantic_settings import NoDecode
+
+from batchd.api.environment import EnvironmentSettings
+
+# The port clients reach the router on (container port named "http" in its pod).
+ROUTER_PORT = 8080
+
+
+class RouterSettings(EnvironmentSettings):
+    """Everything the router can be told; each default says why it is what it is."""
+
+    # Loopback by default: a router listening on a shared pod network is the chart's decision.
+    host: str = "127.0.0.1"
+    port: int = Field(default=ROUTER_PORT, ge=0, le=65535)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Namespaces whose BatchedDeployments are routed to, comma-separated; empty = the whole cluster
+    # (then the router needs a ClusterRole, see `rbac`).
+    namespaces: Annotated[tuple[str, ...], NoDecode] = ()
+    # Where the kubeconfig is when running outside a cluster ("" = in-cluster service account).
+    kubeconfig: str = Field(default="", validation_alias="KUBECONFIG", repr=False)
+    # Seconds a watch asks the API server to run before it ends and is opened again; the API server's
+    # own default lies between 30 and 60 minutes, a shorter one spreads reconnects of many routers.
+    watch_timeout_s: PositiveInt = 300
+    # Seconds to wait before opening a watch again after it failed (API server away, 410 Gone).
+    watch_retry_s: PositiveFloat = 1.0
+
+    # Requests held per deployment while it has no ready replica (scale from zero); past it: 503.
+    # Each held request is a connection and its body in memory, bounded here.
+    max_held_per_deployment: NonNegativeInt = 256
+    # Seconds a request is held waiting for a first replica before 503 + Retry-After. Long enough
+    # for a small model to start on a warm node; a large one takes longer and its clients retry.
+    hold_timeout_s: PositiveFloat = 30.0
+    # The Retry-After (seconds) of a 503 for a request that could not be held or waited too long.
+    hold_retry_after_s: PositiveInt = 5
+
+    # Seconds between two reads of every replica's `GET /load`: the correction for load the router
+    # did not send (other routers, direct clients); its own in-flight count is exact at all times.
+    load_poll_interval_s: PositiveFloat = 0.5
+    # Seconds one read may take; a replica that does not answer keeps its last reading.
+    load_poll_timeout_s: PositiveFloat = 1.0
+
+    # A request body up to this size is kept while it streams to a replica, so that a replica's
+    # refusal (queue full, draining) can be retried on another; a larger one is not retried (bytes).
+    retry_body_max_bytes: NonNegativeInt = 1024 * 1024
+    # Keep-alive connections per replica, at most (0 = no bound): the replica queues, not the socket.
+    upstream_connections_per_replica: NonNegativeInt = 512
+    # Seconds an idle connection to a replica is kept; below the replica's 75 s so that the replica
+    # never closes a connection the router is about to reuse.
+    upstream_keepalive_s: PositiveFloat = 30.0
+    # Seconds to open a connection to a replica; one that cannot be reached is tried no longer.
+    upstream_connect_timeout_s: PositiveFloat = 2.0
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(namespace.strip() for namespace in value.split(",") if namespace.strip())
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value

@@ -1,0 +1,234 @@
+"""Forwarding one request to one replica: headers and body out, the answer back, streamed both ways.
+
+What matters for retries is where a failure happened. A connection that could not be opened
+carried nothing, so the request may go elsewhere; once the request has been written, a reset
+may come after the replica accepted it, so it is never sent again. A replica that refused a
+request before accepting it says so with the `batchd-refused` header on its 503; only those
+answers are retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from batchd.router.connections import ConnectFailed, Connection, Pool, SendFailed
+from batchd.router.deadlines import TIMEOUT_HEADER
+from batchd.router.settings import RouterSettings
+
+__all__ = ["Answer", "Body", "ClientGone", "ClientWatch", "ConnectFailed", "SendFailed", "Upstream", "relay"]
+
+# ASGI's callables, as uvicorn passes them.
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+# Set by a replica on a 503 for a request it did not accept (queue full, draining, stalled,
+# loading): its value is the reason. Nothing of the request was computed; another replica may take it.
+REFUSED_HEADER = b"batchd-refused"
+# Headers of one connection, not of the request or the answer (RFC 9110 7.6.1), and `host`: the
+# router writes its own for its own connection.
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"host",
+    }
+)
+# Of a request, the router also writes the body's framing and the time left (see deadlines).
+_NOT_FORWARDED = HOP_BY_HOP | {b"content-length", TIMEOUT_HEADER}
+# Answers up to this size with a Content-Length go to the client in one write; larger ones, and
+# streams, go piece by piece as they come.
+WHOLE_ANSWER_MAX_BYTES = 64 * 1024
+
+
+class ClientGone(Exception):
+    """The client went away before its answer: there is nobody left to answer."""
+
+
+class Body:
+    """A request body on its way to a replica: passed on as it arrives, kept up to `keep_max_bytes`
+    so that it can be sent again to another replica after a refusal."""
+
+    def __init__(self, messages: list[Message], receive: Receive, keep_max_bytes: int) -> None:
+        """`messages`: what was already received of the body (at least one `http.request`)."""
+        first = b"".join(message.get("body", b"") for message in messages)
+        self._chunks = [first]
+        self._more = bool(messages[-1].get("more_body", False))
+        self._receive = receive
+        self._size = len(first)
+        self._keep_max = keep_max_bytes
+        self.replayable = self._size <= keep_max_bytes
+        self.complete = not self._more  # all of it arrived with the first messages
+
+    def payload(self) -> bytes | AsyncIterator[bytes]:
+        if not self._more:
+            return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        return self._stream()
+
+    async def _stream(self) -> AsyncIterator[bytes]:
+        for chunk in list(self._chunks):
+            if chunk:
+                yield chunk
+        while self._more:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone("the client went away while sending its request")
+            chunk = message.get("body", b"")
+            self._more = message.get("more_body", False)
+            self._size += len(chunk)
+            if self.replayable and self._size <= self._keep_max:
+                self._chunks.append(chunk)
+            else:
+                self.replayable, self._chunks = False, []
+            if chunk:
+                yield chunk
+
+
+def request_headers(raw: list[tuple[bytes, bytes]]) -> tuple[bytes, int | None]:
+    """The client's headers as the replica gets them (all but the connection's own), and the
+    Content-Length the client sent, if any."""
+    lines = []
+    length = None
+    for name, value in raw:
+        lowered = name.lower()
+        if lowered == b"content-length":
+            length = int(value)
+        elif lowered not in _NOT_FORWARDED:
+            lines.append(b"%b: %b\r\n" % (name, value))
+    return b"".join(lines), length
+
+
+class ClientWatch:
+    """Watches for the client leaving while its (fully received) request is with a replica, and
+    then closes the connection to the replica: the replica sees its client leave, as it would
+    without the router, and drops what it had not computed yet."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.left = False
+        self.connection: Connection | None = None
+        task: asyncio.Future[Message] = asyncio.ensure_future(receive())
+        task.add_done_callback(self._done)
+        self._task: asyncio.Future[Message] | None = task
+
+    def _done(self, task: asyncio.Future[Message]) -> None:
+        if task.cancelled() or task.exception() is not None or self._task is None:
+            return
+        if task.result()["type"] == "http.disconnect":
+            self.left = True
+            if self.connection is not None:
+                self.connection.close()
+
+    def stop(self) -> None:
+        """The exchange is over: what the client does now is no longer the replica's business."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+
+
+class Answer:
+    """A replica's answer, its status and headers read, its body not yet; `release` once done."""
+
+    def __init__(self, pool: Pool, replica: str, connection: Connection) -> None:
+        self._pool, self._replica, self._connection = pool, replica, connection
+        self.status = connection.status
+        self.headers = [(name, value) for name, value in connection.headers if name not in HOP_BY_HOP]
+        self.content_length = next(
+            (int(value) for name, value in connection.headers if name == b"content-length"), None
+        )
+        self.started = False  # the status line went to the client: a failure now can only cut it off
+        self._released = False
+
+    def refused(self) -> bool:
+        """The replica refused the request before accepting it: it may go to another replica."""
+        return self.status == 503 and any(name == REFUSED_HEADER for name, _ in self.headers)
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self._connection.body()])
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self._connection.body()
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._pool.release(self._replica, self._connection)
+
+
+class Upstream:
+    """The keep-alive connections to every replica, for the router's lifetime."""
+
+    def __init__(self, settings: RouterSettings) -> None:
+        self.pool = Pool(
+            limit=settings.upstream_connections_per_replica,
+            keepalive_s=settings.upstream_keepalive_s,
+            connect_timeout_s=settings.upstream_connect_timeout_s,
+        )
+
+    def close(self) -> None:
+        self.pool.close()
+
+    async def send(
+        self,
+        replica: str,
+        method: str,
+        target: str,
+        headers: tuple[bytes, int | None],
+        body: Body,
+        extra: bytes = b"",
+        watch: ClientWatch | None = None,
+    ) -> Answer:
+        """ConnectFailed when nothing was sent; SendFailed when the connection failed after.
+        `extra`: header lines of the router's own (the time left)."""
+        block, length = headers
+        payload = body.payload()
+        if isinstance(payload, bytes):
+            framing, chunked = b"content-length: %d\r\n" % len(payload), False
+        elif length is not None:
+            framing, chunked = b"content-length: %d\r\n" % length, False
+        else:
+            framing, chunked = b"transfer-encoding: chunked\r\n", True
+        head = b"%b %b HTTP/1.1\r\nhost: %b\r\n%b%b%b\r\n" % (
+            method.encode(),
+            target.encode("latin-1"),
+            replica.encode(),
+            block,
+            extra,
+            framing,
+        )
+        connection = await self.pool.acquire(replica)
+        if watch is not None:
+            watch.connection = connection
+            if watch.left:
+                connection.close()
+        try:
+            await connection.exchange(head, payload, chunked)
+        except BaseException:
+            connection.close()
+            self.pool.release(replica, connection)
+            raise
+        return Answer(self.pool, replica, connection)
+
+
+async def relay(answer: Answer, send: Send) -> None:
+    """The replica's answer to the client: small ones in one write, the rest (streams) as they come."""
+    length = answer.content_length
+    if length is not None and length <= WHOLE_ANSWER_MAX_BYTES:
+        body = await answer.read()
+        answer.started = True
+        await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+        await send({"type": "http.response.body", "body": body})
+        return
+    answer.started = True
+    await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+    async for chunk in answer.chunks():
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})

@@ -1,0 +1,399 @@
+"""The router's stand-in cluster: the project's API emulator taught label selectors and EndpointSlices.
+
+The router watches EndpointSlices by label, which plain KMock does not filter. As the API server
+documents it (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/), a
+`labelSelector` of equality (`a=b`, `a==b`, `a!=b`), set (`a in (x,y)`, `a notin (x)`) and
+existence (`a`, `!a`) requirements, comma-joined (AND), filters LIST and WATCH; on a watch, an
+object that stops matching arrives as DELETED and one that starts matching as ADDED. LIST carries
+the store's resourceVersion. EndpointSlices are validated against the Kubernetes schemas, as the
+other built-in kinds are. (Candidates for `batchd.testing.apiserver`, where the operator's tests
+would get them too.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import kmock
+import pytest
+import yaml
+from kmock._internal import rendering
+
+from batchd.api.spec import GROUP, PLURAL, VERSION
+from batchd.testing.apiserver import ApiServer, Resource, default_resources, kubeconfig_for, validate_builtin
+from batchd.testing.manifests import manifest
+from batchd.testing.servers import ServerProcess, start_process, uvicorn_in_thread
+
+T = TypeVar("T")
+
+SLICES_PATH = "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
+DEPLOYMENTS_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}"
+# The labels the operator gives a replica Service (operator/children.py), which the EndpointSlice
+# controller copies onto the Service's slices.
+SERVICE_LABELS = {
+    "app.kubernetes.io/name": "batchd-replica",
+    "app.kubernetes.io/component": "replica",
+    "app.kubernetes.io/managed-by": "batchd",
+}
+
+
+def _requirement(text: str) -> Callable[[Mapping[str, str]], bool]:
+    text = text.strip()
+    for keyword, wanted in ((" notin ", False), (" in ", True)):
+        if keyword in text:
+            key, _, values = text.partition(keyword)
+            allowed = {value.strip() for value in values.strip().strip("()").split(",")}
+            key = key.strip()
+            if wanted:
+                return lambda labels: labels.get(key) in allowed
+            return lambda labels: key not in labels or labels[key] not in allowed
+    if "!=" in text:
+        key, _, value = text.partition("!=")
+        return lambda labels: labels.get(key.strip()) != value.strip()
+    if "=" in text:
+        key, _, value = text.replace("==", "=").partition("=")
+        return lambda labels: labels.get(key.strip()) == value.strip()
+    if text.startswith("!"):
+        return lambda labels: text[1:].strip() not in labels
+    return lambda labels: text in labels
+
+
+def _split(selector: str) -> list[str]:
+    """Requirements are comma-separated, except for the commas inside `in (...)` sets."""
+    parts, depth, current = [], 0, ""
+    for char in selector:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return [part for part in [*parts, current] if part.strip()]
+
+
+def selects(selector: str, labels: Mapping[str, str]) -> bool:
+    return all(_requirement(part)(labels) for part in _split(selector))
+
+
+def _labels(document: Any) -> Mapping[str, str]:
+    return ((document or {}).get("metadata") or {}).get("labels") or {}
+
+
+class SelectingApiServer(ApiServer):
+    """The project's emulator, plus `labelSelector` on LIST and WATCH and the list's resourceVersion;
+    it records the router's calls apart, as (group, resource, verb), for the RBAC test."""
+
+    router_calls: set[tuple[str, str, str]]
+
+    def _record(self, request: rendering.Request) -> None:
+        if not str(request.headers.get("User-Agent", "")).startswith("batchd-router/"):
+            super()._record(request)  # the operator's, which the chart's RBAC test compares
+            return
+        if request.resource is not None and request.resource.plural:
+            watching = request.params.get("watch") in ("true", "1")
+            verb = "watch" if watching else "get" if request.name else "list"
+            if request.method is None or request.method.value.upper() != "GET":
+                verb = request.method.value.lower() if request.method else "?"  # a write: never allowed
+            call = (request.resource.group or "", request.resource.plural, verb)
+            self.router_calls = {*getattr(self, "router_calls", set()), call}
+
+    async def _serve_list(self, request: rendering.Request) -> Any:
+        listed = await super()._serve_list(request)
+        selector = request.params.get("labelSelector", "")
+        listed["items"] = [item for item in listed["items"] if selects(selector, _labels(item))]
+        listed["metadata"] = {"resourceVersion": str(self.revision)}
+        return listed
+
+    async def _serve_watch(self, request: rendering.Request) -> Any:
+        selector = request.params.get("labelSelector", "")
+        matching: set[tuple[str, str]] = set()
+        async for event in super()._serve_watch(request):
+            if not isinstance(event, dict) or not selector:
+                yield event
+                continue
+            metadata = event["object"].get("metadata") or {}
+            key = (metadata.get("namespace", ""), metadata.get("name", ""))
+            if selects(selector, _labels(event["object"])) and event["type"] != "DELETED":
+                yield {**event, "type": "MODIFIED" if key in matching else "ADDED"}
+                matching.add(key)
+            elif key in matching:
+                matching.discard(key)
+                yield {**event, "type": "DELETED"}
+
+
+def endpoint_slice(
+    service: str,
+    replicas: list[str],
+    *,
+    name: str | None = None,
+    ready: bool = True,
+    namespace: str = "default",
+) -> dict[str, Any]:
+    """An EndpointSlice as the controller makes it for a replica Service: `replicas` are `host:port`
+    (a slice has one port, so replicas on other ports go in other slices)."""
+    ports = {replica.rpartition(":")[2] for replica in replicas}
+    assert len(ports) <= 1, f"one port per slice: {replicas}"
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name or f"{service}-slice",
+            "namespace": namespace,
+            "labels": {
+                **SERVICE_LABELS,
+                "app.kubernetes.io/instance": service,
+                "kubernetes.io/service-name": service,
+                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+            },
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": int(ports.pop()) if ports else 8000, "protocol": "TCP"}],
+        "endpoints": [
+            {"addresses": [replica.rpartition(":")[0]], "conditions": {"ready": ready}}
+            for replica in replicas
+        ],
+    }
+
+
+class StandIn:
+    """What the tests do to the cluster (BatchedDeployments and EndpointSlices, through the API),
+    and the helpers they share: the one fixture of the router's tests."""
+
+    slice = staticmethod(endpoint_slice)
+    selects = staticmethod(selects)
+
+    def __init__(self, server: SelectingApiServer, tmp_path: Path) -> None:
+        self.server = server
+        self.tmp_path = tmp_path
+
+    @staticmethod
+    async def eventually(
+        probe: Callable[[], T | Awaitable[T]], *, timeout_s: float = 15.0, what: str = "the condition"
+    ) -> T:
+        """Poll `probe` (plain or async) until it returns something truthy, in the test's loop so
+        that the emulator keeps serving meanwhile; fail after `timeout_s` saying what was awaited."""
+        deadline = time.monotonic() + timeout_s
+        last: Any = None
+        while time.monotonic() < deadline:
+            result = probe()
+            last = await result if inspect.isawaitable(result) else result
+            if last:
+                return last  # type: ignore[no-any-return]
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last seen: {last!r}")
+
+    @asynccontextmanager
+    async def router(self, **settings: Any) -> AsyncIterator[ServerProcess]:
+        """`python -m batchd.router` against the emulator (`settings`: RouterSettings fields),
+        yielded once it has listed the deployments and endpoints; stopped on the way out."""
+        env = {"KUBECONFIG": self.server.kubeconfig_path, "BATCHD_LOG_LEVEL": "warning"}
+        env.update({f"BATCHD_{key.upper()}": str(value) for key, value in settings.items()})
+        command = [sys.executable, "-m", "batchd.router"]
+        router = start_process("router", command, self.tmp_path / "logs", env=env)
+
+        async def ready() -> bool:
+            router.check_alive()
+            try:
+                async with aiohttp.ClientSession() as client, client.get(f"{router.url}/readyz") as response:
+                    return response.status == 200
+            except aiohttp.ClientError:
+                return False
+
+        try:
+            await self.eventually(ready, timeout_s=60, what="the router ready")
+            yield router
+        finally:
+            await asyncio.to_thread(router.stop, 20)
+
+    async def _call(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> Any:
+        response = await self.server.request(
+            method,
+            path,
+            data=json.dumps(body) if body is not None else None,
+            headers={"Content-Type": content_type},
+        )
+        document = await response.json()
+        assert 200 <= response.status < 300, document
+        return document
+
+    async def create_deployment(
+        self, name: str, *, model: str | None = None, namespace: str = "default"
+    ) -> None:
+        document = manifest(name)
+        if model is not None:
+            document["spec"]["model"]["name"] = model
+        await self._call("POST", DEPLOYMENTS_PATH.format(ns=namespace), document)
+
+    async def deploy(self, name: str, *replicas: str) -> None:
+        """A BatchedDeployment `name` whose Service has these ready replicas (`host:port`), each in
+        a slice of its own (a slice has one port)."""
+        await self.create_deployment(name)
+        for n, replica in enumerate(replicas):
+            await self.put_slice(endpoint_slice(name, [replica], name=f"{name}-{n}"))
+
+    async def delete_deployment(self, name: str, namespace: str = "default") -> None:
+        await self._call("DELETE", f"{DEPLOYMENTS_PATH.format(ns=namespace)}/{name}")
+
+    async def put_slice(self, document: dict[str, Any]) -> None:
+        namespace, name = document["metadata"]["namespace"], document["metadata"]["name"]
+        if self.server.get_object("discovery.k8s.io/endpointslices", namespace, name) is None:
+            await self._call("POST", SLICES_PATH.format(ns=namespace), document)
+        else:
+            path = f"{SLICES_PATH.format(ns=namespace)}/{name}"
+            await self._call("PATCH", path, document, "application/merge-patch+json")
+
+    async def delete_slice(self, name: str, namespace: str = "default") -> None:
+        await self._call("DELETE", f"{SLICES_PATH.format(ns=namespace)}/{name}")
+
+
+def slice_resource() -> Resource:
+    return Resource("discovery.k8s.io", "endpointslices", "EndpointSlice", validator=validate_builtin)
+
+
+@pytest.fixture
+async def stand_in(tmp_path: Path) -> AsyncIterator[StandIn]:
+
+    async with SelectingApiServer() as server, kmock.Server(server):
+        server.register([*default_resources(), slice_resource()])
+        kubeconfig = tmp_path / "kubeconfig.yaml"
+        kubeconfig.write_text(yaml.safe_dump(kubeconfig_for(str(server.url).rstrip("/"))))
+        server.kubeconfig_path = str(kubeconfig)
+        yield StandIn(server, tmp_path)
+
+
+class FakeReplica:
+    """A replica's HTTP surface and nothing behind it, over real uvicorn: it counts what it was sent
+    and answers as `mode` says. `ok`: 200; `refuse`: 503 marked as refused before accepting;
+    `overloaded`: 503 unmarked (a callee's refusal after accepting); `echo`: the body back;
+    `hang`: no answer until its client leaves; `closing`: 200 with `Connection: close`;
+    `stream`: Server-Sent Events,
+    the second one only once `go_on` is set."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.received = 0
+        self.bodies: list[bytes] = []
+        self.headers: list[dict[bytes, bytes]] = []
+        self.left = 0  # clients seen leaving (`hang`)
+        self.go_on = threading.Event()
+        self.url = ""
+        self.load = {"ready": True, "queued_items": 0, "running_items": 0}  # what GET /load says
+
+    @property
+    def address(self) -> str:
+        return self.url.removeprefix("http://")
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        if scope["path"] == "/load":
+            await _answer(send, 200, json.dumps(self.load).encode())
+            return
+        self.received += 1
+        self.bodies.append(body)
+        self.headers.append(dict(scope["headers"]))
+        if self.mode == "refuse":
+            headers = [(b"retry-after", b"1"), (b"batchd-refused", b"queue_full")]
+            await _answer(send, 503, b'{"error": "queue full"}', headers)
+        elif self.mode == "overloaded":
+            await _answer(send, 503, b'{"error": "callee overloaded"}', [(b"retry-after", b"1")])
+        elif self.mode == "hang":  # computes until its client leaves
+            if (await receive())["type"] == "http.disconnect":
+                self.left += 1
+        elif self.mode == "closing":  # as a draining replica answers: and then it closes
+            await _answer(send, 200, b'{"predictions": [2]}', [(b"connection", b"close")])
+        elif self.mode == "echo":
+            await _answer(send, 200, body, [(b"content-type", b"application/octet-stream")])
+        elif self.mode == "stream":
+            headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            first = b'data: {"text_output": "one"}\n\n'
+            await send({"type": "http.response.body", "body": first, "more_body": True})
+            await asyncio.to_thread(self.go_on.wait, 30)
+            await send({"type": "http.response.body", "body": b'data: {"text_output": "two"}\n\n'})
+        else:
+            await _answer(send, 200, b'{"predictions": [' + str(self.url.rpartition(":")[2]).encode() + b"]}")
+
+
+async def _answer(
+    send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    headers = [(b"content-type", b"application/json"), *(headers or [])]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class ResettingReplica:
+    """A replica that reads the whole request and then drops the connection without answering:
+    what a crash after accepting looks like from outside. Counts the requests it read."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            with connection:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = connection.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                if b"/load" in data.split(b"\r\n", 1)[0]:
+                    continue
+                self.received += 1
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() below, which close() would not
+        self._listener.close()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture
+def fakes() -> Iterator[Callable[[str], FakeReplica]]:
+    """`fakes(mode)`: a FakeReplica listening on loopback; all stopped after the test."""
+    with contextlib.ExitStack() as stack:
+
+        def start(mode: str) -> FakeReplica:
+            fake = FakeReplica(mode)
+            fake.url = stack.enter_context(uvicorn_in_thread(fake, wait_ready=False))
+            return fake
+
+        yield start
+
+
+@pytest.fixture
+def resetting() -> Iterator[ResettingReplica]:
+    replica = ResettingReplica()
+    yield replica
+    replica.close()

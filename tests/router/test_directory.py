@@ -1,0 +1,136 @@
+"""What the watches feed in: model names to deployments, EndpointSlices to ready replicas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from batchd.router.app import DirectoryEvents
+from batchd.router.directory import DeploymentRef, Directory, ready_replicas
+from batchd.router.errors import AmbiguousModel, UnknownModel
+from batchd.router.holding import Holds
+from batchd.router.metrics import RouterMetrics
+
+
+def bd(name: str, model: str | None = None, namespace: str = "default") -> dict[str, Any]:
+    spec: dict[str, Any] = {"model": {"handler": "examples.adder:BatchAdder.handle_batch"}}
+    if model:
+        spec["model"]["name"] = model
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def endpoint_slice(
+    service: str, endpoints: list[tuple[str, bool | None]], port: int = 8000, name: str = ""
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name or f"{service}-x",
+            "namespace": "default",
+            "labels": {"kubernetes.io/service-name": service},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "metrics", "port": 9090}, {"name": "http", "port": port}],
+        "endpoints": [
+            {"addresses": [address], "conditions": {} if ready is None else {"ready": ready}}
+            for address, ready in endpoints
+        ],
+    }
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.changes: list[tuple[str, tuple[str, ...]]] = []
+        self.deleted: list[tuple[str, str]] = []
+
+    def replicas_changed(self, ref: DeploymentRef, replicas: tuple[str, ...]) -> None:
+        self.changes.append((str(ref), replicas))
+
+    def deployment_deleted(self, ref: DeploymentRef, model: str) -> None:
+        self.deleted.append((str(ref), model))
+
+
+def test_the_model_name_defaults_to_the_deployments_name() -> None:
+    directory = Directory()
+    directory.put_deployment(bd("adder"))
+    directory.put_deployment(bd("embedder", model="minilm"))
+    assert directory.resolve("adder") == DeploymentRef("default", "adder")
+    assert directory.resolve("minilm") == DeploymentRef("default", "embedder")
+    with pytest.raises(UnknownModel, match="'embedder'"):
+        directory.resolve("embedder")
+
+
+def test_a_model_served_twice_is_refused_naming_both_deployments() -> None:
+    directory = Directory()
+    directory.put_deployment(bd("a", model="same"))
+    directory.put_deployment(bd("b", model="same", namespace="other"))
+    with pytest.raises(AmbiguousModel, match="default/a, other/b"):
+        directory.resolve("same")
+
+
+def test_renaming_the_model_moves_it() -> None:
+    directory = Directory()
+    directory.put_deployment(bd("a", model="old"))
+    directory.put_deployment(bd("a", model="new"))
+    assert directory.resolve("new") == DeploymentRef("default", "a")
+    with pytest.raises(UnknownModel):
+        directory.resolve("old")
+
+
+def test_only_ready_endpoints_on_the_http_port_are_replicas() -> None:
+    found = ready_replicas(
+        endpoint_slice("adder", [("10.0.0.1", True), ("10.0.0.2", False), ("10.0.0.3", None)])
+    )
+    assert found == ("10.0.0.1:8000", "10.0.0.3:8000")
+    assert (
+        ready_replicas({"ports": [{"name": "other", "port": 1}], "endpoints": [{"addresses": ["1.2.3.4"]}]})
+        == ()
+    )
+    ipv6 = {**endpoint_slice("adder", [("fd00::1", True)]), "addressType": "IPv6"}
+    assert ready_replicas(ipv6) == ("[fd00::1]:8000",)
+
+
+def test_replicas_are_the_union_of_a_services_slices_and_changes_are_told() -> None:
+    seen = Seen()
+    directory = Directory(seen)
+    ref = DeploymentRef("default", "adder")
+    directory.put_slice(endpoint_slice("adder", [("10.0.0.1", True)], name="s1"))
+    directory.put_slice(endpoint_slice("adder", [("10.0.0.2", True)], port=8001, name="s2"))
+    assert directory.replicas(ref) == ("10.0.0.1:8000", "10.0.0.2:8001")
+    directory.delete_slice(endpoint_slice("adder", [], name="s1"))
+    assert directory.replicas(ref) == ("10.0.0.2:8001",)
+    directory.put_slice(endpoint_slice("adder", [("10.0.0.2", True)], port=8001, name="s2"))  # no change
+    assert seen.changes == [
+        ("default/adder", ("10.0.0.1:8000",)),
+        ("default/adder", ("10.0.0.1:8000", "10.0.0.2:8001")),
+        ("default/adder", ("10.0.0.2:8001",)),
+    ]
+
+
+def test_a_fresh_list_forgets_what_was_deleted_meanwhile_in_its_namespace_only() -> None:
+    seen = Seen()
+    directory = Directory(seen)
+    directory.put_deployment(bd("gone"))
+    directory.put_deployment(bd("elsewhere", namespace="other"))
+    directory.put_slice(endpoint_slice("gone", [("10.0.0.1", True)]))
+    directory.replace_deployments([bd("kept")], "default")
+    directory.replace_slices([], "default")
+    assert seen.deleted == [("default/gone", "gone")]
+    assert directory.resolve("elsewhere") == DeploymentRef("other", "elsewhere")
+    assert directory.replicas(DeploymentRef("default", "gone")) == ()
+
+
+def test_a_replica_that_leaves_has_its_idle_connections_closed() -> None:
+    class Pool:
+        def __init__(self) -> None:
+            self.forgotten: list[str] = []
+
+        def forget(self, replica: str) -> None:
+            self.forgotten.append(replica)
+
+    pool = Pool()
+    events = DirectoryEvents(Holds(1, RouterMetrics()), RouterMetrics(), pool)  # type: ignore[arg-type]
+    directory = Directory(events)
+    directory.put_slice(endpoint_slice("adder", [("10.0.0.1", True), ("10.0.0.2", True)]))
+    directory.put_slice(endpoint_slice("adder", [("10.0.0.2", True)]))
+    assert pool.forgotten == ["10.0.0.1:8000"]

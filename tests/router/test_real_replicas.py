@@ -1,0 +1,120 @@
+"""The router in front of real `batchd serve` replicas: load spreads under a keep-alive client, and
+a replica killed mid-load loses only what it had accepted.
+
+kube-proxy balances connections: a client with a keep-alive pool sends most of its requests to
+whichever pod its connections landed on (84% to one of four, measured on the stand-in cluster).
+The router picks a replica per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+
+from batchd.testing.manifests import manifest
+from batchd.testing.servers import ServerProcess, start_replica, write_manifest
+
+pytestmark = pytest.mark.slow
+
+URL = "{router}/v1/models/slow:predict"
+# 160 items/s a replica at full batches, the scenario's slow adder.
+SLOW = {"handler": "batchd.testing.handlers:SlowAdder", "init_kwargs": {"delay_s": 0.05}}
+BATCHING = {"max_batch_size": 8, "batch_wait_timeout_s": 0.005, "max_queued_requests": 256}
+
+
+@pytest.fixture
+def replicas(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[ServerProcess]]:
+    """`count` (the test's parameter, default 3) ready replicas of the slow adder."""
+    count = getattr(request, "param", 3)
+    path = write_manifest(tmp_path, manifest("slow", SLOW, batching=BATCHING))
+    started = [start_replica(path, tmp_path / "logs", name=f"slow-{n}") for n in range(count)]
+    try:
+        for replica in started:
+            replica.wait_ready(180)
+        yield started
+    finally:
+        for replica in started:
+            if replica.process.poll() is None:
+                replica.process.kill()
+                replica.process.wait(timeout=30)
+
+
+def served(replica: ServerProcess) -> int:
+    """Requests the replica answered with success, from its own metrics."""
+    text = httpx.get(f"{replica.url}/metrics", timeout=5).text
+    return sum(
+        int(float(value))
+        for value in re.findall(r'^batchd_requests_total\{[^}]*outcome="success"[^}]*\} (\S+)$', text, re.M)
+    )
+
+
+async def closed_loop(url: str, count: int, connections: int, on_answer: Any = None) -> list[int]:
+    """`connections` workers on a keep-alive pool, each sending its next request when its last one
+    is answered, `count` requests in all; the statuses in the order they were sent."""
+    statuses: list[int] = [0] * count
+    next_index = iter(range(count))
+    connector = aiohttp.TCPConnector(limit=connections)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as client:
+
+        async def worker() -> None:
+            for n in next_index:
+                async with client.post(url, json={"instances": [n]}) as response:
+                    await response.read()
+                    statuses[n] = response.status
+                if on_answer is not None:
+                    await on_answer(statuses)
+
+        await asyncio.gather(*(worker() for _ in range(connections)))
+    return statuses
+
+
+async def add_replicas(stand_in: Any, replicas: list[ServerProcess]) -> None:
+    await stand_in.deploy("slow", *(f"{replica.host}:{replica.port}" for replica in replicas))
+
+
+async def test_a_keep_alive_client_is_spread_over_every_replica(
+    stand_in: Any, replicas: list[ServerProcess]
+) -> None:
+    await add_replicas(stand_in, replicas)
+    async with stand_in.router() as router:
+        statuses = await closed_loop(URL.format(router=router.url), 360, connections=12)
+    assert statuses == [200] * 360
+    shares = [served(replica) / 360 for replica in replicas]
+    # An even spread is a third each; kube-proxy under this client gives one pod most of it.
+    assert all(0.2 < share < 0.47 for share in shares), shares
+
+
+@pytest.mark.parametrize("replicas", [2], indirect=True)
+async def test_a_replica_killed_mid_load_loses_only_what_it_had_accepted(
+    stand_in: Any, replicas: list[ServerProcess]
+) -> None:
+    await add_replicas(stand_in, replicas)
+    doomed, survivor = replicas
+    connections = 12
+
+    async def kill_after_some(statuses: list[int]) -> None:
+        if doomed.process.poll() is None and sum(status != 0 for status in statuses) >= 60:
+            doomed.process.kill()  # SIGKILL: no drain, its connections reset
+
+    async with stand_in.router() as router:
+        statuses = await closed_loop(URL.format(router=router.url), 400, connections, kill_after_some)
+        async with aiohttp.ClientSession() as client, client.get(f"{router.url}/metrics") as response:
+            metrics = await response.text()
+    assert doomed.process.poll() is not None
+    assert set(statuses) <= {200, 502}
+    # What the dead replica held when it died is lost (at most one request per connection); a
+    # request that found it dead was never sent to it and went to the survivor.
+    assert statuses.count(502) <= connections
+    assert statuses[-200:] == [200] * 200
+    assert served(survivor) >= 200  # at least the last 200, sent once the other was dead
+    retried = re.findall(
+        r'^batchd_router_retries_total\{[^}]*reason="unreachable"[^}]*\} (\S+)$', metrics, re.M
+    )
+    assert retried and float(retried[0]) >= 1
