@@ -1,24 +1,34 @@
-"""The Open Inference Protocol (V2): health and metadata routes.
+"""The Open Inference Protocol (V2): inference, health and metadata routes.
 
-`POST /v2/models/{name}/infer` is answered by `batchd.replica.inference`, in front of FastAPI,
-with the tensor codec in `v2_tensors`; it is declared here too, for the OpenAPI document.
+`POST /v2/models/{name}/infer` is an endpoint (answered in front of FastAPI, see `inference`),
+with the tensor codec in `v2_tensors`; the health and metadata routes are FastAPI's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.responses import JSONResponse, Response
 
 from batchd.api import __version__
+from batchd.api.routes import V2_INFER
 from batchd.api.spec import Datatype
+from batchd.replica.endpoints import BinaryAnswer, Call, Endpoint, parse_json
 from batchd.replica.errors import openapi_responses
-from batchd.replica.protocols.kserve_v1 import SERVED_IN_FRONT
+from batchd.replica.protocols.v2_tensors import (
+    decode_inputs,
+    encode_outputs,
+    shape_answer,
+    split_body,
+    wanted_outputs,
+)
 from batchd.replica.serving import Replica
 
-router = APIRouter(tags=["Open Inference Protocol V2"])
+TAG = "Open Inference Protocol V2"
+router = APIRouter(tags=[TAG])
 BINARY = (
     "With the binary tensor data extension, the body is this JSON followed by the tensors' raw "
     "bytes, and the Inference-Header-Content-Length header gives the JSON's length."
@@ -70,15 +80,30 @@ class ModelReadyAnswer(BaseModel):
     ready: bool
 
 
-@router.post(
-    "/v2/models/{name}/infer",
-    response_model=InferenceResponse,
-    responses=openapi_responses(400, 404, 413, 500, 503, 504),
-    summary="Infer (Open Inference Protocol V2)",
-    description=BINARY,
+async def infer(call: Call) -> Any:
+    header, binary = split_body(call.body, call.header(b"inference-header-content-length"))
+    document = parse_json(header)
+    items = decode_inputs(document, binary)
+    wanted = wanted_outputs(document)
+    results = await call.infer(items, "inputs")
+    outputs, raw = shape_answer(encode_outputs(results, call.replica.output_specs), wanted)
+    answer: dict[str, Any] = {"model_name": call.model_name, "outputs": outputs}
+    if isinstance(document.get("id"), str):
+        answer["id"] = document["id"]
+    return BinaryAnswer(orjson.dumps(answer), raw) if raw else answer
+
+
+ENDPOINTS = (
+    Endpoint(
+        V2_INFER,
+        summary="Infer (Open Inference Protocol V2)",
+        tag=TAG,
+        answer=infer,
+        request=InferenceRequest,
+        response=InferenceResponse,
+        description=BINARY,
+    ),
 )
-async def infer(name: str, body: InferenceRequest) -> InferenceResponse:
-    raise NotImplementedError(SERVED_IN_FRONT)
 
 
 def _replica(request: Request) -> Replica:

@@ -1,0 +1,97 @@
+"""The inference routes a replica answers, as plain data: method, path, and where the model name is.
+
+A replica binds a handler to each route; anything in front of replicas (a router) reads the same
+table to learn which model a request is for, without importing torch or a web framework. Paths
+are matched by plain string tests: a path template holds at most one `{name}`, the model's name,
+and the text around it is a fixed prefix and suffix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+MODEL_NAME = "{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One inference route: `operation` names it (the OpenAPI operationId, and what a handler binds to)."""
+
+    operation: str
+    method: str
+    path: str  # a template: `{name}` stands for the model's name
+    prefix: str = field(init=False, repr=False)
+    suffix: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        prefix, found, suffix = self.path.partition(MODEL_NAME)
+        if not self.path.startswith("/"):
+            raise ValueError(f"route {self.operation!r}: path {self.path!r} must start with '/'")
+        if "{" in prefix or "{" in suffix:
+            raise ValueError(
+                f"route {self.operation!r}: path {self.path!r} may hold one {MODEL_NAME}, no other parameter"
+            )
+        object.__setattr__(self, "prefix", prefix if found else self.path)
+        object.__setattr__(self, "suffix", suffix)
+
+    @property
+    def names_model(self) -> bool:
+        """Whether the model's name is in the path (else the replica's one model is meant)."""
+        return MODEL_NAME in self.path
+
+
+@dataclass(frozen=True, slots=True)
+class RouteMatch:
+    route: Route
+    model_name: str | None  # None: the path names no model
+
+
+KSERVE_V1_PREDICT = Route("kserve_v1_predict", "POST", "/v1/models/{name}:predict")
+V2_INFER = Route("v2_infer", "POST", "/v2/models/{name}/infer")
+V2_GENERATE = Route("v2_generate", "POST", "/v2/models/{name}/generate")
+V2_GENERATE_STREAM = Route("v2_generate_stream", "POST", "/v2/models/{name}/generate_stream")
+SIMPLE_CALL_GET = Route("simple_call_get", "GET", "/")
+SIMPLE_CALL_POST = Route("simple_call_post", "POST", "/")
+
+INFERENCE_ROUTES: tuple[Route, ...] = (
+    KSERVE_V1_PREDICT,
+    V2_INFER,
+    V2_GENERATE,
+    V2_GENERATE_STREAM,
+    SIMPLE_CALL_GET,
+    SIMPLE_CALL_POST,
+)
+
+
+class RouteTable:
+    """Finds the route of a request: a dict lookup for fixed paths, then prefix and suffix tests
+    for the templated ones of that method (longest suffix first, so no route shadows another)."""
+
+    def __init__(self, routes: Iterable[Route] = INFERENCE_ROUTES) -> None:
+        self._fixed: dict[tuple[str, str], Route] = {}
+        templated: dict[str, list[Route]] = {}
+        seen: dict[tuple[str, str], str] = {}
+        for route in routes:
+            key = (route.method, route.path)
+            if key in seen:
+                raise ValueError(
+                    f"route {route.operation!r}: {route.method} {route.path} is also {seen[key]!r}"
+                )
+            seen[key] = route.operation
+            if route.names_model:
+                templated.setdefault(route.method, []).append(route)
+            else:
+                self._fixed[key] = route
+        self._templated = {
+            method: tuple(sorted(group, key=lambda route: -len(route.suffix)))
+            for method, group in templated.items()
+        }
+
+    def match(self, method: str, path: str) -> RouteMatch | None:
+        """The route and model name of a request, or None when it is no inference route."""
+        for route in self._templated.get(method, ()):
+            if path.startswith(route.prefix) and path.endswith(route.suffix):
+                return RouteMatch(route, path[len(route.prefix) : len(path) - len(route.suffix)])
+        fixed = self._fixed.get((method, path))
+        return None if fixed is None else RouteMatch(fixed, None)
