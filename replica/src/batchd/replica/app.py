@@ -26,8 +26,8 @@ from batchd.replica.inference import InferenceRoutes
 from batchd.replica.models.base import BatchModel
 from batchd.replica.openapi import document
 from batchd.replica.protocols import ENDPOINTS, kserve_v1, open_inference
+from batchd.replica.replica import Replica
 from batchd.replica.retuning import watch_manifest
-from batchd.replica.serving import Replica
 from batchd.replica.settings import ReplicaSettings
 
 ModelLoader = Callable[[], BatchModel]

@@ -23,7 +23,7 @@ from starlette.types import Scope, Send
 from batchd.api.routes import Route
 from batchd.replica.batching import Abandoned
 from batchd.replica.errors import InvalidInput
-from batchd.replica.serving import Replica
+from batchd.replica.replica import Replica
 
 
 @dataclass(frozen=True, slots=True)

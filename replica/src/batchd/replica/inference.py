@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from batchd.api.routes import RouteTable
 from batchd.replica.endpoints import BinaryAnswer, Call, Endpoint, Streaming
 from batchd.replica.errors import ClientDisconnected, TooLarge, answer_for, describe, http_error
-from batchd.replica.serving import Replica
+from batchd.replica.replica import Replica
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class InferenceRoutes:
             await self.app(scope, receive, send)
             return
         if self.replica.batcher.draining:
-            send = _closing(send)  # every answer from now on tells the client to leave (see shutdown)
+            send = _closing(send)  # every answer from now on tells the client to leave (see `server`)
         found = self.routes.match(scope["method"], scope["path"])
         if found is None:
             await self.app(scope, receive, send)

@@ -1,6 +1,6 @@
 """A user's own batch handler, named by import path, as Ray Serve users write them.
 
-`module:Class.method` (the seeds' `examples.adder:BatchAdder.handle_batch`), `module:Class`
+`module:Class.method` (as in `examples.adder:BatchAdder.handle_batch`), `module:Class`
 (an instance that is callable) or `module:function`. The handler takes a list of items and
 returns a list of results of the same length; sync or `async def`. Its first parameter's
 annotation (`List[int]`), or else the spec's `model.inputs`, gives the item type, so each item

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from batchd.api.routes import KSERVE_V1_PREDICT
 from batchd.replica.endpoints import Call, Endpoint
 from batchd.replica.errors import InvalidInput, openapi_responses
-from batchd.replica.serving import Replica
+from batchd.replica.replica import Replica
 
 TAG = "KServe V1"
 router = APIRouter(tags=[TAG])

@@ -25,7 +25,7 @@ from batchd.replica.protocols.v2_tensors import (
     split_body,
     wanted_outputs,
 )
-from batchd.replica.serving import Replica
+from batchd.replica.replica import Replica
 
 TAG = "Open Inference Protocol V2"
 router = APIRouter(tags=[TAG])

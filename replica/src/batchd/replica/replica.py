@@ -1,4 +1,4 @@
-"""One replica's serving state: the model, its batcher, its metrics, and admission of work.
+"""`Replica`: one replica's serving state: the model, its batcher, its metrics, and admission of work.
 
 The protocol modules decode requests into items and encode results; what they have in common
 (readiness, validation of items, admission into the batcher) is here, so that the three
