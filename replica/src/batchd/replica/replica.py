@@ -21,7 +21,7 @@ from batchd.api.spec import BatchedDeployment, TensorSpec
 from batchd.replica.batching import Abandoned, Batcher
 from batchd.replica.errors import Draining, InvalidInput, NotReady, Stalled, TooLarge, UnknownModel
 from batchd.replica.metrics import GenerationMetrics, ReplicaMetrics
-from batchd.replica.models.base import BatchModel, TextGenerator
+from batchd.replica.models.base import BatchModel, GenerationSetup, TextGenerator
 from batchd.replica.settings import ReplicaSettings
 
 if TYPE_CHECKING:  # the generation package imports torch, which only text-generation replicas need
@@ -118,7 +118,7 @@ class Replica:
             return
         metrics = GenerationMetrics(self.metrics.registry, self.manifest.metadata.name, self.model_name)
         service = model.generation_service(
-            self.manifest.spec.batching, batcher=self.batcher, sequences=metrics, steps=metrics
+            GenerationSetup(self.manifest.spec.batching, self.batcher, sequences=metrics, steps=metrics)
         )
         metrics.track(
             running=lambda: service.running,

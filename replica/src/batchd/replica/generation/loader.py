@@ -19,14 +19,13 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from batchd.api.spec import BatchingSpec, ModelSpec, TensorSpec
-from batchd.replica.batching import Batcher
-from batchd.replica.generation.engine import GenerationEngine, StepObserver
+from batchd.api.spec import ModelSpec, TensorSpec
+from batchd.replica.generation.engine import GenerationEngine
 from batchd.replica.generation.model_limits import limits_and_defaults, model_eos_ids
 from batchd.replica.generation.params import GenerationParams, GenerationRequest
 from batchd.replica.generation.request_level import load_request_level
-from batchd.replica.generation.service import Preparer, SequenceObserver, TokenLevel
-from batchd.replica.models.base import ModelLoadError, ModelMetadata, TextGenerator
+from batchd.replica.generation.service import Preparer, TokenLevel
+from batchd.replica.models.base import GenerationSetup, ModelLoadError, ModelMetadata, TextGenerator
 from batchd.replica.models.executor import ModelExecutor
 from batchd.replica.models.pipelines import TEXT, placement, source_errors
 
@@ -63,19 +62,12 @@ class TokenGenerationModel:
         )
         self._service: TokenLevel | None = None
 
-    def generation_service(
-        self,
-        config: BatchingSpec,
-        *,
-        batcher: Batcher,
-        sequences: SequenceObserver,
-        steps: StepObserver,
-    ) -> TokenLevel:
+    def generation_service(self, setup: GenerationSetup) -> TokenLevel:
         """Start the engine's thread and serve through it (once the replica is ready to); the
         batcher is not used: sequences have the engine's own queue."""
         if self._service is None:
-            self.engine.observer = steps
-            self._service = TokenLevel(self.engine, self.preparer, config, sequences)
+            self.engine.observer = setup.steps
+            self._service = TokenLevel(self.engine, self.preparer, setup.config, setup.sequences)
             self.engine.start(asyncio.get_running_loop())
         return self._service
 

@@ -24,7 +24,6 @@ import torch
 
 from batchd.api.spec import BatchingSpec, ModelSpec
 from batchd.replica.batching import Abandoned, Batcher
-from batchd.replica.generation.engine import StepObserver
 from batchd.replica.generation.model_limits import limits_and_defaults, model_eos_ids
 from batchd.replica.generation.params import (
     Chunk,
@@ -35,6 +34,7 @@ from batchd.replica.generation.params import (
 from batchd.replica.generation.sampling import generator_for, next_tokens
 from batchd.replica.generation.service import Deliver, Preparer, SequenceObserver, SequenceStream
 from batchd.replica.generation.text import Decoder, TextStream
+from batchd.replica.models.base import GenerationSetup
 from batchd.replica.models.executor import ModelExecutor
 from batchd.replica.models.pipelines import PipelineModel, open_pipeline
 
@@ -256,15 +256,8 @@ class RequestLevelModel(PipelineModel):
         self.preparer = preparer
         self._service: RequestLevel | None = None
 
-    def generation_service(
-        self,
-        config: BatchingSpec,
-        *,
-        batcher: Batcher,
-        sequences: SequenceObserver,
-        steps: StepObserver,
-    ) -> RequestLevel:
-        """Serve through the replica's batcher (which `config` already tunes); there are no steps."""
+    def generation_service(self, setup: GenerationSetup) -> RequestLevel:
+        """Serve through the replica's batcher (which `setup.config` already tunes); there are no steps."""
         if self._service is None:
-            self._service = RequestLevel(batcher, self.preparer, sequences)
+            self._service = RequestLevel(setup.batcher, self.preparer, setup.sequences)
         return self._service

@@ -54,19 +54,23 @@ class BatchModel(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class GenerationSetup:
+    """What the replica gives a text-generation model's service: its batching, its batcher (for
+    request-level scheduling), and where it reports each sequence and each engine step."""
+
+    config: BatchingSpec
+    batcher: Batcher
+    sequences: SequenceObserver
+    steps: StepObserver
+
+
 @runtime_checkable
 class TextGenerator(BatchModel, Protocol):
     """A model that generates text for the generate routes, besides answering batches: what a
     model can do is this type, checked once when the replica loads it."""
 
-    def generation_service(
-        self,
-        config: BatchingSpec,
-        *,
-        batcher: Batcher,
-        sequences: SequenceObserver,
-        steps: StepObserver,
-    ) -> GenerationService:
+    def generation_service(self, setup: GenerationSetup) -> GenerationService:
         """The service that schedules its generation requests (by token or by request), started
         once the replica is ready to serve; called once."""
         ...

@@ -28,6 +28,8 @@ from batchd.replica.protocols.v2_tensors import (
 from batchd.replica.replica import Replica
 
 TAG = "Open Inference Protocol V2"
+HUNG = "A batch has hung: restart the replica."
+UNREADY = "Loading, or shutting down."
 router = APIRouter(tags=[TAG])
 BINARY = (
     "With the binary tensor data extension, the body is this JSON followed by the tensors' raw "
@@ -115,24 +117,25 @@ class LiveAnswer(BaseModel):
     live: bool
 
 
-@router.get(
-    "/v2/health/live",
-    response_model=LiveAnswer,
-    responses={503: {"model": LiveAnswer, "description": "A batch has hung: restart the replica."}},
-)
+def _probe(model: type[BaseModel], meaning: str) -> dict[int | str, dict[str, Any]]:
+    """The 503 a probe answers when it does not hold (the kubelet reads the status alone)."""
+    return {503: {"model": model, "description": meaning}}
+
+
+def _probed(answer: dict[str, Any], holds: bool) -> Response:
+    return JSONResponse(answer, status_code=200 if holds else 503)
+
+
+@router.get("/v2/health/live", response_model=LiveAnswer, responses=_probe(LiveAnswer, HUNG))
 async def live(request: Request) -> Response:
     is_live = _replica(request).live
-    return JSONResponse({"live": is_live}, status_code=200 if is_live else 503)
+    return _probed({"live": is_live}, is_live)
 
 
-@router.get(
-    "/v2/health/ready",
-    response_model=ReadyAnswer,
-    responses={503: {"model": ReadyAnswer, "description": "Loading, or shutting down."}},
-)
+@router.get("/v2/health/ready", response_model=ReadyAnswer, responses=_probe(ReadyAnswer, UNREADY))
 async def ready(request: Request) -> Response:
     is_ready = _replica(request).ready
-    return JSONResponse({"ready": is_ready}, status_code=200 if is_ready else 503)
+    return _probed({"ready": is_ready}, is_ready)
 
 
 @router.get("/v2")
@@ -143,15 +146,12 @@ async def server_metadata() -> dict[str, Any]:
 @router.get(
     "/v2/models/{name}/ready",
     response_model=ModelReadyAnswer,
-    responses={
-        **openapi_responses(404),
-        503: {"model": ModelReadyAnswer, "description": "Loading, or shutting down."},
-    },
+    responses={**openapi_responses(404), **_probe(ModelReadyAnswer, UNREADY)},
 )
 async def model_ready(name: str, request: Request) -> Response:
     replica = _replica(request)
     replica.check_name(name)
-    return JSONResponse({"name": name, "ready": replica.ready}, status_code=200 if replica.ready else 503)
+    return _probed({"name": name, "ready": replica.ready}, replica.ready)
 
 
 @router.get("/v2/models/{name}", responses=openapi_responses(404))
