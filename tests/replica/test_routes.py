@@ -8,7 +8,7 @@ import re
 import pytest
 
 from batchd.api.manifest import parse_manifest
-from batchd.api.routes import INFERENCE_ROUTES, Route, RouteTable
+from batchd.api.routes import INFERENCE_ROUTES, Route, RouteMatch, RouteTable
 from batchd.replica.app import create_app
 from batchd.replica.protocols import ENDPOINTS
 from batchd.replica.settings import ReplicaSettings
@@ -45,6 +45,14 @@ def test_a_request_finds_its_route_and_model_name(
 )
 def test_other_requests_are_no_inference_route(method: str, path: str) -> None:
     assert RouteTable().match(method, path) is None
+
+
+def test_a_route_goes_before_a_broader_one_whatever_the_order_of_the_table() -> None:
+    broad, narrow = Route("model", "POST", "/m/{name}"), Route("infer", "POST", "/m/{name}/infer")
+    for routes in ([broad, narrow], [narrow, broad]):
+        table = RouteTable(routes)
+        assert table.match("POST", "/m/x/infer") == RouteMatch(narrow, "x")
+        assert table.match("POST", "/m/x") == RouteMatch(broad, "x")
 
 
 def test_a_route_with_two_parameters_or_a_repeated_one_is_refused() -> None:

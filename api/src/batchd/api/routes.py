@@ -41,7 +41,7 @@ class Route:
         return MODEL_NAME in self.path
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per request, and frozen adds to its __init__
 class RouteMatch:
     route: Route
     model_name: str | None  # None: the path names no model
@@ -65,8 +65,9 @@ INFERENCE_ROUTES: tuple[Route, ...] = (
 
 
 class RouteTable:
-    """Finds the route of a request: a dict lookup for fixed paths, then prefix and suffix tests
-    for the templated ones of that method (longest suffix first, so no route shadows another)."""
+    """Finds the route of a request: prefix and suffix tests for the templated routes of its
+    method, in the table's order (a route goes before any it would be shadowed by), then a dict
+    lookup for the fixed paths."""
 
     def __init__(self, routes: Iterable[Route] = INFERENCE_ROUTES) -> None:
         self._fixed: dict[tuple[str, str], Route] = {}
@@ -79,14 +80,13 @@ class RouteTable:
                     f"route {route.operation!r}: {route.method} {route.path} is also {seen[key]!r}"
                 )
             seen[key] = route.operation
-            if route.names_model:
-                templated.setdefault(route.method, []).append(route)
-            else:
+            if not route.names_model:
                 self._fixed[key] = route
-        self._templated = {
-            method: tuple(sorted(group, key=lambda route: -len(route.suffix)))
-            for method, group in templated.items()
-        }
+                continue
+            group = templated.setdefault(route.method, [])
+            shadowing = [index for index, other in enumerate(group) if _matches_all_of(other, route)]
+            group.insert(shadowing[0] if shadowing else len(group), route)
+        self._templated = {method: tuple(group) for method, group in templated.items()}
 
     def match(self, method: str, path: str) -> RouteMatch | None:
         """The route and model name of a request, or None when it is no inference route."""
@@ -95,3 +95,8 @@ class RouteTable:
                 return RouteMatch(route, path[len(route.prefix) : len(path) - len(route.suffix)])
         fixed = self._fixed.get((method, path))
         return None if fixed is None else RouteMatch(fixed, None)
+
+
+def _matches_all_of(general: Route, specific: Route) -> bool:
+    """Whether every path of `specific` matches `general` too (`/{name}/x` vs `/{name}`)."""
+    return specific.prefix.startswith(general.prefix) and specific.suffix.endswith(general.suffix)

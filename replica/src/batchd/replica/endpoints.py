@@ -26,7 +26,7 @@ from batchd.replica.errors import InvalidInput
 from batchd.replica.replica import Replica
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per request, and frozen adds to its __init__
 class Call:
     """One inference request, as its handler sees it."""
 
@@ -49,17 +49,10 @@ class Call:
                 return str(value.decode("latin-1"))
         return None
 
-    def served_name(self) -> str:
-        """The model name in the path, refused (404) unless this replica serves it."""
-        name = self.model_name
-        if name is None:
-            return self.replica.model_name
-        self.replica.check_name(name)
-        return name
-
     async def infer(self, items: list[Any], field: str) -> list[Any]:
         """Batch the items with everybody else's; a client that leaves cancels what has not run."""
-        self.served_name()
+        if self.model_name is not None:
+            self.replica.check_name(self.model_name)
         return await self.replica.infer(items, field, self.abandoned)
 
 
@@ -103,7 +96,7 @@ Answerer = Callable[[Call], Awaitable[Any]]
 Streamer = Callable[[Call], AsyncGenerator[bytes, None]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Endpoint:
     """A route, its handler, and what the OpenAPI document says of it.
 
