@@ -47,13 +47,23 @@ async def until(condition: Any, timeout_s: float = 5.0) -> None:
             await asyncio.sleep(0.001)
 
 
+async def windows_pass(count: int, window_s: float) -> None:
+    """Returns once `count` wait windows of `window_s` have closed, one after another, as a batcher
+    with the default `allow_small_batch` sees them: each lone item leaves when its window closes."""
+    control = Batcher(BatchingSpec(max_batch_size=4, batch_wait_timeout_s=window_s))
+    control.start(Model())
+    for n in range(count):
+        await asyncio.wait_for(control.infer([n]), timeout=5)
+    await control.drain()
+
+
 async def test_a_partial_batch_outlives_its_window_and_leaves_once_full() -> None:
     model = Model()
     batcher = full_batches_only(model, max_batch_size=4, batch_wait_timeout_s=0.01, request_timeout_s=30)
     first = [asyncio.ensure_future(batcher.infer([n])) for n in range(3)]
     await until(lambda: batcher.queue_depth == 3)
-    # Twenty times the window: with allow_small_batch (the default) three items would have gone.
-    await asyncio.sleep(0.2)
+    # Twenty windows: with allow_small_batch (the default) three items would have gone.
+    await windows_pass(20, 0.01)
     assert model.batches == [] and batcher.queue_depth == 3
     fourth = batcher.infer([3])
     assert await asyncio.wait_for(asyncio.gather(*first, fourth), timeout=5) == [[1], [2], [3], [4]]
@@ -126,7 +136,7 @@ async def test_items_whose_clients_left_do_not_count_towards_a_full_batch() -> N
     leaving.cancel()
     second = asyncio.ensure_future(batcher.infer([2]))
     await until(lambda: batcher.queue_depth == 3)
-    await asyncio.sleep(0.05)  # three queued, one of them gone: not a full batch
+    await windows_pass(5, 0.01)  # three queued, one of them gone: not a full batch
     assert model.batches == []
     third = batcher.infer([3])
     assert list(await asyncio.wait_for(asyncio.gather(first, second, third), timeout=5)) == [[2], [3], [4]]
