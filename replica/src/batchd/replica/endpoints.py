@@ -81,34 +81,32 @@ class BinaryAnswer:
         await send({"type": "http.response.body", "body": self.header + self.data})
 
 
+Answerer = Callable[[Call], Awaitable[Any]]
+Streamer = Callable[[Call], AsyncGenerator[bytes, None]]
+
+
 @dataclass(frozen=True, slots=True)
 class Streaming:
-    """How a streaming route frames its answer: the status line goes with the first event, so a
-    failure before it is an ordinary error answer; a failure after it becomes the last event."""
+    """A streamed answer: `events` yields it a piece at a time. The status line goes with the first
+    piece (an empty one still sends it), so a failure before it is an ordinary error answer; a
+    failure after it becomes the last piece, `error_event`."""
 
+    events: Streamer
     headers: list[tuple[bytes, bytes]]
     error_event: Callable[[BaseException], bytes]
     media_type: str
     description: str  # of the 200 answer, for the OpenAPI document
 
 
-Answerer = Callable[[Call], Awaitable[Any]]
-Streamer = Callable[[Call], AsyncGenerator[bytes, None]]
-
-
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """A route, its handler, and what the OpenAPI document says of it.
-
-    `answer` returns the whole answer; a streaming route has `stream` (and `streaming`) instead,
-    yielding its events as they come (an empty chunk still sends the status line).
-    """
+    """A route, its handler (`answer` for a whole answer, or `streaming`), and what the OpenAPI
+    document says of it."""
 
     route: Route
     summary: str
     tag: str
     answer: Answerer | None = None
-    stream: Streamer | None = None
     streaming: Streaming | None = None
     request: type[BaseModel] | None = None  # the JSON body's schema; None: the route documents no body
     response: type[BaseModel] | None = None  # the 200 answer's schema; None: any JSON value
@@ -117,9 +115,5 @@ class Endpoint:
     parameters: Sequence[dict[str, Any]] = field(default=())  # OpenAPI parameters besides {name}
 
     def __post_init__(self) -> None:
-        if (self.answer is None) == (self.stream is None) or (self.stream is None) != (
-            self.streaming is None
-        ):
-            raise ValueError(
-                f"endpoint {self.route.operation!r}: give either `answer`, or `stream` with `streaming`"
-            )
+        if (self.answer is None) == (self.streaming is None):
+            raise ValueError(f"endpoint {self.route.operation!r}: give either `answer` or `streaming`")

@@ -55,9 +55,8 @@ class InferenceRoutes:
             await self.app(scope, receive, send)
             return
         endpoint = self._endpoints[found.route.operation]
-        if endpoint.stream is not None:
-            assert endpoint.streaming is not None
-            await self._stream(endpoint, found.model_name, scope, receive, send)
+        if endpoint.streaming is not None:
+            await self._stream(endpoint.streaming, found.model_name, scope, receive, send)
             return
         assert endpoint.answer is not None
         replica = self.replica
@@ -84,12 +83,10 @@ class InferenceRoutes:
             await _send_json(send, 200, payload)
 
     async def _stream(
-        self, endpoint: Endpoint, name: str | None, scope: Scope, receive: Receive, send: Send
+        self, streaming: Streaming, name: str | None, scope: Scope, receive: Receive, send: Send
     ) -> None:
         """A streamed answer: the status line goes with the first event, so that anything that
         fails before it is an ordinary error answer, and anything after it the last event."""
-        assert endpoint.stream is not None and endpoint.streaming is not None
-        streaming: Streaming = endpoint.streaming
         replica = self.replica
         started = time.perf_counter()
         replica.inflight += 1
@@ -98,7 +95,7 @@ class InferenceRoutes:
         try:
             body = await _read_body(receive, self._max_body)
             call = Call(replica, name, body, scope, partial(_disconnected, receive))
-            async with aclosing(endpoint.stream(call)) as events:
+            async with aclosing(streaming.events(call)) as events:
                 async for chunk in events:
                     if not sending:
                         await send(

@@ -180,8 +180,8 @@ ENDPOINTS = (
         V2_GENERATE_STREAM,
         summary="Generate, streamed (Open Inference Protocol generate extension)",
         tag=TAG,
-        stream=generate_stream,
         streaming=Streaming(
+            events=generate_stream,
             headers=SSE_HEADERS,
             error_event=error_event,
             media_type="text/event-stream",
