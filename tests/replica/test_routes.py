@@ -62,6 +62,14 @@ def test_a_route_with_two_parameters_or_a_repeated_one_is_refused() -> None:
         RouteTable([*INFERENCE_ROUTES, Route("again", "POST", "/v2/models/{name}/infer")])
 
 
+def test_a_route_names_its_model_in_the_path_or_in_the_body_not_both() -> None:
+    completions = Route("completions", "POST", "/v1/completions", model_field="model")
+    found = RouteTable([completions]).match("POST", "/v1/completions")
+    assert found == RouteMatch(completions, None) and found.route.model_field == "model"
+    with pytest.raises(ValueError, match="model_field='model' would name it twice"):
+        Route("both", "POST", "/v2/models/{name}/infer", model_field="model")
+
+
 def test_the_replica_binds_every_route_once() -> None:
     assert sorted(endpoint.route.operation for endpoint in ENDPOINTS) == sorted(
         route.operation for route in INFERENCE_ROUTES

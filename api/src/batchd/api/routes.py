@@ -3,7 +3,8 @@
 A replica binds a handler to each route; anything in front of replicas (a router) reads the same
 table to learn which model a request is for, without importing torch or a web framework. Paths
 are matched by plain string tests: a path template holds at most one `{name}`, the model's name,
-and the text around it is a fixed prefix and suffix.
+and the text around it is a fixed prefix and suffix; a route whose path names no model may say
+which field of its JSON body does.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ class Route:
     operation: str
     method: str
     path: str  # a template: `{name}` stands for the model's name
+    # Where the path names no model: the JSON body's field that does (as OpenAI's "model"); with
+    # neither, the request is for the one model its replica serves.
+    model_field: str | None = None
     prefix: str = field(init=False, repr=False)
     suffix: str = field(init=False, repr=False)
 
@@ -31,6 +35,11 @@ class Route:
         if "{" in prefix or "{" in suffix:
             raise ValueError(
                 f"route {self.operation!r}: path {self.path!r} may hold one {MODEL_NAME}, no other parameter"
+            )
+        if found and self.model_field is not None:
+            raise ValueError(
+                f"route {self.operation!r}: the model is named in the path {self.path!r}, "
+                f"so model_field={self.model_field!r} would name it twice"
             )
         object.__setattr__(self, "prefix", prefix if found else self.path)
         object.__setattr__(self, "suffix", suffix)
@@ -44,7 +53,7 @@ class Route:
 @dataclass(slots=True)  # not frozen: one is made per request, and frozen adds to its __init__
 class RouteMatch:
     route: Route
-    model_name: str | None  # None: the path names no model
+    model_name: str | None  # None: the path names no model (see `Route.model_field`)
 
 
 KSERVE_V1_PREDICT = Route("kserve_v1_predict", "POST", "/v1/models/{name}:predict")
