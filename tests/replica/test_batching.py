@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from batchd.api.spec import BatchingSpec
-from batchd.replica.batching import Batcher, NullObserver
+from batchd.replica.batching import Batcher, NullBatchObserver
 from batchd.replica.errors import BatchSizeMismatch, ClientDisconnected, DeadlineExceeded, Draining, QueueFull
 
 
@@ -345,12 +345,35 @@ async def open_loop(batcher: Batcher, rate: float, seconds: float) -> list[float
     return list(await asyncio.gather(*calls))
 
 
+class Decisions(NullBatchObserver):
+    """What the adaptive batcher decided, in order: ("go" or "wait", size) and ("sent", size)."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, int]] = []
+
+    def batch_planned(self, size: int, go: bool) -> None:
+        self.log.append(("go" if go else "wait", size))
+
+    def batch_dispatched(self, size: int, waited_s: float) -> None:
+        self.log.append(("sent", size))
+
+    def after_batch(self, count: int) -> list[tuple[str, int]]:
+        """The decisions made once `count` batches had been sent."""
+        sent = [index for index, (kind, _) in enumerate(self.log) if kind == "sent"]
+        return self.log[sent[count - 1] + 1 :] if len(sent) >= count else []
+
+
 async def test_adaptive_batching_makes_light_load_wait_for_nobody() -> None:
     model = CostlyModel()
-    batcher = make(model, max_batch_size=32, batch_wait_timeout_s=0.05, latency_objective_s=0.2)
-    latencies = await open_loop(batcher, rate=10, seconds=1.5)
-    assert set(model.batches[3:]) == {1}  # once it has learned the cost: alone, at once
-    assert sorted(latencies)[len(latencies) // 2] < 0.04  # no 50 ms window paid
+    decisions = Decisions()
+    batcher = Batcher(
+        BatchingSpec(max_batch_size=32, batch_wait_timeout_s=0.05, latency_objective_s=0.2), decisions
+    )
+    batcher.start(model)
+    await open_loop(batcher, rate=10, seconds=1.5)
+    assert set(model.batches[3:]) == {1}  # once it has learned the cost: alone, ...
+    later = decisions.after_batch(3)
+    assert later and all(kind != "wait" for kind, _ in later), later  # ... and at once: no window paid
     await batcher.drain()
 
 
@@ -387,7 +410,7 @@ async def test_adaptive_batching_forms_batches_under_load_and_keeps_the_objectiv
     await batcher.drain()
 
 
-class ObjectiveCount(NullObserver):
+class ObjectiveCount(NullBatchObserver):
     def __init__(self) -> None:
         self.items = self.late = 0
 
@@ -398,11 +421,15 @@ class ObjectiveCount(NullObserver):
 
 async def test_a_latency_objective_set_live_replaces_the_window_at_the_next_batch() -> None:
     model = CostlyModel()
-    batcher = make(model, max_batch_size=32, batch_wait_timeout_s=0.2)
+    decisions = Decisions()
+    batcher = Batcher(BatchingSpec(max_batch_size=32, batch_wait_timeout_s=0.2), decisions)
+    batcher.start(model)
     windowed = await open_loop(batcher, rate=10, seconds=1.0)
     assert sorted(windowed)[len(windowed) // 2] > 0.1  # most requests paid much of the 200 ms window
 
     batcher.reconfigure(BatchingSpec(max_batch_size=32, batch_wait_timeout_s=0.2, latency_objective_s=0.5))
-    adaptive = await open_loop(batcher, rate=10, seconds=1.5)
-    assert sorted(adaptive[5:])[len(adaptive[5:]) // 2] < 0.05  # the model idle: no wait at all
+    sent_before = len(model.batches)
+    await open_loop(batcher, rate=10, seconds=1.5)
+    later = decisions.after_batch(sent_before + 5)
+    assert later and all(kind != "wait" for kind, _ in later), later  # the model idle: no wait at all
     await batcher.drain()

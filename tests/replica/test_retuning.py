@@ -22,6 +22,11 @@ from batchd.testing.servers import uvicorn_in_thread, wait_until, write_manifest
 SLOW = "batchd.testing.handlers:SlowAdder"
 
 
+def reloads(url: str, outcome: str) -> float:
+    """batchd_config_reloads_total of the replica at `url`, for one outcome."""
+    return parse_counter(httpx.get(f"{url}/metrics").text, "batchd_config_reloads", {"outcome": outcome})
+
+
 def with_generation(doc: dict[str, Any], generation: int) -> dict[str, Any]:
     doc["metadata"]["annotations"] = {BATCHING_GENERATION_ANNOTATION: str(generation)}
     return doc
@@ -85,12 +90,7 @@ async def test_a_running_replica_batches_by_the_changed_file_without_a_restart(t
         path.write_text("spec: [not, a, manifest")
         await asyncio.to_thread(
             wait_until,
-            lambda: (
-                parse_counter(
-                    httpx.get(f"{url}/metrics").text, "batchd_config_reloads", {"outcome": "invalid"}
-                )
-                == 1
-            ),
+            lambda: reloads(url, "invalid") == 1,
             10,
             "the invalid file noticed",
         )
@@ -99,12 +99,7 @@ async def test_a_running_replica_batches_by_the_changed_file_without_a_restart(t
         )
         await asyncio.to_thread(
             wait_until,
-            lambda: (
-                parse_counter(
-                    httpx.get(f"{url}/metrics").text, "batchd_config_reloads", {"outcome": "needs_restart"}
-                )
-                == 1
-            ),
+            lambda: reloads(url, "needs_restart") == 1,
             10,
             "the model change noticed",
         )

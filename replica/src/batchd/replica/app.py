@@ -16,7 +16,6 @@ from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
-from fastapi.openapi.utils import get_openapi
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
@@ -25,9 +24,10 @@ from batchd.api.spec import BatchedDeployment
 from batchd.replica.errors import http_error
 from batchd.replica.inference import InferenceRoutes
 from batchd.replica.models.base import BatchModel
-from batchd.replica.protocols import generate, kserve_v1, open_inference, simple
+from batchd.replica.openapi import document
+from batchd.replica.protocols import ENDPOINTS, kserve_v1, open_inference
+from batchd.replica.replica import Replica
 from batchd.replica.retuning import watch_manifest
-from batchd.replica.serving import Replica
 from batchd.replica.settings import ReplicaSettings
 
 ModelLoader = Callable[[], BatchModel]
@@ -82,10 +82,8 @@ def create_app(
     )
     app.state.replica = replica
     app.include_router(open_inference.router)
-    app.include_router(generate.router)
     app.include_router(kserve_v1.router)
-    app.include_router(simple.router)
-    app.openapi = partial(_documented, app)  # type: ignore[method-assign]
+    app.openapi = partial(document, app, ENDPOINTS)  # type: ignore[method-assign]
 
     @app.get("/load", tags=["batchd"])
     async def load_now() -> dict[str, Any]:
@@ -102,19 +100,4 @@ def create_app(
         return Response(orjson.dumps(answer.body), status_code=answer.status, media_type="application/json")
 
     # What uvicorn runs: the inference routes in front, the FastAPI app behind (`.replica`, `.app`).
-    return InferenceRoutes(app, replica)
-
-
-def _documented(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's OpenAPI document, less the 422 it adds to every route with parameters: batchd
-    answers a malformed request with 400 (declared per route), never 422."""
-    if app.openapi_schema is None:
-        document = get_openapi(title=app.title, version=app.version, routes=app.routes)
-        for path in document.get("paths", {}).values():
-            for operation in path.values():
-                operation.get("responses", {}).pop("422", None)
-        schemas = document.get("components", {}).get("schemas", {})
-        for unused in ("HTTPValidationError", "ValidationError"):
-            schemas.pop(unused, None)
-        app.openapi_schema = document
-    return app.openapi_schema
+    return InferenceRoutes(app, replica, ENDPOINTS)

@@ -68,7 +68,7 @@ class BatchObserver(Protocol):
     def objective_checked(self, items: int, late: int) -> None: ...
 
 
-class NullObserver:
+class NullBatchObserver:
     """Reports nowhere: a batcher without metrics (tests, tools)."""
 
     def batch_dispatched(self, size: int, waited_s: float) -> None:
@@ -120,7 +120,7 @@ class Batcher:
 
     def __init__(self, config: BatchingSpec, observer: BatchObserver | None = None) -> None:
         self._config = config
-        self._observer: BatchObserver = observer or NullObserver()
+        self._observer: BatchObserver = observer or NullBatchObserver()
         self._run_batch: RunBatch | None = None
         self._running_items = 0  # items inside batches the model is computing now
         self._slot_freed = asyncio.Event()

@@ -21,8 +21,8 @@ import uvicorn
 
 from batchd.api.manifest import ManifestError, load_manifest
 from batchd.replica.app import create_app
+from batchd.replica.server import ReplicaServer
 from batchd.replica.settings import ReplicaSettings, check_call_url
-from batchd.replica.shutdown import ReplicaServer
 
 TERMINATION_LOG = Path("/dev/termination-log")
 # How every replica runs uvicorn; the benchmark's bare-uvicorn floor uses the same.
@@ -33,7 +33,7 @@ UVICORN_OPTIONS: dict[str, Any] = {
     # Inside a pod nothing is proxied with X-Forwarded-* headers worth trusting; skip the parsing.
     "proxy_headers": False,
     # Idle keep-alive connections stay open longer than clients keep theirs (aiohttp 15 s, httpx
-    # 5 s): a server that closes an idle connection races a client sending on it (see shutdown).
+    # 5 s): a server that closes an idle connection races a client sending on it (see `server`).
     "timeout_keep_alive": 75,
 }
 

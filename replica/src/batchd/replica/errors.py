@@ -170,6 +170,16 @@ _MEANINGS: dict[int, str] = {
 }
 
 
+def endpoint_statuses(*, names_model: bool) -> tuple[int, ...]:
+    """The error statuses an inference route can answer, from the table: all of them but 499
+    (its client is gone) and, where the path names no model, 404."""
+    statuses = {answer.status for _, answer in ERROR_TABLE} | {MODEL_ERROR.status}
+    statuses.discard(499)
+    if not names_model:
+        statuses.discard(404)
+    return tuple(sorted(statuses))
+
+
 def openapi_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The OpenAPI `responses` of a route for these error statuses, from the same table."""
     responses: dict[int | str, dict[str, Any]] = {}

@@ -36,7 +36,7 @@ import orjson
 
 from batchd.replica.deadlines import seconds_left
 from batchd.replica.errors import CalleeError, CalleeOverloaded, CalleeTimeout, CalleeUnavailable
-from batchd.replica.models.results import plain
+from batchd.replica.results import plain
 
 __all__ = [
     "CallClient",

@@ -37,6 +37,9 @@ class ReplicaMetrics:
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(name, doc, labels, buckets=buckets, registry=self.registry).labels(*values)
 
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, labels, registry=self.registry).labels(*values)
+
         self.queue_depth = gauge("batchd_queue_depth", "Items waiting to join a batch.")
         self.running_items = gauge("batchd_running_items", "Items in batches the model is computing now.")
         self.batching_generation = gauge(
@@ -56,21 +59,15 @@ class ReplicaMetrics:
         self.batch_execution = histogram(
             "batchd_batch_execution_seconds", "Time the model took for one batch.", SECONDS_BUCKETS
         )
-        self.batch_failures = Counter(
-            "batchd_batch_failures_total", "Batches whose model call raised.", labels, registry=self.registry
-        ).labels(*values)
-        self.isolation_calls = Counter(
+        self.batch_failures = counter("batchd_batch_failures_total", "Batches whose model call raised.")
+        self.isolation_calls = counter(
             "batchd_isolation_calls",
             "Extra model calls made to find the items that failed a batch (isolate_failures).",
-            labels,
-            registry=self.registry,
-        ).labels(*values)
-        self.isolated_failures = Counter(
+        )
+        self.isolated_failures = counter(
             "batchd_isolated_failures",
             "Items that failed alone, found by isolation; their batch-mates were answered.",
-            labels,
-            registry=self.registry,
-        ).labels(*values)
+        )
         # Adaptive batching (latency_objective_s): what it learned, and what it chose.
         self.batch_cost_fixed = gauge(
             "batchd_batch_cost_fixed_seconds", "Learned cost of a batch, the part any batch pays."
@@ -84,18 +81,13 @@ class ReplicaMetrics:
         self.planned_batch_size = gauge(
             "batchd_planned_batch_size", "The batch size adaptive batching last chose to go with or wait for."
         )
-        self.objective_items = Counter(
-            "batchd_objective_items",
-            "Items answered with a latency objective set (latency_objective_s).",
-            labels,
-            registry=self.registry,
-        ).labels(*values)
-        self.objective_missed = Counter(
+        self.objective_items = counter(
+            "batchd_objective_items", "Items answered with a latency objective set (latency_objective_s)."
+        )
+        self.objective_missed = counter(
             "batchd_objective_missed",
             "Of those, the items whose queueing plus model time exceeded the objective.",
-            labels,
-            registry=self.registry,
-        ).labels(*values)
+        )
 
         request_duration = Histogram(
             "batchd_request_duration_seconds",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from batchd.api.manifest import ManifestError, load_manifest
 from batchd.api.spec import BatchedDeployment, BatchingSpec
-from batchd.replica.serving import Replica
+from batchd.replica.replica import Replica
 
 logger = logging.getLogger(__name__)
 

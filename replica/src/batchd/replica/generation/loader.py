@@ -1,4 +1,7 @@
-"""Loading a text-generation model for token-level scheduling, and checking the scheduler can drive it.
+"""Loading a text-generation model, and, for token-level scheduling, checking the scheduler can drive it.
+
+`load_text_generation` loads what `model.generation.scheduling` asks for: the engine (token-level,
+here) or the pipeline with the batcher (`request_level`).
 
 The engine runs the model's own forward pass with its own cache, a 4-D attention mask and
 explicit position ids: what decoder-only transformers models (GPT-2, Llama, Mistral, Qwen ...)
@@ -16,18 +19,15 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from batchd.api.spec import BatchingSpec, ModelSpec, TensorSpec
-from batchd.replica.errors import InvalidInput
-from batchd.replica.generation.engine import GenerationEngine, StepObserver
-from batchd.replica.generation.params import (
-    GenerationLimits,
-    GenerationParams,
-    GenerationRequest,
-    defaults_from,
-)
-from batchd.replica.generation.service import Preparer, SequenceObserver, TokenLevel
-from batchd.replica.models.base import ModelLoadError, ModelMetadata
+from batchd.api.spec import ModelSpec, TensorSpec
+from batchd.replica.generation.engine import GenerationEngine
+from batchd.replica.generation.model_limits import limits_and_defaults, model_eos_ids
+from batchd.replica.generation.params import GenerationParams, GenerationRequest
+from batchd.replica.generation.request_level import load_request_level
+from batchd.replica.generation.service import Preparer, TokenLevel
+from batchd.replica.models.base import GenerationSetup, ModelLoadError, ModelMetadata, TextGenerator
 from batchd.replica.models.executor import ModelExecutor
+from batchd.replica.models.pipelines import TEXT, placement, source_errors
 
 logger = logging.getLogger(__name__)
 
@@ -62,18 +62,12 @@ class TokenGenerationModel:
         )
         self._service: TokenLevel | None = None
 
-    def generation_service(
-        self,
-        config: BatchingSpec,
-        observer: SequenceObserver | None,
-        *,
-        steps: StepObserver | None = None,
-        **_: Any,
-    ) -> TokenLevel:
-        """Start the engine's thread and serve through it (once the replica is ready to)."""
+    def generation_service(self, setup: GenerationSetup) -> TokenLevel:
+        """Start the engine's thread and serve through it (once the replica is ready to); the
+        batcher is not used: sequences have the engine's own queue."""
         if self._service is None:
-            self.engine.observer = steps
-            self._service = TokenLevel(self.engine, self.preparer, config, observer)
+            self.engine.observer = setup.steps
+            self._service = TokenLevel(self.engine, self.preparer, setup.config, setup.sequences)
             self.engine.start(asyncio.get_running_loop())
         return self._service
 
@@ -112,6 +106,15 @@ class TokenGenerationModel:
             for i in range(sequences)
         ]
         self.engine.run_to_completion(warm)
+
+
+def load_text_generation(spec: ModelSpec, location: str, executor: ModelExecutor) -> TextGenerator:
+    """The model for `spec.task: text-generation`, scheduled as `model.generation.scheduling` says."""
+    device, dtype = placement(spec, location)
+    with source_errors(spec, location):
+        if spec.generation_spec.scheduling == "token":
+            return load_token_level(spec, location, device, dtype, executor, TEXT)
+        return load_request_level(spec, location, device, dtype, executor)
 
 
 def load_token_level(
@@ -163,36 +166,3 @@ def load_token_level(
 
     logger.info("token-level generation: context %d tokens, defaults %s", context, defaults)
     return TokenGenerationModel(engine, preparer, executor, item_adapter, reference)
-
-
-def limits_and_defaults(
-    spec: ModelSpec, model: Any, tokenizer: Any
-) -> tuple[GenerationLimits, GenerationParams]:
-    """What the spec and the model allow a request, and what one that asks for nothing gets."""
-    limits = GenerationLimits.of(spec.generation_spec, context_tokens(model.config, tokenizer))
-    try:
-        return limits, defaults_from(spec.call_kwargs, limits, model.generation_config)
-    except InvalidInput as error:
-        raise ModelLoadError(str(error)) from None
-
-
-def context_tokens(config: Any, tokenizer: Any) -> int:
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    length = getattr(tokenizer, "model_max_length", None)
-    if isinstance(length, int) and 0 < length < 1_000_000:
-        return length
-    raise ModelLoadError(
-        "model.source: the model's config states no context length (max_position_embeddings)"
-    )
-
-
-def model_eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
-    eos = getattr(model.generation_config, "eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    if eos is None:
-        return ()
-    return tuple(int(i) for i in (eos if isinstance(eos, list) else [eos]))

@@ -18,13 +18,13 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from batchd.api.spec import BatchingSpec, ModelSpec
 from batchd.replica.batching import Abandoned, Batcher
-from batchd.replica.generation.loader import limits_and_defaults, model_eos_ids
+from batchd.replica.generation.model_limits import limits_and_defaults, model_eos_ids
 from batchd.replica.generation.params import (
     Chunk,
     Completion,
@@ -34,7 +34,9 @@ from batchd.replica.generation.params import (
 from batchd.replica.generation.sampling import generator_for, next_tokens
 from batchd.replica.generation.service import Deliver, Preparer, SequenceObserver, SequenceStream
 from batchd.replica.generation.text import Decoder, TextStream
-from batchd.replica.models.pipelines import PipelineModel
+from batchd.replica.models.base import GenerationSetup
+from batchd.replica.models.executor import ModelExecutor
+from batchd.replica.models.pipelines import PipelineModel, open_pipeline
 
 
 @dataclass
@@ -129,7 +131,7 @@ def _completion(
 class RequestLevel:
     """The generation service over the batcher: a request's answer comes whole, with its batch."""
 
-    scheduling = "request"
+    scheduling: Literal["request"] = "request"
 
     def __init__(
         self, batcher: Batcher, preparer: Preparer, observer: SequenceObserver | None = None
@@ -149,6 +151,10 @@ class RequestLevel:
     @property
     def longest_step_s(self) -> float:
         return 0.0  # a batch in the model is the batcher's to watch
+
+    @property
+    def kv_usage(self) -> float:
+        return 0.0  # no cache outlives its batch
 
     def open(self, request: GenerationRequest, abandoned: Abandoned | None = None) -> SequenceStream:
         """A stream of one chunk: the whole answer, when its batch is done."""
@@ -198,16 +204,13 @@ class RequestLevel:
         pass  # the batcher drains with the replica
 
 
-def pipeline_model(
-    pipe: Any,
-    run_texts: Callable[[list[str]], list[Any]],
-    lock: Any,
-    spec: ModelSpec,
-    location: str,
-    **kwargs: Any,
-) -> PipelineModel:
+def load_request_level(
+    spec: ModelSpec, location: str, device: str, dtype: Any, executor: ModelExecutor
+) -> RequestLevelModel:
     """The request-level text-generation model: the pipeline for plain prompts (V1, V2, `/?text=`),
     `generate_batch` for generation requests, both under the pipeline's lock, in one batch."""
+    task = open_pipeline(spec, location, device, dtype)
+    pipe, run_texts, lock = task.pipe, task.run, task.lock
     tokenizer = pipe.tokenizer
     model = pipe.model
     limits, defaults = limits_and_defaults(spec, model, tokenizer)
@@ -240,20 +243,21 @@ def pipeline_model(
                 results[i] = answer
         return results
 
-    return RequestLevelModel(run, preparer=preparer, **kwargs)
+    return RequestLevelModel(
+        run, executor, task.metadata, task.item_adapter, task.warmup_text, preparer=preparer
+    )
 
 
 class RequestLevelModel(PipelineModel):
     """A PipelineModel whose batches may hold generation requests, and that serves them."""
 
-    def __init__(self, run: Any, *, preparer: Preparer, **kwargs: Any) -> None:
-        super().__init__(run, **kwargs)
+    def __init__(self, *args: Any, preparer: Preparer) -> None:
+        super().__init__(*args)
         self.preparer = preparer
         self._service: RequestLevel | None = None
 
-    def generation_service(
-        self, config: BatchingSpec, observer: SequenceObserver | None, *, batcher: Batcher, **_: Any
-    ) -> RequestLevel:
+    def generation_service(self, setup: GenerationSetup) -> RequestLevel:
+        """Serve through the replica's batcher (which `setup.config` already tunes); there are no steps."""
         if self._service is None:
-            self._service = RequestLevel(batcher, self.preparer, observer)
+            self._service = RequestLevel(setup.batcher, self.preparer, setup.sequences)
         return self._service

@@ -16,7 +16,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from batchd.api.spec import BatchingSpec
 from batchd.replica.batching import Abandoned
@@ -198,6 +198,17 @@ class GenerationService(Protocol):
     preparer: Preparer
 
     @property
+    def scheduling(self) -> Literal["token", "request"]:
+        """ "token": sequences have their own queue and rows, and count as items in the replica's
+        load; "request": they are the batcher's items."""
+        ...
+
+    @property
+    def kv_usage(self) -> float:
+        """The share of the key-value cache that running sequences hold (0 with none kept)."""
+        ...
+
+    @property
     def waiting(self) -> int: ...
 
     @property
@@ -222,7 +233,7 @@ class GenerationService(Protocol):
 class TokenLevel:
     """Sequences scheduled by the engine, a token at a time."""
 
-    scheduling = "token"
+    scheduling: Literal["token"] = "token"
 
     def __init__(
         self,

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from batchd.api.spec import ModelSpec
-from batchd.replica.models.base import BatchModel, ModelLoadError
+from batchd.replica.models.base import BatchModel, ModelLoadError, TextGenerator
 from batchd.replica.models.executor import ModelExecutor
 
-__all__ = ["BatchModel", "ModelLoadError", "load_model"]
+__all__ = ["BatchModel", "ModelLoadError", "TextGenerator", "load_model"]
 
 
 def load_model(
@@ -32,6 +32,10 @@ def load_model(
 
         assert spec.source is not None
         location = resolve_source(spec.source, mirror_dir=mirror_dir, pvc_root=pvc_root)
+        if spec.task == "text-generation":  # it serves the generate routes too
+            from batchd.replica.generation.loader import load_text_generation
+
+            return load_text_generation(spec, location, executor)
         return load_pipeline(spec, location, executor)
     except BaseException:
         executor.close()

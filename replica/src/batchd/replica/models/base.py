@@ -1,17 +1,24 @@
 """What the batcher and the routes need from a model, whatever kind of model it is.
 
-A model takes a list of items and returns one result per item, in order. How it gets there
-(a transformers pipeline, a user's handler class) is the business of the modules beside this one.
+A model takes a list of items and returns one result per item, in order (`BatchModel`); a
+text-generation model also serves the generate routes (`TextGenerator`). How it gets there (a
+transformers pipeline, a user's handler class, the generation engine) is the business of the
+modules beside this one and of `batchd.replica.generation`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import TypeAdapter
 
-from batchd.api.spec import TensorSpec
+from batchd.api.spec import BatchingSpec, TensorSpec
+
+if TYPE_CHECKING:  # the generation package imports torch, which only text-generation models need
+    from batchd.replica.batching import Batcher
+    from batchd.replica.generation.engine import StepObserver
+    from batchd.replica.generation.service import GenerationService, SequenceObserver
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,28 @@ class BatchModel(Protocol):
 
     def close(self) -> None:
         """Release threads and memory; called once at shutdown."""
+        ...
+
+
+@dataclass(frozen=True)
+class GenerationSetup:
+    """What the replica gives a text-generation model's service: its batching, its batcher (for
+    request-level scheduling), and where it reports each sequence and each engine step."""
+
+    config: BatchingSpec
+    batcher: Batcher
+    sequences: SequenceObserver
+    steps: StepObserver
+
+
+@runtime_checkable
+class TextGenerator(BatchModel, Protocol):
+    """A model that generates text for the generate routes, besides answering batches: what a
+    model can do is this type, checked once when the replica loads it."""
+
+    def generation_service(self, setup: GenerationSetup) -> GenerationService:
+        """The service that schedules its generation requests (by token or by request), started
+        once the replica is ready to serve; called once."""
         ...
 
 

@@ -1,6 +1,6 @@
 """A user's own batch handler, named by import path, as Ray Serve users write them.
 
-`module:Class.method` (the seeds' `examples.adder:BatchAdder.handle_batch`), `module:Class`
+`module:Class.method` (as in `examples.adder:BatchAdder.handle_batch`), `module:Class`
 (an instance that is callable) or `module:function`. The handler takes a list of items and
 returns a list of results of the same length; sync or `async def`. Its first parameter's
 annotation (`List[int]`), or else the spec's `model.inputs`, gives the item type, so each item
@@ -20,8 +20,8 @@ from batchd.api.spec import ModelSpec, TensorSpec
 from batchd.replica.errors import BatchSizeMismatch
 from batchd.replica.models.base import ModelLoadError, ModelMetadata
 from batchd.replica.models.executor import ModelExecutor
-from batchd.replica.models.results import plain
 from batchd.replica.models.signature import datatype_of, item_type, item_type_of, return_item_type_of
+from batchd.replica.results import plain
 
 
 class CustomHandlerModel:

@@ -4,7 +4,8 @@
 sentence-transformers would apply (read from the model's `1_Pooling/config.json` and
 `modules.json`): the pipeline returns per-token states, item by item, and pooling them in
 Python afterwards is both slower and not what sentence-embedding users expect. The other
-tasks use the pipeline with `batch_size` set to the batch.
+tasks use the pipeline with `batch_size` set to the batch. Text generation builds on the same
+pipeline in `batchd.replica.generation`, which serves its generate routes too.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,7 +25,7 @@ from batchd.api.spec import ModelSpec, TensorSpec
 from batchd.replica.models.base import BatchModel, ModelLoadError, ModelMetadata
 from batchd.replica.models.devices import choose_device, choose_dtype
 from batchd.replica.models.executor import ModelExecutor
-from batchd.replica.models.results import plain
+from batchd.replica.results import plain
 
 logger = logging.getLogger(__name__)
 
@@ -74,19 +78,29 @@ class PipelineModel:
 
 def load_pipeline(spec: ModelSpec, location: str, executor: ModelExecutor) -> BatchModel:
     """Load `spec.task` from `location` (a directory, or a hub id), on the chosen device and dtype."""
+    device, dtype = placement(spec, location)
+    with source_errors(spec, location):
+        if spec.task == "feature-extraction":
+            return _embeddings(location, device, dtype, executor)
+        task = open_pipeline(spec, location, device, dtype)
+        return PipelineModel(task.run, executor, task.metadata, task.item_adapter, task.warmup_text)
+
+
+def placement(spec: ModelSpec, location: str) -> tuple[str, Any]:
+    """The device and the torch dtype `spec` asks for, on this machine."""
     import torch
 
     device = choose_device(spec.device, torch.cuda.is_available())
     dtype = getattr(torch, choose_dtype(spec.dtype, device))
     logger.info("loading %s from %s on %s as %s", spec.task, location, device, dtype)
-    try:
-        if spec.task == "feature-extraction":
-            return _embeddings(location, device, dtype, executor)
-        if spec.task == "text-generation" and spec.generation_spec.scheduling == "token":
-            from batchd.replica.generation.loader import load_token_level
+    return device, dtype
 
-            return load_token_level(spec, location, device, dtype, executor, TEXT)
-        return _transformers_pipeline(spec, location, device, dtype, executor)
+
+@contextmanager
+def source_errors(spec: ModelSpec, location: str) -> Iterator[None]:
+    """A model that cannot be read from `location` as a ModelLoadError naming `model.source`."""
+    try:
+        yield
     except OSError as error:
         hint = (
             " (offline? set BATCHD_MODEL_MIRROR to a directory holding org/name)" if "/" in location else ""
@@ -154,9 +168,19 @@ def _sentence_transformers_config(directory: Path, model_max_length: int) -> tup
     return pooling, normalize, max_length
 
 
-def _transformers_pipeline(
-    spec: ModelSpec, location: str, device: str, dtype: Any, executor: ModelExecutor
-) -> PipelineModel:
+@dataclass(frozen=True)
+class TaskPipeline:
+    """A transformers pipeline for one task, and how the replica calls it on a batch of texts."""
+
+    pipe: Any
+    run: Callable[[list[str]], list[Any]]  # a batch of texts to one result each, under `lock`
+    lock: threading.Lock  # a pipeline is not safe to call from several threads at once
+    metadata: ModelMetadata
+    item_adapter: TypeAdapter[Any]
+    warmup_text: str
+
+
+def open_pipeline(spec: ModelSpec, location: str, device: str, dtype: Any) -> TaskPipeline:
     from transformers import pipeline
 
     task = spec.task
@@ -183,7 +207,6 @@ def _transformers_pipeline(
         outputs = (TensorSpec(name="candidates", datatype="BYTES"),)
     else:
         outputs = (TensorSpec(name="label", datatype="BYTES"),)
-    # A pipeline is not safe to call from several threads at once; batches take turns on it.
     lock = threading.Lock()
 
     def run(texts: list[str]) -> list[Any]:
@@ -198,14 +221,7 @@ def _transformers_pipeline(
         inputs=(TensorSpec(name="text", datatype="BYTES"),),
         outputs=outputs,
     )
-    if task == "text-generation":  # request-level: generation requests (with parameters) too
-        from batchd.replica.generation.request_level import pipeline_model
-
-        return pipeline_model(
-            pipe, run, lock, spec, location,
-            executor=executor, metadata=metadata, item_adapter=item_adapter, warmup_text=warmup_text,
-        )  # fmt: skip
-    return PipelineModel(run, executor, metadata, item_adapter, warmup_text)
+    return TaskPipeline(pipe, run, lock, metadata, item_adapter, warmup_text)
 
 
 def _has(token: str) -> Any:

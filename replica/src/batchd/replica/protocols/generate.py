@@ -7,23 +7,27 @@ true`. Both take `{"text_input": "...", "parameters": {...}}` (the parameters ar
 first token are ordinary error answers (status and `{"error": ...}`); an error after it, when the
 status line is long gone, is a last event `{"error": ...}`, as the extension specifies.
 
-The routes are answered by `batchd.replica.inference`, in front of FastAPI; they are declared
-here for the OpenAPI document, with the pure functions that read requests and write answers.
+Both routes are endpoints (answered in front of FastAPI, see `inference`): their handlers, and
+the pure functions that read requests and write answers.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from batchd.replica.errors import InvalidInput, describe, openapi_responses
-from batchd.replica.generation.params import Chunk, Completion
-from batchd.replica.protocols.kserve_v1 import SERVED_IN_FRONT
+from batchd.api.routes import V2_GENERATE, V2_GENERATE_STREAM
+from batchd.replica.endpoints import Call, Endpoint, Streaming
+from batchd.replica.errors import InvalidInput, describe
+from batchd.replica.generation.params import Chunk, Completion, GenerationRequest
 
-router = APIRouter(tags=["Open Inference Protocol V2: generate extension"])
+if TYPE_CHECKING:  # the generation service imports torch, which only text-generation replicas need
+    from batchd.replica.generation.service import GenerationService
+
+TAG = "Open Inference Protocol V2: generate extension"
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -77,33 +81,31 @@ class GenerateStreamEvent(BaseModel):
     token_ids: list[int] | None = Field(default=None, description="With details: this event's tokens.")
 
 
-_ERRORS = openapi_responses(400, 404, 413, 500, 503, 504)
+async def generate(call: Call) -> dict[str, Any]:
+    name, service, request, request_id, details = _prepared(call)
+    (completion,) = await service.complete([request], call.abandoned)
+    return answer(name, request_id, completion, details)
 
 
-@router.post(
-    "/v2/models/{name}/generate",
-    response_model=GenerateResponse,
-    responses=_ERRORS,
-    summary="Generate (Open Inference Protocol generate extension)",
-)
-async def generate(name: str, body: GenerateRequest) -> GenerateResponse:
-    raise NotImplementedError(SERVED_IN_FRONT)
+async def generate_stream(call: Call) -> AsyncGenerator[bytes, None]:
+    """Events as the text is made; what came while the client was being written to goes in one write."""
+    name, service, request, request_id, details = _prepared(call)
+    async with service.open(request, call.abandoned) as stream:
+        async for first in stream:
+            yield b"".join(
+                event(name, request_id, chunk, stream.generated_tokens, details)
+                for chunk in (first, *stream.ready())
+                if chunk.text or chunk.finish_reason or details
+            )
 
 
-@router.post(
-    "/v2/models/{name}/generate_stream",
-    responses={
-        200: {
-            "description": "Server-Sent Events: `data: {GenerateStreamEvent}` as text is made; the last has "
-            'done: true. An error after the first event is a last event {"error": "..."}.',
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-        },
-        **_ERRORS,
-    },
-    summary="Generate, streamed (Open Inference Protocol generate extension)",
-)
-async def generate_stream(name: str, body: GenerateRequest) -> None:
-    raise NotImplementedError(SERVED_IN_FRONT)
+def _prepared(call: Call) -> tuple[str, GenerationService, GenerationRequest, str | None, bool]:
+    """A generate request decoded: the model's name, the service, the prepared request, its id
+    and `details`."""
+    text, parameters, request_id, details = decode_request(call.json())
+    name = call.replica.model_name if call.model_name is None else call.model_name
+    service = call.replica.generator(name)
+    return name, service, service.preparer.prepare(text, parameters, "text_input"), request_id, details
 
 
 def decode_request(body: Any) -> tuple[str, dict[str, Any] | None, str | None, bool]:
@@ -163,3 +165,29 @@ def event(model_name: str, request_id: str | None, chunk: Chunk, generated: int,
 
 def error_event(error: BaseException) -> bytes:
     return b"data: " + orjson.dumps({"error": describe(error)}) + b"\n\n"
+
+
+ENDPOINTS = (
+    Endpoint(
+        V2_GENERATE,
+        summary="Generate (Open Inference Protocol generate extension)",
+        tag=TAG,
+        answer=generate,
+        request=GenerateRequest,
+        response=GenerateResponse,
+    ),
+    Endpoint(
+        V2_GENERATE_STREAM,
+        summary="Generate, streamed (Open Inference Protocol generate extension)",
+        tag=TAG,
+        streaming=Streaming(
+            events=generate_stream,
+            headers=SSE_HEADERS,
+            error_event=error_event,
+            media_type="text/event-stream",
+            description="Server-Sent Events: `data: {GenerateStreamEvent}` as text is made; the last "
+            'has done: true. An error after the first event is a last event {"error": "..."}.',
+        ),
+        request=GenerateRequest,
+    ),
+)

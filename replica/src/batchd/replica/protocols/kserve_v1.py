@@ -1,7 +1,7 @@
 """KServe's V1 protocol: `{"instances": [...]}` in, `{"predictions": [...]}` out, one item per instance.
 
-`POST /v1/models/{name}:predict` is answered by `batchd.replica.inference`, in front of FastAPI;
-it is declared here too, for the OpenAPI document. The model listing and status routes are here.
+`POST /v1/models/{name}:predict` is an endpoint (answered in front of FastAPI, see `inference`);
+the model listing and status routes are FastAPI's.
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
+from batchd.api.routes import KSERVE_V1_PREDICT
+from batchd.replica.endpoints import Call, Endpoint
 from batchd.replica.errors import InvalidInput, openapi_responses
-from batchd.replica.serving import Replica
+from batchd.replica.replica import Replica
 
-router = APIRouter(tags=["KServe V1"])
-# Answered in front of FastAPI (batchd.replica.inference); the declaration documents it.
-SERVED_IN_FRONT = "answered by batchd.replica.inference before the request reaches FastAPI"
+TAG = "KServe V1"
+router = APIRouter(tags=[TAG])
 
 
 class PredictRequest(BaseModel):
@@ -29,14 +30,8 @@ class PredictResponse(BaseModel):
     predictions: list[Any] = Field(description="One result per instance, in order.")
 
 
-@router.post(
-    "/v1/models/{name}:predict",
-    response_model=PredictResponse,
-    responses=openapi_responses(400, 404, 413, 500, 503, 504),
-    summary="Predict (KServe V1)",
-)
-async def predict(name: str, body: PredictRequest) -> PredictResponse:
-    raise NotImplementedError(SERVED_IN_FRONT)
+async def predict(call: Call) -> dict[str, Any]:
+    return {"predictions": await call.infer(decode_instances(call.json()), "instances")}
 
 
 def decode_instances(body: Any) -> list[Any]:
@@ -50,6 +45,18 @@ def decode_instances(body: Any) -> list[Any]:
     if not isinstance(instances, list):
         raise InvalidInput(f"instances: expected a list, got {type(instances).__name__}")
     return instances
+
+
+ENDPOINTS = (
+    Endpoint(
+        KSERVE_V1_PREDICT,
+        summary="Predict (KServe V1)",
+        tag=TAG,
+        answer=predict,
+        request=PredictRequest,
+        response=PredictResponse,
+    ),
+)
 
 
 @router.get("/v1/models")

@@ -1,24 +1,36 @@
-"""The Open Inference Protocol (V2): health and metadata routes.
+"""The Open Inference Protocol (V2): inference, health and metadata routes.
 
-`POST /v2/models/{name}/infer` is answered by `batchd.replica.inference`, in front of FastAPI,
-with the tensor codec in `v2_tensors`; it is declared here too, for the OpenAPI document.
+`POST /v2/models/{name}/infer` is an endpoint (answered in front of FastAPI, see `inference`),
+with the tensor codec in `v2_tensors`; the health and metadata routes are FastAPI's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.responses import JSONResponse, Response
 
 from batchd.api import __version__
+from batchd.api.routes import V2_INFER
 from batchd.api.spec import Datatype
+from batchd.replica.endpoints import BinaryAnswer, Call, Endpoint, parse_json
 from batchd.replica.errors import openapi_responses
-from batchd.replica.protocols.kserve_v1 import SERVED_IN_FRONT
-from batchd.replica.serving import Replica
+from batchd.replica.protocols.v2_tensors import (
+    decode_inputs,
+    encode_outputs,
+    shape_answer,
+    split_body,
+    wanted_outputs,
+)
+from batchd.replica.replica import Replica
 
-router = APIRouter(tags=["Open Inference Protocol V2"])
+TAG = "Open Inference Protocol V2"
+HUNG = "A batch has hung: restart the replica."
+UNREADY = "Loading, or shutting down."
+router = APIRouter(tags=[TAG])
 BINARY = (
     "With the binary tensor data extension, the body is this JSON followed by the tensors' raw "
     "bytes, and the Inference-Header-Content-Length header gives the JSON's length."
@@ -70,15 +82,30 @@ class ModelReadyAnswer(BaseModel):
     ready: bool
 
 
-@router.post(
-    "/v2/models/{name}/infer",
-    response_model=InferenceResponse,
-    responses=openapi_responses(400, 404, 413, 500, 503, 504),
-    summary="Infer (Open Inference Protocol V2)",
-    description=BINARY,
+async def infer(call: Call) -> Any:
+    header, binary = split_body(call.body, call.header(b"inference-header-content-length"))
+    document = parse_json(header)
+    items = decode_inputs(document, binary)
+    wanted = wanted_outputs(document)
+    results = await call.infer(items, "inputs")
+    outputs, raw = shape_answer(encode_outputs(results, call.replica.output_specs), wanted)
+    answer: dict[str, Any] = {"model_name": call.model_name, "outputs": outputs}
+    if isinstance(document.get("id"), str):
+        answer["id"] = document["id"]
+    return BinaryAnswer(orjson.dumps(answer), raw) if raw else answer
+
+
+ENDPOINTS = (
+    Endpoint(
+        V2_INFER,
+        summary="Infer (Open Inference Protocol V2)",
+        tag=TAG,
+        answer=infer,
+        request=InferenceRequest,
+        response=InferenceResponse,
+        description=BINARY,
+    ),
 )
-async def infer(name: str, body: InferenceRequest) -> InferenceResponse:
-    raise NotImplementedError(SERVED_IN_FRONT)
 
 
 def _replica(request: Request) -> Replica:
@@ -90,24 +117,25 @@ class LiveAnswer(BaseModel):
     live: bool
 
 
-@router.get(
-    "/v2/health/live",
-    response_model=LiveAnswer,
-    responses={503: {"model": LiveAnswer, "description": "A batch has hung: restart the replica."}},
-)
+def _probe(model: type[BaseModel], meaning: str) -> dict[int | str, dict[str, Any]]:
+    """The 503 a probe answers when it does not hold (the kubelet reads the status alone)."""
+    return {503: {"model": model, "description": meaning}}
+
+
+def _probed(answer: dict[str, Any], holds: bool) -> Response:
+    return JSONResponse(answer, status_code=200 if holds else 503)
+
+
+@router.get("/v2/health/live", response_model=LiveAnswer, responses=_probe(LiveAnswer, HUNG))
 async def live(request: Request) -> Response:
     is_live = _replica(request).live
-    return JSONResponse({"live": is_live}, status_code=200 if is_live else 503)
+    return _probed({"live": is_live}, is_live)
 
 
-@router.get(
-    "/v2/health/ready",
-    response_model=ReadyAnswer,
-    responses={503: {"model": ReadyAnswer, "description": "Loading, or shutting down."}},
-)
+@router.get("/v2/health/ready", response_model=ReadyAnswer, responses=_probe(ReadyAnswer, UNREADY))
 async def ready(request: Request) -> Response:
     is_ready = _replica(request).ready
-    return JSONResponse({"ready": is_ready}, status_code=200 if is_ready else 503)
+    return _probed({"ready": is_ready}, is_ready)
 
 
 @router.get("/v2")
@@ -118,15 +146,12 @@ async def server_metadata() -> dict[str, Any]:
 @router.get(
     "/v2/models/{name}/ready",
     response_model=ModelReadyAnswer,
-    responses={
-        **openapi_responses(404),
-        503: {"model": ModelReadyAnswer, "description": "Loading, or shutting down."},
-    },
+    responses={**openapi_responses(404), **_probe(ModelReadyAnswer, UNREADY)},
 )
 async def model_ready(name: str, request: Request) -> Response:
     replica = _replica(request)
     replica.check_name(name)
-    return JSONResponse({"name": name, "ready": replica.ready}, status_code=200 if replica.ready else 503)
+    return _probed({"name": name, "ready": replica.ready}, replica.ready)
 
 
 @router.get("/v2/models/{name}", responses=openapi_responses(404))

@@ -1,20 +1,19 @@
-"""The seeds' simple call: `curl "http://localhost:8000/?text=Once+upon+a+time"` answers one result.
+"""The simple call: `curl "http://localhost:8000/?text=Once+upon+a+time"` answers one result.
 
 The query's single parameter is the item (several parameters make a dict item); GET and POST
-both work, as in Ray Serve's tutorial, which POSTs with `params=`. The route itself is answered
-by `batchd.replica.inference`.
+both work, as in Ray Serve's tutorial, which POSTs with `params=`. Both are endpoints, answered
+in front of FastAPI (see `inference`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from batchd.api.routes import SIMPLE_CALL_GET, SIMPLE_CALL_POST
+from batchd.replica.endpoints import Call, Endpoint
+from batchd.replica.errors import InvalidInput
 
-from batchd.replica.errors import InvalidInput, openapi_responses
-from batchd.replica.protocols.kserve_v1 import SERVED_IN_FRONT
-
-router = APIRouter(tags=["Simple call"])
+TAG = "Simple call"
 # Any query parameters: the one there is becomes the item, several make a dict item.
 _QUERY = {
     "name": "item",
@@ -25,22 +24,12 @@ _QUERY = {
     "description": "One parameter is the item (`?text=Once+upon+a+time`); several make a dict item.",
     "schema": {"type": "object", "additionalProperties": {"type": "string"}, "minProperties": 1},
 }
+SUMMARY = "One item in the query string, one result back (`/?text=...`)"
 
 
-_DOCUMENTED = {
-    "responses": {
-        200: {"description": "The model's result for the item.", "content": {"application/json": {}}},
-        **openapi_responses(400, 413, 500, 503, 504),
-    },
-    "openapi_extra": {"parameters": [_QUERY]},
-    "summary": "The seeds' simple call",
-}
-
-
-@router.get("/", operation_id="simple_call_get", **_DOCUMENTED)  # type: ignore[arg-type]
-@router.post("/", operation_id="simple_call_post", **_DOCUMENTED)  # type: ignore[arg-type]
-async def simple_call() -> Any:
-    raise NotImplementedError(SERVED_IN_FRONT)
+async def simple_call(call: Call) -> Any:
+    (result,) = await call.infer([item_from_query(call.query())], "query")
+    return result
 
 
 def item_from_query(params: list[tuple[str, str]]) -> Any:
@@ -49,3 +38,16 @@ def item_from_query(params: list[tuple[str, str]]) -> Any:
     if len(params) == 1:
         return params[0][1]
     return dict(params)
+
+
+ENDPOINTS = tuple(
+    Endpoint(
+        route,
+        summary=SUMMARY,
+        tag=TAG,
+        answer=simple_call,
+        response_description="The model's result for the item.",
+        parameters=(_QUERY,),
+    )
+    for route in (SIMPLE_CALL_GET, SIMPLE_CALL_POST)
+)

@@ -1,8 +1,8 @@
-"""One replica's serving state: the model, its batcher, its metrics, and admission of work.
+"""`Replica`: one replica's serving state: the model, its batcher, its metrics, and admission of work.
 
 The protocol modules decode requests into items and encode results; what they have in common
 (readiness, validation of items, admission into the batcher) is here, so that the three
-protocols behave the same way. A text-generation model also brings a generation service
+protocols behave the same way. A model that is a `TextGenerator` also brings a generation service
 (`batchd.replica.generation`): with token-level scheduling, the inference routes' prompts go to
 it rather than to the batcher, and the generate routes use it either way.
 """
@@ -21,7 +21,7 @@ from batchd.api.spec import BatchedDeployment, TensorSpec
 from batchd.replica.batching import Abandoned, Batcher
 from batchd.replica.errors import Draining, InvalidInput, NotReady, Stalled, TooLarge, UnknownModel
 from batchd.replica.metrics import GenerationMetrics, ReplicaMetrics
-from batchd.replica.models.base import BatchModel
+from batchd.replica.models.base import BatchModel, GenerationSetup, TextGenerator
 from batchd.replica.settings import ReplicaSettings
 
 if TYPE_CHECKING:  # the generation package imports torch, which only text-generation replicas need
@@ -114,20 +114,19 @@ class Replica:
 
     def _serve_generation(self, model: BatchModel) -> None:
         """A text-generation model's service (token- or request-level), with its metrics."""
-        setup = getattr(model, "generation_service", None)
-        if setup is None:
+        if not isinstance(model, TextGenerator):
             return
         metrics = GenerationMetrics(self.metrics.registry, self.manifest.metadata.name, self.model_name)
-        service: GenerationService = setup(
-            self.manifest.spec.batching, metrics, batcher=self.batcher, steps=metrics
+        service = model.generation_service(
+            GenerationSetup(self.manifest.spec.batching, self.batcher, sequences=metrics, steps=metrics)
         )
         metrics.track(
             running=lambda: service.running,
             waiting=lambda: service.waiting,
-            kv_usage=lambda: getattr(service, "kv_usage", 0.0),
+            kv_usage=lambda: service.kv_usage,
         )
         self.generation = service
-        self._token_level = service if getattr(service, "scheduling", None) == "token" else None
+        self._token_level = service if service.scheduling == "token" else None
 
     def begin_draining(self) -> None:
         """Turn unready at once (SIGTERM); accepted work still completes."""

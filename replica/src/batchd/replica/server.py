@@ -1,4 +1,4 @@
-"""A graceful stop that resets no connection: uvicorn, with a drain that waits for the clients.
+"""`ReplicaServer`: uvicorn, with a graceful stop that resets no connection and waits for clients.
 
 On SIGTERM uvicorn closes its listener and then closes every idle keep-alive connection at once.
 A client may have written its next request on such a connection a moment before: the request
@@ -29,7 +29,7 @@ from typing import Any
 
 import uvicorn
 
-from batchd.replica.serving import Replica
+from batchd.replica.replica import Replica
 
 logger = logging.getLogger(__name__)
 

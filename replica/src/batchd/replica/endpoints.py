@@ -1,0 +1,119 @@
+"""An inference route bound to what answers it and to what the OpenAPI document says of it.
+
+`batchd.api.routes` holds the routes as plain data; each protocol module binds its routes here
+to a handler and to the schemas of its request and answer. From the bound table the front
+(`inference`) answers requests and `openapi` writes the document, so a route is declared once.
+
+A handler takes the request as a `Call` (body read and bounded, model name from the path) and
+returns the answer: a JSON-able value, a `BinaryAnswer`, or, for a streaming route, the events
+as bytes. Errors are raised, and answered from the table in `errors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+from pydantic import BaseModel
+from starlette.types import Scope, Send
+
+from batchd.api.routes import Route
+from batchd.replica.batching import Abandoned
+from batchd.replica.errors import InvalidInput
+from batchd.replica.replica import Replica
+
+
+@dataclass(slots=True)  # not frozen: one is made per request, and frozen adds to its __init__
+class Call:
+    """One inference request, as its handler sees it."""
+
+    replica: Replica
+    model_name: str | None  # from the path; None where the path names no model
+    body: bytes
+    scope: Scope
+    abandoned: Abandoned  # returns when the client has gone
+
+    def json(self) -> Any:
+        """The body as JSON, or InvalidInput saying why not."""
+        return parse_json(self.body)
+
+    def query(self) -> list[tuple[str, str]]:
+        return parse_qsl(self.scope["query_string"].decode("latin-1"))
+
+    def header(self, name: bytes) -> str | None:
+        for key, value in self.scope["headers"]:
+            if key == name:
+                return str(value.decode("latin-1"))
+        return None
+
+    async def infer(self, items: list[Any], field: str) -> list[Any]:
+        """Batch the items with everybody else's; a client that leaves cancels what has not run."""
+        if self.model_name is not None:
+            self.replica.check_name(self.model_name)
+        return await self.replica.infer(items, field, self.abandoned)
+
+
+def parse_json(body: bytes) -> Any:
+    if not body:
+        raise InvalidInput("request body: empty; expected JSON")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise InvalidInput(f"request body: not valid JSON: {error}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryAnswer:
+    """A V2 answer with binary tensor data: the JSON header, then the tensors' bytes."""
+
+    header: bytes
+    data: bytes
+
+    async def send(self, send: Send) -> None:
+        headers = [
+            (b"content-type", b"application/octet-stream"),
+            (b"inference-header-content-length", str(len(self.header)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": self.header + self.data})
+
+
+Answerer = Callable[[Call], Awaitable[Any]]
+Streamer = Callable[[Call], AsyncGenerator[bytes, None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Streaming:
+    """A streamed answer: `events` yields it a piece at a time. The status line goes with the first
+    piece (an empty one still sends it), so a failure before it is an ordinary error answer; a
+    failure after it becomes the last piece, `error_event`."""
+
+    events: Streamer
+    headers: list[tuple[bytes, bytes]]
+    error_event: Callable[[BaseException], bytes]
+    media_type: str
+    description: str  # of the 200 answer, for the OpenAPI document
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A route, its handler (`answer` for a whole answer, or `streaming`), and what the OpenAPI
+    document says of it."""
+
+    route: Route
+    summary: str
+    tag: str
+    answer: Answerer | None = None
+    streaming: Streaming | None = None
+    request: type[BaseModel] | None = None  # the JSON body's schema; None: the route documents no body
+    response: type[BaseModel] | None = None  # the 200 answer's schema; None: any JSON value
+    response_description: str = "Successful Response"
+    description: str | None = None
+    parameters: Sequence[dict[str, Any]] = field(default=())  # OpenAPI parameters besides {name}
+
+    def __post_init__(self) -> None:
+        if (self.answer is None) == (self.streaming is None):
+            raise ValueError(f"endpoint {self.route.operation!r}: give either `answer` or `streaming`")
