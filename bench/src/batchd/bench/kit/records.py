@@ -1,0 +1,89 @@
+"""What every benchmark writes beside its figures: where, when and how it ran, as JSON with no NaN.
+
+Results are frozen dataclasses; `to_json` turns them (and anything nested in them) into what
+`json` writes, with a missing figure (NaN, infinity) as null, and `none_to_nan` reads a null
+figure back as NaN, for a report rendered again from its .json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def machine() -> str:
+    """The machine in a line: cores this process may use, CPU model, memory, OS."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
+    return f"{len(os.sched_getaffinity(0))} cores of {model}, {memory_gb:.0f} GB RAM, {platform.system()}"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """When, where and with what command a benchmark ran."""
+
+    date: str
+    machine: str
+    command: str
+
+    @classmethod
+    def now(cls, module: str, argv: Sequence[str]) -> RunRecord:
+        """This run, `module` as `python -m` takes it."""
+        return cls(
+            date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            machine=machine(),
+            command=shlex.join(["python", "-m", module, *argv]),
+        )
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
+        return cls(date=data["date"], machine=data["machine"], command=data["command"])
+
+
+def run_meta(module: str, argv: Sequence[str]) -> dict[str, Any]:
+    """This run's record as a JSON object, for results that add their own keys beside it."""
+    return dataclasses.asdict(RunRecord.now(module, argv))
+
+
+def to_json(value: Any) -> Any:
+    """Dataclasses as objects, tuples as lists, and a missing figure (NaN, infinity) as null."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: to_json(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    return value
+
+
+def none_to_nan(value: Any) -> Any:
+    """The other way, for reports rendered again from a .json: a null figure is NaN again."""
+    if value is None:
+        return math.nan
+    if isinstance(value, dict):
+        return {k: none_to_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [none_to_nan(v) for v in value]
+    return value
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(to_json(data), indent=2) + "\n")

@@ -1,0 +1,73 @@
+"""`python -m batchd.bench.operator_bench`: the command (what it runs: the package's docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from batchd.bench import operator_bench
+from batchd.bench.kit import RESULTS_DIR, records
+from batchd.bench.operator_bench.convergence import measure_convergence
+from batchd.bench.operator_bench.polling import DEFAULT_POLL_S, run_autoscaling
+from batchd.bench.operator_bench.report import report_lines, to_markdown
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(description=(operator_bench.__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=20, help="single creates timed one after another")
+    parser.add_argument("--resources", type=int, default=500, help="resources created at once to converge")
+    parser.add_argument(
+        "--autoscaled", type=int, default=500, help="autoscaled resources whose replicas are polled; 0 = skip"
+    )
+    parser.add_argument("--replicas-per", type=int, default=4, help="replicas of each autoscaled resource")
+    parser.add_argument("--steady-s", type=float, default=60, help="seconds of autoscaling steady state")
+    parser.add_argument("--window-s", type=float, default=10, help="CPU is measured in windows this long")
+    parser.add_argument(
+        "--poll-interval-s",
+        type=float,
+        default=None,
+        help=f"the operator's replica poll interval (default: its own, {DEFAULT_POLL_S:g} s)",
+    )
+    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR, help="operator.json and .md go here")
+    parser.add_argument(
+        "--log",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "batchd-operator-bench.log",
+        help="where the operator's own log goes",
+    )
+    args = parser.parse_args(argv)
+    figures: dict[str, Any] = asyncio.run(measure_convergence(args.repeats, args.resources, args.log))
+    if args.autoscaled:
+        figures["autoscaling"] = asyncio.run(
+            run_autoscaling(
+                args.autoscaled,
+                args.replicas_per,
+                args.steady_s,
+                args.window_s,
+                args.poll_interval_s,
+                args.log,
+            )
+        )
+    meta = records.run_meta("batchd.bench.operator_bench", argv)
+    for line in report_lines(figures, args.repeats, args.resources):
+        print(line)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    records.write_json(args.output_dir / "operator.json", {"meta": meta, **figures})
+    (args.output_dir / "operator.md").write_text(to_markdown(figures, args.repeats, args.resources, meta))
+    auto = figures.get("autoscaling")
+    if auto and auto["replicas_polled"] < auto["replicas"]:
+        print(
+            f"FAILED: only {auto['replicas_polled']} of {auto['replicas']} replicas were polled",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,89 @@
+"""One replica at `times` its capacity: the traffic, its memory meanwhile, and the recovery after."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from batchd.bench.kit import procstat, servers
+from batchd.bench.kit.manifests import manifest
+from batchd.bench.kit.stats import p99_ms
+from batchd.testing.traffic import Traffic, unanswered
+
+BATCH_S = 0.1
+MAX_BATCH = 4
+CAPACITY = MAX_BATCH / BATCH_S  # items a second
+WARMUP_S = 5.0
+
+
+def replica_manifest() -> dict[str, Any]:
+    model = {"handler": "batchd.testing.handlers:SlowAdder", "init_kwargs": {"delay_s": BATCH_S}}
+    batching = {
+        "max_batch_size": MAX_BATCH,
+        "batch_wait_timeout_s": 0.01,
+        "max_queued_requests": int(CAPACITY),  # about a second of work
+    }
+    return manifest("overload", model, batching=batching)
+
+
+async def _sample_memory(
+    pid: int, every_s: float, samples: list[tuple[float, int]], stop: asyncio.Event
+) -> None:
+    started = time.monotonic()
+    while not stop.is_set():
+        samples.append((time.monotonic() - started, procstat.sample(pid).rss_bytes))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_s)
+
+
+async def _recovery_s(url: str, timeout_s: float = 10.0) -> float:
+    """From the end of the load until a request is answered 200 in under a second."""
+    started = time.monotonic()
+    async with httpx.AsyncClient(base_url=url, timeout=timeout_s) as client:
+        while time.monotonic() - started < timeout_s:
+            sent = time.monotonic()
+            response = await client.post("/v1/models/overload:predict", json={"instances": [1]})
+            if response.status_code == 200 and time.monotonic() - sent < 1.0:
+                return time.monotonic() - started
+            await asyncio.sleep(0.02)
+    return float("inf")
+
+
+async def run(duration_s: float, times: float, workdir: Path) -> dict[str, Any]:
+    path = servers.write_manifest(workdir, replica_manifest())
+    with servers.replica_process(path, workdir) as replica:
+        rate = CAPACITY * times
+        traffic = Traffic(lambda: [replica.url], "/v1/models/overload:predict", b'{"instances": [1]}', rate)
+        memory: list[tuple[float, int]] = []
+        stop = asyncio.Event()
+        sampling = asyncio.create_task(_sample_memory(replica.pid, 0.5, memory, stop))
+        outcomes = await traffic.run(duration_s)
+        stop.set()
+        await sampling
+        recovery_s = await _recovery_s(replica.url)
+        replica.check_alive()
+    statuses = Counter(str(outcome.status) for outcome in outcomes)
+    without_retry_after = sum(1 for o in outcomes if o.status in (429, 503) and o.retry_after is None)
+    steady = [rss for at, rss in memory if at >= WARMUP_S] or [rss for _, rss in memory]
+    served = statuses.get("200", 0)
+    return {
+        "capacity_items_per_s": CAPACITY,
+        "offered_rate_per_s": rate,
+        "duration_s": duration_s,
+        "requests": len(outcomes),
+        "statuses": dict(statuses),
+        "served_per_s": served / duration_s,
+        "unanswered": len(unanswered(outcomes)),
+        "refusals_without_retry_after": without_retry_after,
+        "rss_mib_min": min(steady) / 2**20,
+        "rss_mib_max": max(steady) / 2**20,
+        "rss_growth": max(steady) / min(steady) - 1,
+        "recovery_s": recovery_s,
+        "p99_served_ms": p99_ms([o.latency_s for o in outcomes if o.status == 200]),
+    }

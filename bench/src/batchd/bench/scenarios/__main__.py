@@ -1,0 +1,126 @@
+"""The main scenarios (`make bench`, `python -m batchd.bench`): run them, write JSON and markdown.
+
+    python -m batchd.bench                       # every scenario, 3 repeats (about 10 minutes)
+    python -m batchd.bench --quick               # smoke-sized: one load, one repeat, short runs
+    python -m batchd.bench --scenario minilm --repeats 5
+
+Results go to bench/results/latest.json and latest.md (or --output-dir). The exit status is
+non-zero when a scenario could not be measured (a server failed to start, a request errored
+in every run); missed performance targets are reported, not failed on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from batchd.bench.kit import RESULTS_DIR, records
+from batchd.bench.scenarios import analysis, catalog, harness, report
+
+
+def versions() -> dict[str, str]:
+    import importlib.metadata as metadata
+
+    found = {"python": platform.python_version()}
+    for package in ("torch", "transformers", "uvicorn", "fastapi"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found[package] = metadata.version(package)
+    return found
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m batchd.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke-sized run (seconds, not minutes)")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=sorted(catalog.all_scenarios()),
+        help="run only this scenario (repeatable); default: all",
+    )
+    parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats per point (default 3)")
+    parser.add_argument("--duration-s", type=float, default=None, help="seconds per load run (default 3)")
+    parser.add_argument("--concurrency", type=int, action="append", help="closed-loop clients (repeatable)")
+    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--workdir", type=Path, default=None, help="keep manifests, models and logs here")
+    args = parser.parse_args(argv)
+    if args.repeats is not None and args.repeats < 1:
+        parser.error(f"--repeats: expected 1 or more, got {args.repeats}")
+    return args
+
+
+def options_from(args: argparse.Namespace) -> harness.Options:
+    chosen = tuple(args.scenario or ("trivial", "minilm", "gpt2"))
+    if args.quick:
+        base = harness.Options(
+            scenarios=chosen,
+            repeats=1,
+            duration_s=1.0,
+            warmup_s=0.2,
+            concurrencies=(8,),
+            ceiling_duration_s=1.0,
+        )
+    else:
+        base = harness.Options(scenarios=chosen)
+    overrides: dict[str, Any] = {}
+    if args.repeats is not None:
+        overrides["repeats"] = args.repeats
+    if args.duration_s is not None:
+        overrides["duration_s"] = args.duration_s
+    if args.concurrency:
+        overrides["concurrencies"] = tuple(args.concurrency)
+    return harness.Options(**{**base.__dict__, **overrides})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    options = options_from(args)
+    every = catalog.all_scenarios()
+    result: dict[str, Any] = {
+        "meta": {
+            **records.run_meta("batchd.bench", argv if argv is not None else sys.argv[1:]),
+            "versions": versions(),
+            "repeats": options.repeats,
+            "duration_s": options.duration_s,
+            "options": {k: list(v) if isinstance(v, tuple) else v for k, v in options.__dict__.items()},
+        },
+        "scenarios": {},
+        "failures": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="batchd-bench-") as temporary:
+        workdir = args.workdir or Path(temporary)
+        for name in options.scenarios:
+            try:
+                result["scenarios"][name] = harness.run_scenario(every[name], options, workdir / name)
+            except Exception as error:  # one broken scenario must not hide the others' numbers
+                logging.exception("scenario %s failed", name)
+                result["failures"][name] = f"{type(error).__name__}: {error}"
+    result["targets"] = analysis.check_targets(result)
+    markdown = report.to_markdown(result)
+    if result["failures"]:
+        markdown += "\n" + "\n".join(
+            f"- **{n} failed**: {e.splitlines()[0]}" for n, e in result["failures"].items()
+        )
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    records.write_json(args.output_dir / "latest.json", result)
+    (args.output_dir / "latest.md").write_text(markdown)
+    print(markdown)
+    print(f"results: {args.output_dir / 'latest.json'} and {args.output_dir / 'latest.md'}")
+    if result["failures"]:
+        print(f"error: scenario(s) failed: {', '.join(result['failures'])}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
