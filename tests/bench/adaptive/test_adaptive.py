@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,8 @@ from batchd.bench.adaptive.__main__ import parse_args
 from batchd.bench.adaptive.analysis import verdicts
 from batchd.bench.adaptive.options import ADAPTIVE, BURSTY, QUICK, Options
 from batchd.bench.adaptive.schedules import schedule_for, steady
-from batchd.bench.kit import CHECKOUT
+
+RunModule = Callable[..., subprocess.CompletedProcess[str]]  # the run_module fixture (conftest.py)
 
 
 def test_a_steady_load_warms_up_then_measures_at_its_rate() -> None:
@@ -95,15 +95,10 @@ def test_verdicts_compare_with_the_best_fixed_window_at_each_load_and_on_the_mix
 
 
 @pytest.mark.slow
-def test_quick_run_reports_every_subject_at_every_load_with_a_chart(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "batchd.bench.adaptive", "--quick", "--output-dir", str(tmp_path)],
-        cwd=CHECKOUT,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env=dict(os.environ),
-    )
+def test_quick_run_reports_every_subject_at_every_load_with_a_chart(
+    tmp_path: Path, run_module: RunModule
+) -> None:
+    done = run_module("batchd.bench.adaptive", "--quick", "--output-dir", str(tmp_path), timeout_s=400)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
 
     report = json.loads((tmp_path / "adaptive.json").read_text())

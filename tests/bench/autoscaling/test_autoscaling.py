@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,19 +17,9 @@ import pytest
 from batchd.bench.autoscaling.analysis import Sample, analyse, held_from
 from batchd.bench.autoscaling.calibration import CALIBRATION_UTILIZATIONS
 from batchd.bench.autoscaling.options import Options, Step
-from batchd.bench.kit import CHECKOUT
 from batchd.testing.traffic import Outcome
 
-
-def run_module(*args: str, timeout_s: float = 280) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "batchd.bench.autoscaling", *args],
-        cwd=CHECKOUT,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env=dict(os.environ),
-    )
+RunModule = Callable[..., subprocess.CompletedProcess[str]]  # the run_module fixture (conftest.py)
 
 
 def test_carried_is_the_first_moment_after_which_the_condition_holds_to_the_end() -> None:
@@ -61,8 +50,10 @@ def test_analyse_counts_refusals_apart_from_latency_and_lost_requests_loudly() -
 
 
 @pytest.mark.slow
-def test_quick_step_writes_figures_for_both_subjects_and_a_chart(tmp_path: Path) -> None:
-    done = run_module("--quick", "--output-dir", str(tmp_path))
+def test_quick_step_writes_figures_for_both_subjects_and_a_chart(
+    tmp_path: Path, run_module: RunModule
+) -> None:
+    done = run_module("batchd.bench.autoscaling", "--quick", "--output-dir", str(tmp_path))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
 
     results = json.loads((tmp_path / "autoscaling.json").read_text())
@@ -83,8 +74,10 @@ def test_quick_step_writes_figures_for_both_subjects_and_a_chart(tmp_path: Path)
 
 
 @pytest.mark.slow
-def test_quick_calibration_shows_ongoing_items_growing_with_utilization(tmp_path: Path) -> None:
-    done = run_module("calibrate", "--quick", "--output-dir", str(tmp_path))
+def test_quick_calibration_shows_ongoing_items_growing_with_utilization(
+    tmp_path: Path, run_module: RunModule
+) -> None:
+    done = run_module("batchd.bench.autoscaling", "calibrate", "--quick", "--output-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| 8 @ 0.1 s | 70% |" in done.stdout
 

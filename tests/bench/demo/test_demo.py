@@ -6,32 +6,20 @@ measured, and that a failure is reported, not hidden.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
+from collections.abc import Callable
 
 import pytest
 
-from batchd.bench.kit import CHECKOUT
-
-
-def run_demo(
-    *args: str, env: dict[str, str] | None = None, timeout_s: float = 280
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "batchd.bench.demo", *args],
-        cwd=CHECKOUT,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env={**os.environ, **(env or {})},
-    )
+RunModule = Callable[..., subprocess.CompletedProcess[str]]  # the run_module fixture (conftest.py)
 
 
 @pytest.mark.slow
-def test_demo_fails_loudly_when_the_replica_cannot_start() -> None:
+def test_demo_fails_loudly_when_the_replica_cannot_start(run_module: RunModule) -> None:
     # A setting the replica refuses at start-up: the demo must say so and exit non-zero.
-    done = run_demo("--requests", "8", env={"BATCHD_DRAIN_TIMEOUT_S": "soon"}, timeout_s=120)
+    done = run_module(
+        "batchd.bench.demo", "--requests", "8", env={"BATCHD_DRAIN_TIMEOUT_S": "soon"}, timeout_s=120
+    )
     assert done.returncode == 1
     assert "demo failed: minilm-batched exited with status 2" in done.stderr
     assert (
@@ -41,8 +29,8 @@ def test_demo_fails_loudly_when_the_replica_cannot_start() -> None:
 
 
 @pytest.mark.slow
-def test_demo_serves_minilm_with_and_without_batching() -> None:
-    done = run_demo("--requests", "96", "--concurrency", "16")
+def test_demo_serves_minilm_with_and_without_batching(run_module: RunModule) -> None:
+    done = run_module("batchd.bench.demo", "--requests", "96", "--concurrency", "16")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     out = done.stdout
     assert "96 requests from 16 concurrent clients" in out
@@ -52,7 +40,7 @@ def test_demo_serves_minilm_with_and_without_batching() -> None:
     assert "Batching served" in out
 
 
-def test_bad_options_are_refused_naming_the_option() -> None:
-    done = run_demo("--concurrency", "0", timeout_s=60)
+def test_bad_options_are_refused_naming_the_option(run_module: RunModule) -> None:
+    done = run_module("batchd.bench.demo", "--concurrency", "0", timeout_s=60)
     assert done.returncode == 2
     assert "--concurrency: expected 1 or more, got 0" in done.stderr

@@ -7,31 +7,19 @@ commands work, that their output is well formed, and that a failure is reported,
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from batchd.bench.kit import CHECKOUT
-
-
-def run_module(
-    *args: str, env: dict[str, str] | None = None, timeout_s: float = 280
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", *args],
-        cwd=CHECKOUT,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env={**os.environ, **(env or {})},
-    )
+RunModule = Callable[..., subprocess.CompletedProcess[str]]  # the run_module fixture (conftest.py)
 
 
 @pytest.mark.slow
-def test_quick_run_of_the_trivial_scenario_writes_json_and_markdown(tmp_path: Path) -> None:
+def test_quick_run_of_the_trivial_scenario_writes_json_and_markdown(
+    tmp_path: Path, run_module: RunModule
+) -> None:
     done = run_module("batchd.bench", "--quick", "--scenario", "trivial", "--output-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -64,7 +52,7 @@ def test_quick_run_of_the_trivial_scenario_writes_json_and_markdown(tmp_path: Pa
     assert "### Trivial handler" in done.stdout
 
 
-def test_bad_options_are_refused_with_the_value() -> None:
+def test_bad_options_are_refused_with_the_value(run_module: RunModule) -> None:
     done = run_module("batchd.bench", "--repeats", "0", timeout_s=60)
     assert done.returncode == 2
     assert "--repeats: expected 1 or more, got 0" in done.stderr

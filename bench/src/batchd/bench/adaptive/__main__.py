@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from batchd.bench.adaptive.chart import draw_chart
 from batchd.bench.adaptive.options import MODELS, QUICK, Options
 from batchd.bench.adaptive.report import to_markdown
 from batchd.bench.adaptive.workload import run_model
-from batchd.bench.kit import RESULTS_DIR, records
+from batchd.bench.kit import cli, records
 
 
 def write_reports(report: dict[str, Any], output: Path) -> None:
@@ -41,9 +41,7 @@ def render(path: Path, output: Path) -> int:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m batchd.bench.adaptive", description=(adaptive.__doc__ or "").splitlines()[0]
-    )
+    parser = cli.parser("batchd.bench.adaptive", adaptive.__doc__)
     parser.add_argument("--quick", action="store_true", help="smoke-sized: cost-curve handler, one repeat")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=None)
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 3)")
@@ -58,40 +56,22 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--windows-ms", type=float, nargs="+", default=None, help="fixed windows (0 2 10 50)")
     parser.add_argument("--burst-cycles", type=int, default=None, help="on/off cycles of the bursty load (4)")
-    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--workdir", type=Path, default=None, help="keep the manifests and replica logs here")
+    cli.add_output(parser, workdir_help="keep the manifests and replica logs here")
     parser.add_argument(
         "--render", type=Path, default=None, metavar="JSON", help="only rewrite the .md and .png from a .json"
     )
     args = parser.parse_args(argv)
-    if args.repeats is not None and args.repeats < 1:
-        parser.error(f"--repeats: expected 1 or more, got {args.repeats}")
+    cli.refuse_below_one(parser, args, "repeats", "burst_cycles")
     if args.fractions is not None and not all(0 < f <= 2 for f in args.fractions):
         parser.error(f"--fractions: expected shares of capacity above 0 and at most 2, got {args.fractions}")
     if args.windows_ms is not None and any(ms < 0 for ms in args.windows_ms):
         parser.error(f"--windows-ms: expected 0 or more, got {args.windows_ms}")
-    if args.burst_cycles is not None and args.burst_cycles < 1:
-        parser.error(f"--burst-cycles: expected 1 or more, got {args.burst_cycles}")
     return args
 
 
 def options_from(args: argparse.Namespace) -> Options:
-    options = QUICK if args.quick else Options()
-    if args.models:
-        options = replace(options, models=tuple(args.models))
-    if args.repeats is not None:
-        options = replace(options, repeats=args.repeats)
-    if args.duration_s is not None:
-        options = replace(options, duration_s=args.duration_s)
-    if args.arrivals is not None:
-        options = replace(options, arrivals=args.arrivals)
-    if args.fractions is not None:
-        options = replace(options, fractions=tuple(args.fractions))
-    if args.windows_ms is not None:
-        options = replace(options, windows_ms=tuple(args.windows_ms))
-    if args.burst_cycles is not None:
-        options = replace(options, burst_cycles=args.burst_cycles)
-    return options
+    names = ("models", "repeats", "duration_s", "arrivals", "fractions", "windows_ms", "burst_cycles")
+    return cli.overridden(QUICK if args.quick else Options(), args, *names)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

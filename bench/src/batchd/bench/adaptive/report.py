@@ -17,6 +17,7 @@ from batchd.bench.adaptive.options import (
 )
 from batchd.bench.kit import formatting
 from batchd.bench.kit.formatting import figure, number, share
+from batchd.bench.kit.records import ran
 
 
 def model_markdown(result: dict[str, Any]) -> str:
@@ -40,9 +41,13 @@ def model_markdown(result: dict[str, Any]) -> str:
     lines = [
         f"## {result['title']}",
         "",
-        f"`{meta['command']}` ({meta['date']}, {meta['machine']}; {meta['minutes']:g} min; load average "
-        f"{meta['load_average_before']:.1f} before, {meta['load_average_after']:.1f} after: the machine is "
-        "shared).",
+        ran(
+            meta,
+            f"{meta['minutes']:g} min",
+            f"load average {meta['load_average_before']:.1f} before, {meta['load_average_after']:.1f} after: "
+            "the machine is shared",
+        )
+        + ".",
         "",
         f"{what} (closed loop, {options.capacity_clients} clients, 0 ms window; runs: "
         + ", ".join(f"{v:.0f}" for v in result["capacity_runs_rps"])

@@ -8,7 +8,6 @@ import logging
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from batchd.bench.autoscaling.chart import draw_chart
 from batchd.bench.autoscaling.options import QUICK, SUBJECTS, Options
 from batchd.bench.autoscaling.report import step_markdown, write_results
 from batchd.bench.autoscaling.workload import run_step
-from batchd.bench.kit import RESULTS_DIR, records
+from batchd.bench.kit import cli, records
 
 
 def _meta(argv: Sequence[str]) -> dict[str, Any]:
@@ -26,9 +25,7 @@ def _meta(argv: Sequence[str]) -> dict[str, Any]:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m batchd.bench.autoscaling", description=(autoscaling.__doc__ or "").splitlines()[0]
-    )
+    parser = cli.parser("batchd.bench.autoscaling", autoscaling.__doc__)
     parser.add_argument("mode", nargs="?", choices=("step", "calibrate"), default="step")
     parser.add_argument("--quick", action="store_true", help="smoke-sized: short phases, one repeat")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 3)")
@@ -37,11 +34,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--max-queued", type=int, default=None, help="both subjects' max_queued_requests (the default 1024)"
     )
     parser.add_argument("--duration-s", type=float, default=None, help="calibrate: seconds per rate (20)")
-    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--workdir", type=Path, default=None, help="keep logs and pod folders here")
+    cli.add_output(parser, workdir_help="keep logs and pod folders here")
     args = parser.parse_args(argv)
-    if args.repeats is not None and args.repeats < 1:
-        parser.error(f"--repeats: expected 1 or more, got {args.repeats}")
+    cli.refuse_below_one(parser, args, "repeats", "max_queued")
     return args
 
 
@@ -60,13 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _step_command(args: argparse.Namespace, argv: Sequence[str], workdir: Path) -> int:
-    options = QUICK if args.quick else Options()
-    if args.repeats is not None:
-        options = replace(options, repeats=args.repeats)
-    if args.poll_s is not None:
-        options = replace(options, poll_s=args.poll_s)
-    if args.max_queued is not None:
-        options = replace(options, max_queued=args.max_queued)
+    options = cli.overridden(QUICK if args.quick else Options(), args, "repeats", "poll_s", "max_queued")
     step = asyncio.run(run_step(options, workdir))
     step["meta"] = _meta(argv)
     write_results(args.output_dir, "step", step)

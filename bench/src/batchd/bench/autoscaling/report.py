@@ -12,6 +12,7 @@ from batchd.bench.autoscaling.calibration import calibration_markdown
 from batchd.bench.autoscaling.options import SUBJECTS
 from batchd.bench.kit import records
 from batchd.bench.kit.formatting import figure, with_unit
+from batchd.bench.kit.records import ran
 
 
 def _figure(value: float | None, unit: str = "") -> str:
@@ -69,15 +70,14 @@ def step_markdown(step: dict[str, Any]) -> str:
 def to_markdown(results: dict[str, Any]) -> str:
     parts = ["# Autoscaling benchmark\n"]
     if "step" in results:
-        parts += [_ran(results["step"]), step_markdown(results["step"]), "![load step](autoscaling.png)\n"]
+        parts += [
+            ran(results["step"]["meta"]) + "\n",
+            step_markdown(results["step"]),
+            "![load step](autoscaling.png)\n",
+        ]
     if "calibration" in results:
-        parts += [_ran(results["calibration"]), calibration_markdown(results["calibration"])]
+        parts += [ran(results["calibration"]["meta"]) + "\n", calibration_markdown(results["calibration"])]
     return "\n".join(parts)
-
-
-def _ran(section: dict[str, Any]) -> str:
-    meta = section["meta"]
-    return f"`{meta['command']}` ({meta['date']}, {meta['machine']})\n"
 
 
 def write_results(output_dir: Path, section: str, value: dict[str, Any]) -> dict[str, Any]:

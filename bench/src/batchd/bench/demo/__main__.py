@@ -18,21 +18,16 @@ from pathlib import Path
 
 from batchd.bench.demo.report import report
 from batchd.bench.demo.workload import serve_and_load
-from batchd.bench.kit import servers
+from batchd.bench.kit import cli, servers
 from batchd.bench.kit.models import minilm_mirror, minilm_path
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m batchd.bench.demo", description=(__doc__ or "").splitlines()[0]
-    )
+    parser = cli.parser("batchd.bench.demo", __doc__)
     parser.add_argument("--requests", type=int, default=480, help="requests per server (default 480)")
     parser.add_argument("--concurrency", type=int, default=32, help="concurrent clients (default 32)")
     args = parser.parse_args(argv)
-    if args.requests < 1:
-        parser.error(f"--requests: expected 1 or more, got {args.requests}")
-    if args.concurrency < 1:
-        parser.error(f"--concurrency: expected 1 or more, got {args.concurrency}")
+    cli.refuse_below_one(parser, args, "requests", "concurrency")
     return args
 
 

@@ -14,13 +14,11 @@ from batchd.bench.generation.chart import draw_chart
 from batchd.bench.generation.report import to_markdown
 from batchd.bench.generation.runner import run_model
 from batchd.bench.generation.workload import MODELS, QUICK
-from batchd.bench.kit import RESULTS_DIR, records
+from batchd.bench.kit import cli, records
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m batchd.bench.generation", description=(generation.__doc__ or "").splitlines()[0]
-    )
+    parser = cli.parser("batchd.bench.generation", generation.__doc__)
     parser.add_argument("--quick", action="store_true", help="smoke-sized: few rates, short runs, one repeat")
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS, reverse=True))
     parser.add_argument(
@@ -39,7 +37,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default="cpu",
         help="where both replicas run the model (cuda: results go to generation-cuda.{json,md,png})",
     )
-    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    cli.add_output(parser)
     parser.add_argument(
         "--workdir", type=Path, default=None, help="models and logs (default: a temporary folder)"
     )

@@ -17,7 +17,6 @@ Writes bench/results/hf-continuous.{json,md}.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import tempfile
@@ -26,8 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from batchd.bench.generation.workload import NEW_TOKENS, PROMPT_TOKENS
-from batchd.bench.kit import RESULTS_DIR, records
+from batchd.bench.generation.workload import NEW_TOKENS, PROMPT_TOKENS, SHAPE
+from batchd.bench.kit import cli, records
 from batchd.testing.models import build_gpt2
 
 CONFIGS: dict[str, dict[str, int]] = {
@@ -169,13 +168,11 @@ def measure(key: str, directory: Path, requests: int, threads: int) -> dict[str,
 
 
 def to_markdown(results: dict[str, Any]) -> str:
-    meta = results["meta"]
+    ran = records.ran(results["meta"], "transformers " + results["meta"]["transformers"])
     lines = [
         "# transformers' continuous batching on CPU, beside batchd's scheduler",
         "",
-        f"`{meta['command']}` ({meta['date']}, {meta['machine']}, transformers {meta['transformers']}). "
-        f"{RUNNING} sequences at a time; prompts of {PROMPT_TOKENS[0]}-{PROMPT_TOKENS[1]} tokens, "
-        f"{NEW_TOKENS[0]}..{NEW_TOKENS[1]} new tokens (greedy, every one made).",
+        f"{ran}. {RUNNING} sequences at a time; {SHAPE}.",
         "",
         "| model | torch threads | requests | transformers continuous tokens/s | request-level generate "
         "tokens/s | batchd engine tokens/s | greedy identical to generate (transformers / batchd) | "
@@ -196,13 +193,11 @@ def to_markdown(results: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(
-        prog="python -m batchd.bench.generation.hf_continuous", description=(__doc__ or "").splitlines()[0]
-    )
+    parser = cli.parser("batchd.bench.generation.hf_continuous", __doc__)
     parser.add_argument("--models", nargs="+", choices=sorted(CONFIGS), default=["tiny", "larger"])
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch threads, each measured")
-    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    cli.add_output(parser)
     args = parser.parse_args(argv)
     import transformers
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from batchd.bench.generation.analysis import SATURATED
-from batchd.bench.generation.workload import MAX_BATCH_SIZE, MODES, NEW_TOKENS, PROMPT_TOKENS
+from batchd.bench.generation.workload import MAX_BATCH_SIZE, MODES, SHAPE
 from batchd.bench.kit.formatting import number
+from batchd.bench.kit.records import ran
 
 TABLE_HEAD = (
     "| rate req/s | mode | output tokens/s | offered tokens/s | TTFT p50 ms | TTFT p99 ms "
@@ -55,10 +56,8 @@ def to_markdown(results: dict[str, Any]) -> str:
     lines = [
         "# Text generation: token-level vs request-level batching",
         "",
-        f"`{meta['command']}` ({meta['date']}, {meta['machine']}; device {meta.get('device', 'cpu')}). "
-        "Open loop, Poisson "
-        f"arrivals; prompts of {PROMPT_TOKENS[0]}-{PROMPT_TOKENS[1]} tokens, max_new_tokens "
-        f"{NEW_TOKENS[0]}..{NEW_TOKENS[1]} (= min_new_tokens, greedy: both modes make the same tokens); "
+        f"{ran(meta, 'device ' + meta.get('device', 'cpu'))}. "
+        f"Open loop, Poisson arrivals; {SHAPE}, so both modes make the same tokens; "
         f"max_batch_size {MAX_BATCH_SIZE}; every request streamed. Medians over repeats; the modes take "
         "turns at every rate.",
         "",

@@ -14,6 +14,12 @@ MODES = ("token", "request")
 MAX_BATCH_SIZE = 16
 PROMPT_TOKENS = (4, 64)
 NEW_TOKENS = (8, 256)
+# The workload in the words of a report.
+SHAPE = (
+    f"prompts of {PROMPT_TOKENS[0]}-{PROMPT_TOKENS[1]} tokens, "
+    f"max_new_tokens {NEW_TOKENS[0]}..{NEW_TOKENS[1]} "
+    "(= min_new_tokens, greedy: every token asked for is made)"
+)
 
 
 @dataclass(frozen=True)

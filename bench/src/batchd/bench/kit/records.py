@@ -87,3 +87,9 @@ def none_to_nan(value: Any) -> Any:
 
 def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(to_json(data), indent=2) + "\n")
+
+
+def ran(meta: dict[str, Any], *details: str) -> str:
+    """How a report says where its figures come from: "`command` (date, machine; details)"."""
+    extra = "".join(f"; {detail}" for detail in details)
+    return f"`{meta['command']}` ({meta['date']}, {meta['machine']}{extra})"

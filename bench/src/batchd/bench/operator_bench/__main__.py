@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import tempfile
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from batchd.bench import operator_bench
-from batchd.bench.kit import RESULTS_DIR, records
+from batchd.bench.kit import cli, records
 from batchd.bench.operator_bench.convergence import measure_convergence
 from batchd.bench.operator_bench.polling import DEFAULT_POLL_S, run_autoscaling
 from batchd.bench.operator_bench.report import report_lines, to_markdown
@@ -18,7 +17,7 @@ from batchd.bench.operator_bench.report import report_lines, to_markdown
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(description=(operator_bench.__doc__ or "").split("\n\n")[0])
+    parser = cli.parser("batchd.bench.operator_bench", operator_bench.__doc__)
     parser.add_argument("--repeats", type=int, default=20, help="single creates timed one after another")
     parser.add_argument("--resources", type=int, default=500, help="resources created at once to converge")
     parser.add_argument(
@@ -33,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"the operator's replica poll interval (default: its own, {DEFAULT_POLL_S:g} s)",
     )
-    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR, help="operator.json and .md go here")
+    cli.add_output(parser)
     parser.add_argument(
         "--log",
         type=Path,

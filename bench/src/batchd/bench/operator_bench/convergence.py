@@ -43,6 +43,16 @@ def converged(server: ApiServer, name: str) -> bool:
     )
 
 
+async def all_converged(server: ApiServer, names: list[str], interval_s: float) -> float:
+    """Seconds until every named resource has its children and a status for its generation."""
+    return await until(
+        lambda: all(converged(server, name) for name in names),
+        600,
+        f"{len(names)} resources converging",
+        interval_s=interval_s,
+    )
+
+
 async def measure_convergence(repeats: int, resources: int, log: Path) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         async with (
@@ -70,12 +80,7 @@ async def measure_convergence(repeats: int, resources: int, log: Path) -> dict[s
             for name in names:
                 await create(server, manifest(name))
             created_s = time.perf_counter() - started
-            await until(
-                lambda: all(converged(server, name) for name in names),
-                600,
-                f"{resources} resources converging",
-                interval_s=0.05,
-            )
+            await all_converged(server, names, interval_s=0.05)
             converge_s = time.perf_counter() - started
             operator_cpu_s = procstat.sample(pid).cpu_s - cpu_before
             rss, peak = rss_mib(pid)

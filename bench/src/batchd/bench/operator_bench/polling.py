@@ -16,7 +16,7 @@ from batchd.api.pod import MANAGED_BY
 from batchd.bench.kit import procstat
 from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.stats import mean, median
-from batchd.bench.operator_bench.convergence import NS, converged, rss_mib, until
+from batchd.bench.operator_bench.convergence import NS, all_converged, rss_mib
 from batchd.bench.operator_bench.load_endpoints import load_server, polls_seen, replica_ip
 from batchd.operator.settings import Settings
 from batchd.testing.operator_runner import api_server, create, operator_process, patch
@@ -120,12 +120,7 @@ async def run_autoscaling(
                     for index in range(replicas_per)
                 ]
             )
-            await until(
-                lambda: all(converged(server, name) for name in names),
-                600,
-                f"{resources} resources converging",
-                interval_s=0.1,
-            )
+            await all_converged(server, names, interval_s=0.1)
             setup_s = time.perf_counter() - started
             # Every replica polled once, and one more quiet interval: the creation burst is over.
             while len({address for _, address in await polls_seen()}) < total:

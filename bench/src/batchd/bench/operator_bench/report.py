@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from batchd.bench.kit.records import ran
+
 
 def report_lines(figures: dict[str, Any], repeats: int, resources: int) -> list[str]:
     lines = [
@@ -46,7 +48,7 @@ def to_markdown(figures: dict[str, Any], repeats: int, resources: int, meta: dic
     lines = [
         "# Operator benchmark",
         "",
-        f"`{meta['command']}` ({meta['date']}, {meta['machine']})",
+        ran(meta),
         "",
         "The operator in its own process (`python -m batchd.operator`) against the emulated API server.",
         "",

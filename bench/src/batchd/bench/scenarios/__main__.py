@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from batchd.bench.kit import RESULTS_DIR, records
+from batchd.bench.kit import cli, records
 from batchd.bench.scenarios import analysis, catalog, harness, report
 
 
@@ -36,7 +36,7 @@ def versions() -> dict[str, str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m batchd.bench", description=__doc__.splitlines()[0])
+    parser = cli.parser("batchd.bench", __doc__)
     parser.add_argument("--quick", action="store_true", help="smoke-sized run (seconds, not minutes)")
     parser.add_argument(
         "--scenario",
@@ -47,11 +47,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats per point (default 3)")
     parser.add_argument("--duration-s", type=float, default=None, help="seconds per load run (default 3)")
     parser.add_argument("--concurrency", type=int, action="append", help="closed-loop clients (repeatable)")
-    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--workdir", type=Path, default=None, help="keep manifests, models and logs here")
+    cli.add_output(parser, workdir_help="keep manifests, models and logs here")
     args = parser.parse_args(argv)
-    if args.repeats is not None and args.repeats < 1:
-        parser.error(f"--repeats: expected 1 or more, got {args.repeats}")
+    cli.refuse_below_one(parser, args, "repeats")
     return args
 
 
