@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
-from batchd.bench.generation.analysis import compare, summarise
+from batchd.bench.generation.analysis import Latencies, ModelResult, RatePoint, Results, compare, summarise
 from batchd.bench.generation.report import TABLE_HEAD, to_markdown, verdict
 from batchd.bench.generation.workload import Job, Outcome, workload
+from batchd.bench.kit.records import RunRecord
 
 
 class WordTokenizer:
@@ -33,21 +33,19 @@ def test_a_run_counts_tokens_over_first_arrival_to_last_answer_and_latency_from_
         Outcome(2.0, None, None, 0, "503: queue full"),
     ]
     summary = summarise(jobs, outcomes, rate=1.0, duration_s=3.0)
-    assert summary["completed"] == 2 and summary["errors"] == 1
-    assert summary["tokens_per_s"] == 40 / 3.0 and summary["offered_tokens_per_s"] == 60 / 3.0
-    assert math.isclose(summary["ttft_p50_ms"], 300) and math.isclose(summary["e2e_p99_ms"], 1990)
+    assert summary.completed == 2 and summary.errors == 1
+    assert summary.tokens_per_s == 40 / 3.0 and summary.offered_tokens_per_s == 60 / 3.0
+    assert math.isclose(summary.latency.ttft_p50_ms, 300) and math.isclose(summary.latency.e2e_p99_ms, 1990)
 
 
-def point(rate: float, tokens_per_s: float, offered: float, ttft_p99_ms: float) -> dict[str, Any]:
-    return {
-        "rate_rps": rate,
-        "tokens_per_s": tokens_per_s,
-        "offered_tokens_per_s": offered,
-        "ttft_p99_ms": ttft_p99_ms,
-        "ttft_p50_ms": ttft_p99_ms / 2,
-        "e2e_p99_ms": 4 * ttft_p99_ms,
-        "errors": 0,
-    }
+def point(rate: float, tokens_per_s: float, offered: float, ttft_p99_ms: float) -> RatePoint:
+    latency = Latencies(
+        ttft_p50_ms=ttft_p99_ms / 2,
+        ttft_p99_ms=ttft_p99_ms,
+        e2e_p50_ms=2 * ttft_p99_ms,
+        e2e_p99_ms=4 * ttft_p99_ms,
+    )
+    return RatePoint(rate, tokens_per_s, offered, latency, errors=0, requests=10)
 
 
 def test_the_comparison_is_made_where_request_level_batching_saturates() -> None:
@@ -56,23 +54,10 @@ def test_the_comparison_is_made_where_request_level_batching_saturates() -> None
         "request": [point(2, 262, 264, 600), point(4, 420, 528, 4000), point(8, 430, 1056, 9000)],
     }
     comparison = compare(medians)
-    assert comparison["request_level_saturates_at_rps"] == 4
-    assert comparison["throughput_ratio"] == 520 / 420 and comparison["ttft_p99_ratio"] == 100
+    assert comparison.request_level_saturates_at_rps == 4
+    assert comparison.throughput_ratio == 520 / 420 and comparison.ttft_p99_ratio == 100
     assert "saturates at 4 req/s" in verdict(comparison)
-    model = {
-        "title": "a model",
-        "repeats": 1,
-        "duration_s": 10,
-        "torch_threads": 1,
-        "rates_rps": [2, 4, 8],
-        "medians": medians,
-        "comparison": comparison,
-    }
-    meta = {
-        "command": "python -m batchd.bench.generation",
-        "date": "today",
-        "machine": "here",
-        "device": "cpu",
-    }
-    report = to_markdown({"meta": meta, "models": {"tiny": model}})
+    model = ModelResult("a model", {}, [2, 4, 8], 10, 1, 1, medians, comparison, runs={})
+    meta = RunRecord("today", "here", "python -m batchd.bench.generation")
+    report = to_markdown(Results(meta, "cpu", {"tiny": model}))
     assert report.count("| 4 | token |") == 1 and "**1.24x**" in report and TABLE_HEAD in report

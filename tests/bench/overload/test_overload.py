@@ -15,6 +15,6 @@ pytestmark = pytest.mark.slow
 
 async def test_ten_times_capacity_is_refused_cleanly_and_forgotten_at_once(tmp_path: Path) -> None:
     report = await run(duration_s=15, times=10, workdir=tmp_path)
-    assert report["statuses"].get("200", 0) > 0.5 * CAPACITY * 15  # it kept serving meanwhile
-    assert report["statuses"].get("503", 0) > 0  # and refused what it could not take
+    assert report.statuses.get("200", 0) > 0.5 * CAPACITY * 15  # it kept serving meanwhile
+    assert report.statuses.get("503", 0) > 0  # and refused what it could not take
     assert verdicts(report) == dict.fromkeys(verdicts(report), True), report

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from batchd.bench import generation
+from batchd.bench.generation.analysis import Results
 from batchd.bench.generation.chart import draw_chart
 from batchd.bench.generation.report import to_markdown
 from batchd.bench.generation.runner import run_model
@@ -50,20 +51,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     setups = QUICK if args.quick else MODELS
     repeats = args.repeats or (1 if args.quick else 3)
-    meta = {
-        **records.run_meta("batchd.bench.generation", argv),
-        "device": args.device,
-    }
     with tempfile.TemporaryDirectory(prefix="batchd-generation-") as temporary:
         workdir = args.workdir or Path(temporary)
         workdir.mkdir(parents=True, exist_ok=True)
-        results = {
-            "meta": meta,
-            "models": {
+        results = Results(
+            meta=records.RunRecord.now("batchd.bench.generation", argv),
+            device=args.device,
+            models={
                 key: run_model(key, setups[key], repeats, workdir, args.threads, args.device)
                 for key in args.models
             },
-        }
+        )
     args.output_dir.mkdir(parents=True, exist_ok=True)
     stem = "generation" if args.device == "cpu" else f"generation-{args.device}"
     records.write_json(args.output_dir / f"{stem}.json", results)

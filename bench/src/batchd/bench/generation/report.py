@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from batchd.bench.generation.analysis import SATURATED
+from batchd.bench.generation.analysis import SATURATED, Comparison, RatePoint, Results
 from batchd.bench.generation.workload import MAX_BATCH_SIZE, MODES, SHAPE
 from batchd.bench.kit.formatting import number
 from batchd.bench.kit.records import ran
@@ -15,23 +13,21 @@ TABLE_HEAD = (
 )
 
 
-def _row(point: dict[str, Any], mode: str) -> str:
-    cells = [
-        f"{point['rate_rps']:g}",
-        mode,
-        *(
-            number(point[key], 0)
-            for key in ("tokens_per_s", "offered_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms")
-        ),
-        number(point["e2e_p99_ms"], 0),
-        str(point["errors"]),
-    ]
+def _row(point: RatePoint, mode: str) -> str:
+    figures = (
+        point.tokens_per_s,
+        point.offered_tokens_per_s,
+        point.latency.ttft_p50_ms,
+        point.latency.ttft_p99_ms,
+        point.latency.e2e_p99_ms,
+    )
+    cells = [f"{point.rate_rps:g}", mode, *(number(figure, 0) for figure in figures), str(point.errors)]
     return "| " + " | ".join(cells) + " |"
 
 
-def verdict(comparison: dict[str, Any]) -> str:
+def verdict(comparison: Comparison) -> str:
     """The sentence the README quotes: the two ratios where request-level batching saturates."""
-    where = comparison["request_level_saturates_at_rps"]
+    where = comparison.request_level_saturates_at_rps
     if where is not None:
         lead = (
             f"Request-level batching saturates at {where:g} req/s (it completes under {SATURATED:.0%} of "
@@ -40,39 +36,38 @@ def verdict(comparison: dict[str, Any]) -> str:
     else:
         lead = (
             "Request-level batching did not saturate; at the highest rate, "
-            f"{comparison['compared_at_rps']:g} req/s, token-level batching makes"
+            f"{comparison.compared_at_rps:g} req/s, token-level batching makes"
         )
-    best = comparison["best_tokens_per_s"]
+    best = comparison.best_tokens_per_s
     return (
-        f"{lead} **{comparison['throughput_ratio']:.2f}x** the output tokens/s, with a "
-        f"**{comparison['ttft_p99_ratio']:.1f}x** lower p99 time to first token and a "
-        f"{comparison['e2e_p99_ratio']:.1f}x lower p99 end-to-end latency. Best output tokens/s: "
+        f"{lead} **{number(comparison.throughput_ratio, 2)}x** the output tokens/s, with a "
+        f"**{number(comparison.ttft_p99_ratio)}x** lower p99 time to first token and a "
+        f"{number(comparison.e2e_p99_ratio)}x lower p99 end-to-end latency. Best output tokens/s: "
         f"token-level {number(best['token'], 0)}, request-level {number(best['request'], 0)}."
     )
 
 
-def to_markdown(results: dict[str, Any]) -> str:
-    meta = results["meta"]
+def to_markdown(results: Results) -> str:
     lines = [
         "# Text generation: token-level vs request-level batching",
         "",
-        f"{ran(meta, 'device ' + meta.get('device', 'cpu'))}. "
+        f"{ran(results.meta, 'device ' + results.device)}. "
         f"Open loop, Poisson arrivals; {SHAPE}, so both modes make the same tokens; "
         f"max_batch_size {MAX_BATCH_SIZE}; every request streamed. Medians over repeats; the modes take "
         "turns at every rate.",
         "",
     ]
-    for model in results["models"].values():
+    for model in results.models.values():
         lines += [
-            f"## {model['title']}",
+            f"## {model.title}",
             "",
-            f"{model['repeats']} repeat(s) of {model['duration_s']:g} s of arrivals per rate; "
-            f"{model['torch_threads']} torch thread(s) per replica.",
+            f"{model.repeats} repeat(s) of {model.duration_s:g} s of arrivals per rate; "
+            f"{model.torch_threads} torch thread(s) per replica.",
             "",
             TABLE_HEAD,
         ]
-        for index in range(len(model["rates_rps"])):
-            lines += [_row(model["medians"][mode][index], mode) for mode in MODES]
-        lines += ["", verdict(model["comparison"]), ""]
+        for index in range(len(model.rates_rps)):
+            lines += [_row(model.medians[mode][index], mode) for mode in MODES]
+        lines += ["", verdict(model.comparison), ""]
     lines.append("![throughput and p99 time to first token against arrival rate](generation.png)\n")
     return "\n".join(lines)

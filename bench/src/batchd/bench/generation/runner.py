@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import uvloop
 
-from batchd.bench.generation.analysis import compare, medians_over_repeats, summarise
+from batchd.bench.generation.analysis import ModelResult, RunSummary, compare, medians_over_repeats, summarise
 from batchd.bench.generation.workload import (
     MAX_BATCH_SIZE,
     MODES,
@@ -89,7 +89,7 @@ def replica_manifest(name: str, model_dir: Path, mode: str, device: str = "cpu")
 
 def run_model(
     key: str, setup: ModelSetup, repeats: int, workdir: Path, threads: int, device: str = "cpu"
-) -> dict[str, Any]:
+) -> ModelResult:
     from transformers import AutoTokenizer
 
     model_dir = workdir / f"gpt2-{key}"
@@ -105,7 +105,7 @@ def run_model(
         )
         for mode in MODES
     }
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {mode: {} for mode in MODES}
+    runs: dict[str, dict[str, list[RunSummary]]] = {mode: {} for mode in MODES}
     with servers.running(list(started.values())):
         for repeat in range(repeats):
             for index, rate in enumerate(setup.rates):
@@ -125,30 +125,23 @@ def run_model(
                     outcomes = uvloop.run(run_point(server.url, "gpt2", jobs, give_up_s=900))
                     server.check_alive()
                     summary = summarise(jobs, outcomes, rate, setup.duration_s)
-                    if summary["errors"]:
+                    if summary.errors:
                         logger.warning(
-                            "[%s] %s: %d errors, e.g. %s",
-                            key,
-                            mode,
-                            summary["errors"],
-                            summary["error_samples"],
+                            "[%s] %s: %d errors, e.g. %s", key, mode, summary.errors, summary.error_samples
                         )
                     runs[mode].setdefault(str(rate), []).append(summary)
     medians = {
-        mode: [
-            {"rate_rps": float(rate), **medians_over_repeats(per_rate)}
-            for rate, per_rate in runs[mode].items()
-        ]
+        mode: [medians_over_repeats(float(rate), per_rate) for rate, per_rate in runs[mode].items()]
         for mode in MODES
     }
-    return {
-        "title": setup.title,
-        "config": setup.config,
-        "rates_rps": list(setup.rates),
-        "duration_s": setup.duration_s,
-        "repeats": repeats,
-        "torch_threads": threads,
-        "medians": medians,
-        "comparison": compare(medians),
-        "runs": runs,
-    }
+    return ModelResult(
+        title=setup.title,
+        config=setup.config,
+        rates_rps=list(setup.rates),
+        duration_s=setup.duration_s,
+        repeats=repeats,
+        torch_threads=threads,
+        medians=medians,
+        comparison=compare(medians),
+        runs=runs,
+    )

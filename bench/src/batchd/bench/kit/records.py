@@ -89,7 +89,8 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(to_json(data), indent=2) + "\n")
 
 
-def ran(meta: dict[str, Any], *details: str) -> str:
+def ran(meta: RunRecord | dict[str, Any], *details: str) -> str:
     """How a report says where its figures come from: "`command` (date, machine; details)"."""
+    record = meta if isinstance(meta, RunRecord) else RunRecord.from_json(meta)
     extra = "".join(f"; {detail}" for detail in details)
-    return f"`{meta['command']}` ({meta['date']}, {meta['machine']}{extra})"
+    return f"`{record.command}` ({record.date}, {record.machine}{extra})"

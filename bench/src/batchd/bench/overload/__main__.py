@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     meta = records.run_meta("batchd.bench.overload", sys.argv[1:] if argv is None else argv)
-    records.write_json(args.output_dir / "overload.json", {"meta": meta, **report})
+    records.write_json(args.output_dir / "overload.json", {"meta": meta, **records.to_json(report)})
     (args.output_dir / "overload.md").write_text(text)
     return 0 if all(verdicts(report).values()) else 1
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,26 @@ async def _recovery_s(url: str, timeout_s: float = 10.0) -> float:
     return float("inf")
 
 
-async def run(duration_s: float, times: float, workdir: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Overload:
+    """What one overload run measured."""
+
+    capacity_items_per_s: float
+    offered_rate_per_s: float
+    duration_s: float
+    requests: int
+    statuses: dict[str, int]  # answers by HTTP status ("None": no answer at all)
+    served_per_s: float
+    unanswered: int  # neither a 2xx nor a 503/429 with Retry-After
+    refusals_without_retry_after: int
+    rss_mib_min: float  # after the warm-up
+    rss_mib_max: float
+    rss_growth: float  # max / min - 1
+    recovery_s: float  # from the end of the load until a request is answered 200 within a second
+    p99_served_ms: float
+
+
+async def run(duration_s: float, times: float, workdir: Path) -> Overload:
     path = servers.write_manifest(workdir, replica_manifest())
     with servers.replica_process(path, workdir) as replica:
         rate = CAPACITY * times
@@ -72,18 +92,18 @@ async def run(duration_s: float, times: float, workdir: Path) -> dict[str, Any]:
     without_retry_after = sum(1 for o in outcomes if o.status in (429, 503) and o.retry_after is None)
     steady = [rss for at, rss in memory if at >= WARMUP_S] or [rss for _, rss in memory]
     served = statuses.get("200", 0)
-    return {
-        "capacity_items_per_s": CAPACITY,
-        "offered_rate_per_s": rate,
-        "duration_s": duration_s,
-        "requests": len(outcomes),
-        "statuses": dict(statuses),
-        "served_per_s": served / duration_s,
-        "unanswered": len(unanswered(outcomes)),
-        "refusals_without_retry_after": without_retry_after,
-        "rss_mib_min": min(steady) / 2**20,
-        "rss_mib_max": max(steady) / 2**20,
-        "rss_growth": max(steady) / min(steady) - 1,
-        "recovery_s": recovery_s,
-        "p99_served_ms": p99_ms([o.latency_s for o in outcomes if o.status == 200]),
-    }
+    return Overload(
+        capacity_items_per_s=CAPACITY,
+        offered_rate_per_s=rate,
+        duration_s=duration_s,
+        requests=len(outcomes),
+        statuses=dict(statuses),
+        served_per_s=served / duration_s,
+        unanswered=len(unanswered(outcomes)),
+        refusals_without_retry_after=without_retry_after,
+        rss_mib_min=min(steady) / 2**20,
+        rss_mib_max=max(steady) / 2**20,
+        rss_growth=max(steady) / min(steady) - 1,
+        recovery_s=recovery_s,
+        p99_served_ms=p99_ms([o.latency_s for o in outcomes if o.status == 200]),
+    )
