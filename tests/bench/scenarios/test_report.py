@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from batchd.bench.scenarios.analysis import check_targets, compute_ratios, summarise_point
+from batchd.bench.scenarios.analysis import PointRun, check_targets, compute_ratios, summarise_point
 from batchd.bench.scenarios.report import to_markdown
 
 
@@ -17,21 +17,22 @@ def run(
     sizes: dict[str, int] | None = None,
     batches: float = 0,
     items: float = 0,
-) -> dict[str, object]:
-    return {
-        "throughput_rps": rps,
-        "p50_ms": p50,
-        "p95_ms": p50 * 2,
-        "p99_ms": p50 * 3,
-        "completed": int(rps),
-        "errors": errors,
-        "duration_s": 1.0,
-        "client_cpu_s": 0.1,
-        "server_cpu_s": 0.5,
-        "batch_sizes": sizes or {},
-        "batches": batches,
-        "batched_items": items,
-    }
+) -> PointRun:
+    return PointRun(
+        throughput_rps=rps,
+        p50_ms=p50,
+        p95_ms=p50 * 2,
+        p99_ms=p50 * 3,
+        completed=int(rps),
+        errors=errors,
+        error_samples=[],
+        duration_s=1.0,
+        client_cpu_s=0.1,
+        server_cpu_s=0.5,
+        batch_sizes=sizes or {},
+        batches=batches,
+        batched_items=items,
+    )
 
 
 def point(subject: str, concurrency: int, rps: float) -> dict[str, object]:
@@ -52,12 +53,12 @@ def test_summary_takes_medians_and_sums_errors_and_batches() -> None:
             run(200, p50=7, errors=2, sizes={"1": 1}, batches=1, items=1),
         ]
     )
-    assert summary["throughput_rps"] == 200
-    assert summary["p50_ms"] == 7
-    assert summary["errors"] == 3
-    assert summary["batch_sizes"] == {"1": 3, "17-32": 4}  # ordered by size
-    assert summary["mean_batch_size"] == pytest.approx(123 / 7)
-    assert summary["server_cpu_ms_per_request"] == pytest.approx(1500 / 600)
+    assert summary.throughput_rps == 200
+    assert summary.p50_ms == 7
+    assert summary.errors == 3
+    assert summary.batch_sizes == {"1": 3, "17-32": 4}  # ordered by size
+    assert summary.mean_batch_size == pytest.approx(123 / 7)
+    assert summary.server_cpu_ms_per_request == pytest.approx(1500 / 600)
 
 
 def test_ratios_compare_each_side_at_its_best_load() -> None:
@@ -98,7 +99,7 @@ def test_targets_say_met_missed_or_not_measured() -> None:
             },
         }
     }
-    checks = {c["target"]: c["met"] for c in check_targets(result)}
+    checks = {c.target: c.met for c in check_targets(result)}
     assert checks["MiniLM throughput >= 90% of the model's batch-32 ceiling"] is True
     assert checks["MiniLM batched >= 3.5x unbatched"] is False
     assert checks["Trivial handler >= 50% of the bare-uvicorn floor"] is None

@@ -1,6 +1,6 @@
 """Turning runs into results: per-point medians over repeats, the ratios we quote, the targets.
 
-Everything here is pure (dicts in, dicts out) so it can be unit-tested; the harness
+Everything here is pure (runs in, figures out) so it can be unit-tested; the harness
 (`batchd.bench.scenarios.harness`) does the measuring and `report` the writing.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from batchd.bench.kit.stats import median, ratio
@@ -21,31 +22,78 @@ TARGETS = (
 IDLE_RSS_TARGET_MB = 600.0
 
 
-def summarise_point(repeats: list[dict[str, Any]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PointRun:
+    """One load run against one server: what the clients saw, and the server's own figures."""
+
+    throughput_rps: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    completed: int
+    errors: int
+    error_samples: list[str]
+    duration_s: float
+    client_cpu_s: float
+    server_cpu_s: float = 0.0
+    server_cpu_share: float = math.nan  # of one core, over the run and its warm-up
+    server_peak_rss_mb: float = math.nan
+    batch_sizes: dict[str, int] = field(default_factory=dict)  # from the replica's /metrics
+    batches: float = 0.0
+    batched_items: float = 0.0
+
+
+@dataclass(frozen=True)
+class PointSummary:
+    """One (server, load) point over its repeats: medians of what varies, totals of what counts."""
+
+    throughput_rps: float
+    best_throughput_rps: float  # noise only ever slows a run on a shared machine: this is capacity
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    errors: int
+    completed: int
+    batch_sizes: dict[str, int]
+    mean_batch_size: float
+    server_cpu_ms_per_request: float
+    server_cpu_share: float
+    client_cpu_share: float
+    repeats: int
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    """A target the README quotes, against the medians and against the best repeats."""
+
+    target: str
+    value: float
+    best_runs_value: float
+    threshold: float
+    met: bool | None  # None: not measured
+
+
+def summarise_point(repeats: list[PointRun]) -> PointSummary:
     """Medians over repeats for the figures that vary, totals for errors, merged batch sizes."""
     batch_sizes: Counter[str] = Counter()
     for run in repeats:
-        batch_sizes.update(run.get("batch_sizes", {}))
-    completed = sum(run["completed"] for run in repeats)
-    server_cpu = sum(run.get("server_cpu_s", 0.0) for run in repeats)
-    batches = sum(run.get("batches", 0.0) for run in repeats)
-    items = sum(run.get("batched_items", 0.0) for run in repeats)
-    return {
-        "throughput_rps": median([run["throughput_rps"] for run in repeats]),
-        # On a shared machine noise only ever slows a run down: the best repeat shows capacity.
-        "best_throughput_rps": max(run["throughput_rps"] for run in repeats),
-        "p50_ms": median([run["p50_ms"] for run in repeats]),
-        "p95_ms": median([run["p95_ms"] for run in repeats]),
-        "p99_ms": median([run["p99_ms"] for run in repeats]),
-        "errors": sum(run["errors"] for run in repeats),
-        "completed": completed,
-        "batch_sizes": dict(sorted(batch_sizes.items(), key=lambda kv: _label_key(kv[0]))),
-        "mean_batch_size": ratio(items, batches),
-        "server_cpu_ms_per_request": ratio(server_cpu * 1000, completed),
-        "server_cpu_share": median([run.get("server_cpu_share", math.nan) for run in repeats]),
-        "client_cpu_share": median([run["client_cpu_s"] / run["duration_s"] for run in repeats]),
-        "repeats": len(repeats),
-    }
+        batch_sizes.update(run.batch_sizes)
+    completed = sum(run.completed for run in repeats)
+    return PointSummary(
+        throughput_rps=median([run.throughput_rps for run in repeats]),
+        best_throughput_rps=max(run.throughput_rps for run in repeats),
+        p50_ms=median([run.p50_ms for run in repeats]),
+        p95_ms=median([run.p95_ms for run in repeats]),
+        p99_ms=median([run.p99_ms for run in repeats]),
+        errors=sum(run.errors for run in repeats),
+        completed=completed,
+        batch_sizes=dict(sorted(batch_sizes.items(), key=lambda kv: _label_key(kv[0]))),
+        mean_batch_size=ratio(sum(run.batched_items for run in repeats), sum(run.batches for run in repeats)),
+        server_cpu_ms_per_request=ratio(sum(run.server_cpu_s for run in repeats) * 1000, completed),
+        server_cpu_share=median([run.server_cpu_share for run in repeats]),
+        client_cpu_share=median([run.client_cpu_s / run.duration_s for run in repeats]),
+        repeats=len(repeats),
+    )
 
 
 def _label_key(label: str) -> float:
@@ -55,7 +103,7 @@ def _label_key(label: str) -> float:
 def best_closed(points: list[dict[str, Any]], subject: str) -> dict[str, Any] | None:
     """The closed-loop point where `subject` reached its highest median throughput."""
     mine = [p for p in points if p["subject"] == subject and p["mode"] == "closed"]
-    return max(mine, key=lambda p: p["summary"]["throughput_rps"], default=None)
+    return max(mine, key=lambda p: p["summary"].throughput_rps, default=None)
 
 
 def compute_ratios(scenario: dict[str, Any], figure: str = "throughput_rps") -> dict[str, float]:
@@ -66,7 +114,7 @@ def compute_ratios(scenario: dict[str, Any], figure: str = "throughput_rps") -> 
     """
     points = scenario["points"]
     best = {s: best_closed(points, s) for s in ("batched", "unbatched", "floor")}
-    rps = {s: (p["summary"][figure] if p else math.nan) for s, p in best.items()}
+    rps = {s: (getattr(p["summary"], figure) if p else math.nan) for s, p in best.items()}
     ratios = {
         "batched_over_unbatched": ratio(rps["batched"], rps["unbatched"]),
         "batched_over_floor": ratio(rps["batched"], rps["floor"]),
@@ -89,30 +137,17 @@ def compute_ratios(scenario: dict[str, Any], figure: str = "throughput_rps") -> 
     return ratios
 
 
-def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+def check_targets(result: dict[str, Any]) -> list[TargetCheck]:
     checks = []
     scenarios = result["scenarios"]
     for title, name, key, threshold in TARGETS:
         value = scenarios.get(name, {}).get("ratios", {}).get(key, math.nan)
         best = scenarios.get(name, {}).get("ratios_best", {}).get(key, math.nan)
-        checks.append(
-            {
-                "target": title,
-                "value": value,
-                "best_runs_value": best,
-                "threshold": threshold,
-                "met": None if math.isnan(value) else value >= threshold,
-            }
-        )
+        met = None if math.isnan(value) else value >= threshold
+        checks.append(TargetCheck(title, value, best, threshold, met))
     if "minilm" in scenarios:
         idle = scenarios["minilm"]["subjects"].get("batched", {}).get("idle_rss_mb", math.nan)
-        checks.append(
-            {
-                "target": f"MiniLM replica idle RSS < {IDLE_RSS_TARGET_MB:.0f} MB",
-                "value": idle,
-                "best_runs_value": idle,
-                "threshold": IDLE_RSS_TARGET_MB,
-                "met": None if math.isnan(idle) else idle < IDLE_RSS_TARGET_MB,
-            }
-        )
+        met = None if math.isnan(idle) else idle < IDLE_RSS_TARGET_MB
+        title = f"MiniLM replica idle RSS < {IDLE_RSS_TARGET_MB:.0f} MB"
+        checks.append(TargetCheck(title, idle, idle, IDLE_RSS_TARGET_MB, met))
     return checks

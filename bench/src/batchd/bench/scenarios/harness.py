@@ -14,7 +14,7 @@ import logging
 import os
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from batchd.bench.kit import floor, loadgen, promtext, servers
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.stats import LatencySummary, median
 from batchd.bench.scenarios import analysis, catalog
+from batchd.bench.scenarios.analysis import PointRun
 
 logger = logging.getLogger("batchd.bench")
 
@@ -128,7 +129,7 @@ def measure_point(
     concurrency: int,
     rate_rps: float | None,
     options: Options,
-) -> dict[str, Any]:
+) -> PointRun:
     """One load run against one server, with /metrics and /proc read before and after."""
     request = loadgen.Request.post_json(server.host, server.port, scenario.path, scenario.body())
     is_replica = server.name != "floor"
@@ -150,22 +151,30 @@ def measure_point(
         os.sched_setaffinity(0, harness_cores)
     after = server.sample()
     server.check_alive()
-    run: dict[str, Any] = {
-        "throughput_rps": result.throughput_rps,
-        **asdict(LatencySummary.of(result.latencies_s)),
-        "completed": result.completed,
-        "errors": result.errors,
-        "error_samples": result.error_samples,
-        "duration_s": result.duration_s,
-        "client_cpu_s": result.client_cpu_s,
-        "server_cpu_s": after.cpu_s - before.cpu_s,
-        "server_cpu_share": (after.cpu_s - before.cpu_s)
+    latency = LatencySummary.of(result.latencies_s)
+    sizes = (
+        promtext.histogram_delta(server.metrics(), metrics_before, "batchd_batch_size")
+        if is_replica
+        else None
+    )
+    run = PointRun(
+        throughput_rps=result.throughput_rps,
+        p50_ms=latency.p50_ms,
+        p95_ms=latency.p95_ms,
+        p99_ms=latency.p99_ms,
+        completed=result.completed,
+        errors=result.errors,
+        error_samples=result.error_samples,
+        duration_s=result.duration_s,
+        client_cpu_s=result.client_cpu_s,
+        server_cpu_s=after.cpu_s - before.cpu_s,
+        server_cpu_share=(after.cpu_s - before.cpu_s)
         / (result.duration_s + (options.warmup_s if mode == "closed" else 0)),
-        "server_peak_rss_mb": after.peak_rss_bytes / MB,
-    }
-    if is_replica:
-        sizes = promtext.histogram_delta(server.metrics(), metrics_before, "batchd_batch_size")
-        run.update(batch_sizes=sizes.distribution(), batches=sizes.count, batched_items=sizes.sum)
+        server_peak_rss_mb=after.peak_rss_bytes / MB,
+        batch_sizes=sizes.distribution() if sizes else {},
+        batches=sizes.count if sizes else 0.0,
+        batched_items=sizes.sum if sizes else 0.0,
+    )
     if result.errors:
         logger.warning(
             "%s %s c=%s: %d errors, e.g. %s",
@@ -203,7 +212,7 @@ def run_scenario(scenario: catalog.Scenario, options: Options, workdir: Path) ->
                 manifests[subject], logs, env=env, cores=scenario.server_cores
             )
     subjects: dict[str, dict[str, Any]] = {}
-    repeats: dict[tuple[str, str, int, float | None], list[dict[str, Any]]] = {}
+    repeats: dict[tuple[str, str, int, float | None], list[PointRun]] = {}
     open_rate: float | None = None
     with contextlib.ExitStack() as stack:
         if ceiling is not None:
@@ -235,7 +244,7 @@ def run_scenario(scenario: catalog.Scenario, options: Options, workdir: Path) ->
             if options.open_loop and "batched" in started:
                 if open_rate is None:
                     reference = max(options.concurrencies, key=lambda c: (c <= 32, c))
-                    measured = repeats[("batched", "closed", reference, None)][0]["throughput_rps"]
+                    measured = repeats[("batched", "closed", reference, None)][0].throughput_rps
                     open_rate = max(1.0, round(measured * options.open_loop_load))
                 for name in order:
                     logger.info(

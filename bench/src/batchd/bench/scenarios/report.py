@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from batchd.bench.kit.formatting import number, share
+from batchd.bench.scenarios.analysis import PointSummary, TargetCheck
 
 
 def _load(point: dict[str, Any]) -> str:
@@ -33,14 +33,14 @@ def to_markdown(result: dict[str, Any]) -> str:
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
         ]
         for point in scenario["points"]:
-            s = point["summary"]
+            s: PointSummary = point["summary"]
             lines.append(
-                f"| {point['subject']} | {_load(point)} | {number(s['throughput_rps'])} | "
-                f"{number(s.get('best_throughput_rps', math.nan))} | {number(s['p50_ms'], 2)} | "
-                f"{number(s['p95_ms'], 2)} | {number(s['p99_ms'], 2)} | {s['errors']} | "
-                f"{number(s['mean_batch_size'])} | "
-                f"{_sizes(s['batch_sizes'])} | {number(s['server_cpu_ms_per_request'], 2)} | "
-                f"{share(s['client_cpu_share'])} |"
+                f"| {point['subject']} | {_load(point)} | {number(s.throughput_rps)} | "
+                f"{number(s.best_throughput_rps)} | {number(s.p50_ms, 2)} | "
+                f"{number(s.p95_ms, 2)} | {number(s.p99_ms, 2)} | {s.errors} | "
+                f"{number(s.mean_batch_size)} | "
+                f"{_sizes(s.batch_sizes)} | {number(s.server_cpu_ms_per_request, 2)} | "
+                f"{share(s.client_cpu_share)} |"
             )
         lines.append("")
         ceiling = scenario.get("ceiling")
@@ -81,8 +81,10 @@ def to_markdown(result: dict[str, Any]) -> str:
         "| target | medians | best runs | met (medians) |",
         "|---|---:|---:|---|",
     ]
-    for check in result.get("targets", []):
-        met = {True: "yes", False: "**no**", None: "not measured"}[check["met"]]
-        best = number(check.get("best_runs_value", math.nan), 2)
-        lines.append(f"| {check['target']} | {number(check['value'], 2)} | {best} | {met} |")
+    checks: list[TargetCheck] = result.get("targets", [])
+    for check in checks:
+        met = {True: "yes", False: "**no**", None: "not measured"}[check.met]
+        lines.append(
+            f"| {check.target} | {number(check.value, 2)} | {number(check.best_runs_value, 2)} | {met} |"
+        )
     return "\n".join(lines) + "\n"
