@@ -60,7 +60,7 @@ class Connection:
             if size == 0:
                 await self.reader.readuntil(b"\r\n")
                 return b"".join(parts)
-            parts.append(await self.reader.readexactly(size + 2))
+            parts.append((await self.reader.readexactly(size + 2))[:-2])  # each chunk ends in CRLF
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

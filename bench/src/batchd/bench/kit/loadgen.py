@@ -18,16 +18,15 @@ A `Poller` reads an endpoint (`/metrics`, `/load`) on a connection of its own wh
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import uvloop
 
 from batchd.bench.kit.connections import Connection, ConnectionPool, Request, RequestFailed, Session
+from batchd.bench.kit.periodic import Periodic
 
 __all__ = [
     "Connection",
@@ -204,10 +203,9 @@ async def open_loop(
     return result
 
 
-class Poller:
-    """GET `path` every `every_s` on a connection of its own while a load runs, from `delay_s`
-    after entering until leaving (and once more then); keeps (seconds since `start`, body) of
-    every answer 200."""
+class Poller(Periodic):
+    """GET `path` on a connection of its own while a load runs (see `Periodic`); keeps (seconds
+    since `start`, body) of every answer 200."""
 
     def __init__(
         self,
@@ -219,41 +217,24 @@ class Poller:
         delay_s: float = 0.0,
         start: float | None = None,
     ) -> None:
+        super().__init__(every_s, delay_s=delay_s, start=start)
         self.host, self.port = host, port
         self.request = Request.get(host, port, path)
-        self.every_s, self.delay_s = every_s, delay_s
-        self.start = time.perf_counter() if start is None else start
         self.samples: list[tuple[float, bytes]] = []
-        self._stop = asyncio.Event()
-        self._task: asyncio.Future[None] | None = None
+        self._connection: Connection | None = None
 
-    async def _poll(self) -> None:
-        connection = await Connection.open(self.host, self.port)
-        try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.delay_s)
-            while True:
-                at = time.perf_counter() - self.start
-                status, body = await connection.call(self.request)
-                if status == 200:
-                    self.samples.append((at, body))
-                if self._stop.is_set():
-                    return
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), self.every_s)
-        finally:
-            connection.close()
+    async def open(self) -> None:
+        self._connection = await Connection.open(self.host, self.port)
 
-    async def __aenter__(self) -> Poller:
-        self._task = asyncio.ensure_future(self._poll())
-        return self
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
 
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await self._task
+    async def tick(self, at: float) -> None:
+        assert self._connection is not None
+        status, body = await self._connection.call(self.request)
+        if status == 200:
+            self.samples.append((at, body))
 
 
 def run(load: Coroutine[Any, Any, RunResult]) -> RunResult:

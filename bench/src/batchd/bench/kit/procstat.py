@@ -1,7 +1,8 @@
-"""CPU time and memory of another process, read from /proc (Linux) without psutil.
+"""CPU time and memory of another process by pid, read from /proc (Linux) without psutil.
 
 The server runs in its own process; its CPU seconds over a run and its resident memory (now and
-at its peak) go into the report beside the throughput it reached.
+at its peak) go into the report beside the throughput it reached. `Sampler` keeps a series of
+them while a load runs.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from batchd.bench.kit.periodic import Periodic
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -43,3 +46,15 @@ def sample(pid: int) -> ProcessSample:
         rss_bytes=parse_status_kib(status, "VmRSS"),
         peak_rss_bytes=parse_status_kib(status, "VmHWM"),
     )
+
+
+class Sampler(Periodic):
+    """`sample(pid)` every `every_s` while a load runs (see `Periodic`): (seconds since start, sample)."""
+
+    def __init__(self, pid: int, every_s: float, *, delay_s: float = 0.0, start: float | None = None) -> None:
+        super().__init__(every_s, delay_s=delay_s, start=start)
+        self.pid = pid
+        self.samples: list[tuple[float, ProcessSample]] = []
+
+    async def tick(self, at: float) -> None:
+        self.samples.append((at, sample(self.pid)))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -31,16 +30,6 @@ def replica_manifest() -> dict[str, Any]:
         "max_queued_requests": int(CAPACITY),  # about a second of work
     }
     return manifest("overload", model, batching=batching)
-
-
-async def _sample_memory(
-    pid: int, every_s: float, samples: list[tuple[float, int]], stop: asyncio.Event
-) -> None:
-    started = time.monotonic()
-    while not stop.is_set():
-        samples.append((time.monotonic() - started, procstat.sample(pid).rss_bytes))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every_s)
 
 
 async def _recovery_s(url: str, timeout_s: float = 10.0) -> float:
@@ -80,17 +69,14 @@ async def run(duration_s: float, times: float, workdir: Path) -> Overload:
     with servers.replica_process(path, workdir) as replica:
         rate = CAPACITY * times
         traffic = Traffic(lambda: [replica.url], "/v1/models/overload:predict", b'{"instances": [1]}', rate)
-        memory: list[tuple[float, int]] = []
-        stop = asyncio.Event()
-        sampling = asyncio.create_task(_sample_memory(replica.pid, 0.5, memory, stop))
-        outcomes = await traffic.run(duration_s)
-        stop.set()
-        await sampling
+        async with procstat.Sampler(replica.pid, 0.5) as memory:
+            outcomes = await traffic.run(duration_s)
         recovery_s = await _recovery_s(replica.url)
         replica.check_alive()
     statuses = Counter(str(outcome.status) for outcome in outcomes)
     without_retry_after = sum(1 for o in outcomes if o.status in (429, 503) and o.retry_after is None)
-    steady = [rss for at, rss in memory if at >= WARMUP_S] or [rss for _, rss in memory]
+    rss = [(at, taken.rss_bytes) for at, taken in memory.samples]
+    steady = [bytes_ for at, bytes_ in rss if at >= WARMUP_S] or [bytes_ for _, bytes_ in rss]
     served = statuses.get("200", 0)
     return Overload(
         capacity_items_per_s=CAPACITY,
