@@ -18,6 +18,7 @@ import pytest
 from batchd.bench.adaptive.__main__ import parse_args
 from batchd.bench.adaptive.analysis import verdicts
 from batchd.bench.adaptive.options import ADAPTIVE, BURSTY, QUICK, Options
+from batchd.bench.adaptive.results import Figures
 from batchd.bench.adaptive.schedules import schedule_for, steady
 
 RunModule = Callable[..., subprocess.CompletedProcess[str]]  # the run_module fixture (conftest.py)
@@ -56,11 +57,11 @@ def test_longer_runs_where_a_rate_would_measure_too_few_requests() -> None:
 
 def _summary(
     p99: dict[str, list[float]], throughput: dict[str, list[float]]
-) -> dict[str, dict[str, dict[str, float]]]:
+) -> dict[str, dict[str, Figures]]:
     loads = Options().loads
     return {
         subject: {
-            load: {"p99_ms": p99[subject][i], "throughput_rps": throughput[subject][i]}
+            load: Figures(p99_ms=p99[subject][i], throughput_rps=throughput[subject][i])
             for i, load in enumerate(loads)
         }
         for subject in p99
@@ -80,18 +81,18 @@ def test_verdicts_compare_with_the_best_fixed_window_at_each_load_and_on_the_mix
     tput = {subject: list(flat) for subject in p99}
     tput[ADAPTIVE] = [96.0, 94.0, 100.0, 100.0, 100.0]
     verdict = verdicts(_summary(p99, tput), options)
-    per_load = verdict["per_load"]
-    assert per_load["10%"]["best_fixed_p99"] == "0 ms" and per_load["10%"]["p99_met"]
-    assert not per_load["50%"]["p99_met"]  # 70 > 1.1 x 60
-    assert per_load["10%"]["throughput_met"] and not per_load["50%"]["throughput_met"]  # 94 < 0.95 x 100
-    assert verdict["goals"] == {
+    per_load = verdict.per_load
+    assert per_load["10%"].best_fixed_p99 == "0 ms" and per_load["10%"].p99_met
+    assert not per_load["50%"].p99_met  # 70 > 1.1 x 60
+    assert per_load["10%"].throughput_met and not per_load["50%"].throughput_met  # 94 < 0.95 x 100
+    assert verdict.goals == {
         "p99 within 10% of the best fixed window's, at every load": False,
         "throughput within 5% of the best fixed window's, at every load": False,
         "beats every fixed window on the mix (mean of p99 / best p99 over the loads)": True,
     }
     # The mix weighs each load the same: p99 over the best p99 of any subject at that load.
-    assert math.isclose(verdict["mix_score"][ADAPTIVE], (50 / 50 + 70 / 60 + 1 + 1 + 1) / 5)
-    assert math.isclose(verdict["mix_score"]["0 ms"], (1 + 1 + 100 / 90 + 200 / 150 + 400 / 300) / 5)
+    assert math.isclose(verdict.mix_score[ADAPTIVE], (50 / 50 + 70 / 60 + 1 + 1 + 1) / 5)
+    assert math.isclose(verdict.mix_score["0 ms"], (1 + 1 + 100 / 90 + 200 / 150 + 400 / 300) / 5)
 
 
 @pytest.mark.slow

@@ -6,38 +6,40 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import signal
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from batchd.bench import adaptive
 from batchd.bench.adaptive.chart import draw_chart
 from batchd.bench.adaptive.options import MODELS, QUICK, Options
 from batchd.bench.adaptive.report import to_markdown
+from batchd.bench.adaptive.results import ModelResult, Report
 from batchd.bench.adaptive.workload import run_model
 from batchd.bench.kit import cli, records
 
 
-def write_reports(report: dict[str, Any], output: Path) -> None:
-    """adaptive.md and adaptive.png from a report as adaptive.json holds it (null for a missing figure)."""
-    report = records.none_to_nan(report)
+def read_report(path: Path) -> Report:
+    """adaptive.json as written before: every model whose results it still reads (none if absent)."""
+    if not path.exists():
+        return Report({})
+    models: dict[str, ModelResult] = {}
+    for model, data in json.loads(path.read_text()).get("models", {}).items():
+        with contextlib.suppress(TypeError, KeyError, ValueError):  # a result from an older shape
+            models[model] = records.from_json(ModelResult, data)
+    return Report(models)
+
+
+def write_reports(report: Report, output: Path) -> None:
+    """adaptive.json, adaptive.md and adaptive.png."""
+    records.write_json(output / "adaptive.json", report)
     text = to_markdown(report)
     (output / "adaptive.md").write_text(text)
     draw_chart(report, output / "adaptive.png")
     print(text)
     print(f"results: {output / 'adaptive.json'}, .md and .png")
-
-
-def render(path: Path, output: Path) -> int:
-    output.mkdir(parents=True, exist_ok=True)
-    write_reports(json.loads(path.read_text()), output)
-    return 0
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -80,46 +82,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = options_from(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    if args.render is not None:
-        return render(args.render, args.output_dir)
-    # SIGTERM unwinds like Ctrl-C, so that the replicas are stopped on the way out.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     output = args.output_dir
     output.mkdir(parents=True, exist_ok=True)
-    path = output / "adaptive.json"
-    report: dict[str, Any] = {"models": {}}
-    if path.exists():  # other models' results, from an earlier run, stay
-        with contextlib.suppress(ValueError, KeyError):
-            report["models"] = {
-                m: r for m, r in json.loads(path.read_text())["models"].items() if "meta" in r
-            }
-    errors: dict[str, int] = {}
+    if args.render is not None:
+        write_reports(read_report(args.render), output)
+        return 0
+    # SIGTERM unwinds like Ctrl-C, so that the replicas are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    report = read_report(output / "adaptive.json")  # other models' results, from an earlier run, stay
     with tempfile.TemporaryDirectory(prefix="batchd-adaptive-") as temporary:
         workdir = args.workdir or Path(temporary)
         for model in options.models:
-            meta = {
-                **records.run_meta("batchd.bench.adaptive", argv),
-                "load_average_before": os.getloadavg()[0],
-            }
-            result = run_model(model, options, workdir)
-            meta["load_average_after"] = os.getloadavg()[0]
-            meta["minutes"] = round((time.time() - result.pop("started")) / 60, 1)
-            report["models"][model] = {
-                "meta": meta,
-                "options": {
-                    **asdict(options),
-                    "subjects": list(options.subjects),
-                    "loads": list(options.loads),
-                },
-                **result,
-            }
-            ordered = {m: report["models"][m] for m in (*MODELS, *report["models"]) if m in report["models"]}
-            report["models"] = ordered
-            records.write_json(path, report)
-            errors[model] = sum(
-                f["errors_total"] for by_load in result["summary"].values() for f in by_load.values()
-            )
-    write_reports(json.loads(path.read_text()), output)
+            record = records.RunRecord.now("batchd.bench.adaptive", argv)
+            report.models[model] = run_model(model, options, workdir, record)
+            ordered = {m: report.models[m] for m in (*MODELS, *report.models) if m in report.models}
+            report = Report(ordered)
+            records.write_json(output / "adaptive.json", report)
+    write_reports(report, output)
+    errors = {
+        model: sum(
+            f.errors_total for by_load in report.models[model].summary.values() for f in by_load.values()
+        )
+        for model in options.models
+    }
     if any(errors.values()):
         print(f"FAILED: requests without a 200: {errors}", file=sys.stderr)
         return 1

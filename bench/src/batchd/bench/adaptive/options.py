@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 SHARED_DEVICE = "costcurve-shared"
 MODELS = ("costcurve", SHARED_DEVICE, "minilm")
@@ -85,13 +84,3 @@ def load_name(fraction: float) -> str:
 
 def is_cost_curve(model: str) -> bool:
     return model.startswith("costcurve")
-
-
-def options_of(result: dict[str, Any]) -> Options:
-    """The options a model's results were made with (as adaptive.json holds them)."""
-    values: dict[str, Any] = {
-        key: tuple(value) if isinstance(value, list) else value
-        for key, value in result["options"].items()
-        if key in Options.__dataclass_fields__
-    }
-    return Options(**values)

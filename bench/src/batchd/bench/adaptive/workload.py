@@ -7,8 +7,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
+import os
 import random
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +29,12 @@ from batchd.bench.adaptive.options import (
     is_cost_curve,
     window_subject,
 )
+from batchd.bench.adaptive.results import ModelRecord, ModelResult, RunFigures
 from batchd.bench.adaptive.schedules import Schedule, schedule_for
 from batchd.bench.kit import loadgen, servers
 from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.models import MINILM_SOURCE, SENTENCE, minilm_mirror
+from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
 
 logger = logging.getLogger("batchd.bench.adaptive")
@@ -101,7 +106,7 @@ async def drive(
 
 def measure_run(
     server: servers.ServerProcess, model: str, subject: str, load: str, schedule: Schedule, options: Options
-) -> dict[str, Any]:
+) -> RunFigures:
     driven = uvloop.run(drive(server, request_for(model, server), schedule, options))
     server.check_alive()
     run = summarise_run(driven, schedule, adaptive=subject == ADAPTIVE, keep_series=load == BURSTY)
@@ -136,17 +141,19 @@ def measure_capacity(server: servers.ServerProcess, model: str, options: Options
     return runs
 
 
-def run_model(model: str, options: Options, workdir: Path) -> dict[str, Any]:
+def run_model(model: str, options: Options, workdir: Path, record: RunRecord) -> ModelResult:
+    """Every subject of `model` under every load of every repeat; `record` says how it was run."""
     assets = workdir / "assets"
     logs = workdir / "logs"
     env = {"BATCHD_MODEL_MIRROR": str(minilm_mirror(assets / "mirror"))} if model == "minilm" else {}
     began = time.time()
+    load_average_before = os.getloadavg()[0]
     fixed = [subject for subject in options.subjects if subject != ADAPTIVE]
     started: dict[str, servers.ServerProcess] = {}
     for subject in fixed:
         path = servers.write_manifest(workdir, subject_manifest(model, subject, options, None))
         started[subject] = servers.start_replica(path, logs, env=env)
-    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    runs: dict[tuple[str, str], list[RunFigures]] = {}
     with contextlib.ExitStack() as stack:
         stack.enter_context(servers.running(list(started.values())))
         zero = started[window_subject(0.0)] if window_subject(0.0) in started else started[fixed[0]]
@@ -179,21 +186,27 @@ def run_model(model: str, options: Options, workdir: Path) -> dict[str, Any]:
                     run = measure_run(started[subject], model, subject, load, schedule, options)
                     runs.setdefault((subject, load), []).append(run)
                     time.sleep(options.pause_s)
-    exit_codes = {subject: server.process.returncode for subject, server in started.items()}
-    result: dict[str, Any] = {
-        "model": model,
-        "title": TITLES[model],
-        "started": began,
-        "capacity_rps": capacity,
-        "capacity_runs_rps": capacity_runs,
-        "objective_s": objective_s,
-        "exit_codes": exit_codes,
-        "runs": {subject: {load: runs[(subject, load)] for load in options.loads} for subject in subjects},
-    }
-    if is_cost_curve(model):
-        full = options.alpha_s + options.beta_s * options.max_batch_size
-        result["curve_capacity_rps"] = options.max_batch_size / full
-    result["summary"] = summarise(result)
-    result["verdicts"] = verdicts(result["summary"], options)
-    result["adaptivity"] = adaptivity(result, options)
-    return result
+    by_subject = {subject: {load: runs[(subject, load)] for load in options.loads} for subject in subjects}
+    summary = summarise(by_subject)
+    full_batch_s = options.alpha_s + options.beta_s * options.max_batch_size
+    meta = ModelRecord(
+        **asdict(record),
+        load_average_before=load_average_before,
+        load_average_after=os.getloadavg()[0],
+        minutes=round((time.time() - began) / 60, 1),
+    )
+    return ModelResult(
+        meta=meta,
+        options=options,
+        model=model,
+        title=TITLES[model],
+        capacity_rps=capacity,
+        capacity_runs_rps=capacity_runs,
+        objective_s=objective_s,
+        exit_codes={subject: server.process.returncode for subject, server in started.items()},
+        runs=by_subject,
+        summary=summary,
+        verdicts=verdicts(summary, options),
+        adaptivity=adaptivity(by_subject[ADAPTIVE][BURSTY], capacity, options),
+        curve_capacity_rps=options.max_batch_size / full_batch_s if is_cost_curve(model) else math.nan,
+    )

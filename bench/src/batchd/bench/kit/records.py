@@ -1,8 +1,8 @@
 """What every benchmark writes beside its figures: where, when and how it ran, as JSON with no NaN.
 
 Results are frozen dataclasses; `to_json` turns them (and anything nested in them) into what
-`json` writes, with a missing figure (NaN, infinity) as null, and `none_to_nan` reads a null
-figure back as NaN, for a report rendered again from its .json.
+`json` writes, with a missing figure (NaN, infinity) as null, and `from_json` reads them back,
+a null float as NaN again, so that a report can be rendered again from its .json.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import math
 import os
 import platform
 import shlex
+import types
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 
 def machine() -> str:
@@ -74,15 +76,36 @@ def to_json(value: Any) -> Any:
     return value
 
 
-def none_to_nan(value: Any) -> Any:
-    """The other way, for reports rendered again from a .json: a null figure is NaN again."""
-    if value is None:
-        return math.nan
-    if isinstance(value, dict):
-        return {k: none_to_nan(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [none_to_nan(v) for v in value]
-    return value
+T = TypeVar("T")
+
+
+def from_json(kind: type[T], data: Any) -> T:
+    """`data` (as `json` read it) as a `kind`: dataclasses field by field (keys it does not know
+    are left out, fields it lacks keep their defaults), lists, tuples, dicts, optionals, and a
+    null float as NaN."""
+    return cast(T, _read(kind, data))
+
+
+def _read(kind: Any, data: Any) -> Any:
+    if dataclasses.is_dataclass(kind) and isinstance(kind, type):
+        hints = typing.get_type_hints(kind)
+        known = {field.name for field in dataclasses.fields(kind) if field.init}
+        return kind(**{name: _read(hints[name], value) for name, value in data.items() if name in known})
+    origin, arguments = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (types.UnionType, typing.Union):
+        if data is None and type(None) in arguments:
+            return None
+        (inner,) = [argument for argument in arguments if argument is not type(None)]
+        return _read(inner, data)
+    if origin is list:
+        return [_read(arguments[0], item) for item in data]
+    if origin is tuple:
+        return tuple(_read(arguments[0], item) for item in data)
+    if origin is dict:
+        return {key: _read(arguments[1], value) for key, value in data.items()}
+    if kind is float:
+        return math.nan if data is None else float(data)
+    return data
 
 
 def write_json(path: Path, data: Any) -> None:
