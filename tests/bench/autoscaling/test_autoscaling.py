@@ -40,13 +40,13 @@ def test_analyse_counts_refusals_apart_from_latency_and_lost_requests_loudly() -
         Outcome(3.5, 0.1, "e", 200),
         Outcome(4.5, 0.0, "e", None, error="reset"),  # lost
     ]
-    figures = analyse("autoscaled", options, samples, outcomes, [])["figures"]
-    assert figures["refused_503_in_step"] == 1
-    assert figures["unanswered"] == 1 and figures["unanswered_examples"][0]["error"] == "reset"
-    assert math.isclose(figures["idle_p99_ms"], 100, rel_tol=1e-6)
-    assert figures["step_p99_ms"] > 4000  # the 503 did not pull it down
-    assert figures["scale_up_decided_s"] == 1.0  # the first sample after the step asking for more
-    assert figures["peak_ready"] == 4
+    figures = analyse("autoscaled", options, samples, outcomes, []).figures
+    assert figures.refused_503_in_step == 1
+    assert figures.unanswered == 1 and figures.unanswered_examples[0]["error"] == "reset"
+    assert math.isclose(figures.idle_p99_ms, 100, rel_tol=1e-6)
+    assert figures.step_p99_ms > 4000  # the 503 did not pull it down
+    assert figures.scale_up_decided_s == 1.0  # the first sample after the step asking for more
+    assert figures.peak_ready == 4
 
 
 @pytest.mark.slow
@@ -60,9 +60,9 @@ def test_quick_step_writes_figures_for_both_subjects_and_a_chart(
     step = results["step"]
     assert step["meta"]["command"] == f"python -m batchd.bench.autoscaling --quick --output-dir {tmp_path}"
     auto, fixed = step["summary"]["autoscaled"], step["summary"]["fixed"]
-    assert auto["unanswered"] == 0 and fixed["unanswered"] == 0
-    assert fixed["peak_ready"] == 1 and auto["peak_ready"] > 1
-    assert auto["scale_up_decided_s"] is not None and fixed["scale_up_decided_s"] is None
+    assert auto["unanswered"]["value"] == 0 and fixed["unanswered"]["value"] == 0
+    assert fixed["peak_ready"]["value"] == 1 and auto["peak_ready"]["value"] > 1
+    assert auto["scale_up_decided_s"]["value"] is not None and fixed["scale_up_decided_s"]["value"] is None
     for run in [*step["runs"]["autoscaled"], *step["runs"]["fixed"]]:
         series = run["series"]
         assert len(series["t"]) > 20

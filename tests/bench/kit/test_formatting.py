@@ -23,7 +23,8 @@ def test_numbers_have_separators_and_fixed_decimals() -> None:
 
 def test_figures_keep_decimals_only_where_they_matter() -> None:
     assert figure(1234.4) == "1,234"
-    assert figure(56.7) == "57"
+    assert figure(156.7) == "157"
+    assert figure(56.74) == "56.7"
     assert figure(7.46) == "7.5"
     assert figure(3.0) == "3"  # a count (or a median of counts)
     assert with_unit(figure(12.0), "ms") == "12 ms"

@@ -6,8 +6,18 @@ import math
 
 import pytest
 
-from batchd.bench.scenarios.analysis import PointRun, check_targets, compute_ratios, summarise_point
+from batchd.bench.scenarios.analysis import check_targets, compute_ratios, summarise_point
 from batchd.bench.scenarios.report import to_markdown
+from batchd.bench.scenarios.results import (
+    BenchRecord,
+    BenchResult,
+    CeilingEntry,
+    CeilingSummary,
+    Point,
+    PointRun,
+    ScenarioResult,
+    SubjectFigures,
+)
 
 
 def run(
@@ -35,14 +45,21 @@ def run(
     )
 
 
-def point(subject: str, concurrency: int, rps: float) -> dict[str, object]:
-    return {
-        "subject": subject,
-        "mode": "closed",
-        "concurrency": concurrency,
-        "rate_rps": None,
-        "summary": summarise_point([run(rps)]),
-    }
+def point(subject: str, concurrency: int, *rps: float) -> Point:
+    runs = [run(each) for each in rps]
+    return Point(subject, "closed", concurrency, None, summarise_point(runs), runs)
+
+
+def ceiling(*entries: tuple[int, float, float], replica: tuple[int, float] | None = None) -> CeilingSummary:
+    """Ceiling entries as (batch size, median items/s, best items/s)."""
+    raw = [CeilingEntry(size, median, best, 1.0) for size, median, best in entries]
+    via = [CeilingEntry(replica[0], replica[1], replica[1], 1.0)] if replica else []
+    return CeilingSummary(threads=2, raw=raw, replica=via, runs=[])
+
+
+def scenario(points: list[Point], ratios: dict[str, float], idle_rss_mb: float = 80.0) -> ScenarioResult:
+    subjects = {"batched": SubjectFigures(idle_rss_mb, 90.0, 0)}
+    return ScenarioResult("Trivial", 32, 0.0, None, None, None, None, None, subjects, points, ratios)
 
 
 def test_summary_takes_medians_and_sums_errors_and_batches() -> None:
@@ -62,21 +79,14 @@ def test_summary_takes_medians_and_sums_errors_and_batches() -> None:
 
 
 def test_ratios_compare_each_side_at_its_best_load() -> None:
-    scenario = {
-        "points": [
-            point("batched", 8, 100),
-            point("batched", 32, 270),
-            point("unbatched", 8, 60),
-            point("unbatched", 32, 50),
-            point("floor", 32, 1000),
-        ],
-        "ceiling": {
-            "threads": 2,
-            "raw": [{"batch_size": 1, "items_per_s": 80.0}, {"batch_size": 32, "items_per_s": 300.0}],
-            "replica": [{"batch_size": 32, "items_per_s": 285.0}],
-        },
-    }
-    ratios = compute_ratios(scenario)
+    points = [
+        point("batched", 8, 100),
+        point("batched", 32, 270),
+        point("unbatched", 8, 60),
+        point("unbatched", 32, 50),
+        point("floor", 32, 1000),
+    ]
+    ratios = compute_ratios(points, ceiling((1, 80.0, 80.0), (32, 300.0, 300.0), replica=(32, 285.0)))
     assert ratios["batched_over_unbatched"] == pytest.approx(4.5)
     assert ratios["server_over_ceiling"] == pytest.approx(0.9)
     assert ratios["batched_over_floor"] == pytest.approx(0.27)
@@ -85,21 +95,14 @@ def test_ratios_compare_each_side_at_its_best_load() -> None:
 
 
 def test_no_ceiling_means_no_ceiling_ratios() -> None:
-    ratios = compute_ratios({"points": [point("batched", 8, 100)], "ceiling": None})
+    ratios = compute_ratios([point("batched", 8, 100)], None)
     assert "server_over_ceiling" not in ratios
     assert math.isnan(ratios["batched_over_unbatched"])
 
 
 def test_targets_say_met_missed_or_not_measured() -> None:
-    result = {
-        "scenarios": {
-            "minilm": {
-                "ratios": {"server_over_ceiling": 0.95, "batched_over_unbatched": 3.0},
-                "subjects": {"batched": {"idle_rss_mb": 450.0}},
-            },
-        }
-    }
-    checks = {c.target: c.met for c in check_targets(result)}
+    minilm = scenario([], {"server_over_ceiling": 0.95, "batched_over_unbatched": 3.0}, idle_rss_mb=450.0)
+    checks = {c.target: c.met for c in check_targets({"minilm": minilm})}
     assert checks["MiniLM throughput >= 90% of the model's batch-32 ceiling"] is True
     assert checks["MiniLM batched >= 3.5x unbatched"] is False
     assert checks["Trivial handler >= 50% of the bare-uvicorn floor"] is None
@@ -107,26 +110,10 @@ def test_targets_say_met_missed_or_not_measured() -> None:
 
 
 def test_markdown_has_a_row_per_point_and_the_targets() -> None:
-    scenario = {
-        "title": "Trivial",
-        "max_batch_size": 32,
-        "ceiling": None,
-        "subjects": {"batched": {"idle_rss_mb": 80.0, "peak_rss_mb": 90.0}},
-        "points": [point("batched", 8, 1234.5), point("floor", 8, 5000)],
-    }
-    scenario["ratios"] = compute_ratios(scenario)
-    result = {
-        "meta": {
-            "date": "2026-01-01 00:00 UTC",
-            "machine": "2 cores",
-            "command": "python -m batchd.bench",
-            "repeats": 1,
-            "duration_s": 1.0,
-        },
-        "scenarios": {"trivial": scenario},
-    }
-    result["targets"] = check_targets(result)
-    text = to_markdown(result)
+    points = [point("batched", 8, 1234.5), point("floor", 8, 5000)]
+    trivial = scenario(points, compute_ratios(points, None))
+    meta = BenchRecord("2026-01-01 00:00 UTC", "2 cores", "python -m batchd.bench", {}, 1, 1.0, {})
+    text = to_markdown(BenchResult(meta, {"trivial": trivial}, {}, check_targets({"trivial": trivial})))
     assert "| batched | closed, 8 clients | 1,234.5 | 1,234.5 |" in text
     assert "| floor | closed, 8 clients | 5,000.0 | 5,000.0 |" in text
     assert "| Trivial handler >= 50% of the bare-uvicorn floor | 0.25 | - | **no** |" in text
@@ -134,19 +121,9 @@ def test_markdown_has_a_row_per_point_and_the_targets() -> None:
 
 
 def test_best_ratios_compare_best_repeats_with_the_best_ceiling_run() -> None:
-    batched = {
-        "subject": "batched",
-        "mode": "closed",
-        "concurrency": 32,
-        "rate_rps": None,
-        "summary": summarise_point([run(100), run(280), run(120)]),
-    }
-    scenario = {
-        "points": [batched],
-        "ceiling": {
-            "threads": 2,
-            "raw": [{"batch_size": 32, "items_per_s": 150.0, "best_items_per_s": 300.0}],
-        },
-    }
-    assert compute_ratios(scenario)["server_over_ceiling"] == pytest.approx(120 / 150)
-    assert compute_ratios(scenario, "best_throughput_rps")["server_over_ceiling"] == pytest.approx(280 / 300)
+    points = [point("batched", 32, 100, 280, 120)]
+    best_of = ceiling((32, 150.0, 300.0))
+    assert compute_ratios(points, best_of)["server_over_ceiling"] == pytest.approx(120 / 150)
+    assert compute_ratios(points, best_of, "best_throughput_rps")["server_over_ceiling"] == pytest.approx(
+        280 / 300
+    )

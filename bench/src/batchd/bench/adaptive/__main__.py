@@ -105,10 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for model in options.models
     }
-    if any(errors.values()):
-        print(f"FAILED: requests without a 200: {errors}", file=sys.stderr)
-        return 1
-    return 0
+    return cli.exit_status(f"requests without a 200: {errors}" if any(errors.values()) else None)
 
 
 if __name__ == "__main__":

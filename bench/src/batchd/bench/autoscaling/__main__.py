@@ -9,19 +9,16 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from batchd.bench import autoscaling
 from batchd.bench.autoscaling.calibration import calibrate, calibration_markdown
 from batchd.bench.autoscaling.chart import draw_chart
 from batchd.bench.autoscaling.options import QUICK, SUBJECTS, Options
 from batchd.bench.autoscaling.report import step_markdown, write_results
+from batchd.bench.autoscaling.results import Calibration, Results
 from batchd.bench.autoscaling.workload import run_step
-from batchd.bench.kit import cli, records
-
-
-def _meta(argv: Sequence[str]) -> dict[str, Any]:
-    return records.run_meta("batchd.bench.autoscaling", argv)
+from batchd.bench.kit import cli
+from batchd.bench.kit.records import RunRecord
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -56,23 +53,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _step_command(args: argparse.Namespace, argv: Sequence[str], workdir: Path) -> int:
     options = cli.overridden(QUICK if args.quick else Options(), args, "repeats", "poll_s", "max_queued")
-    step = asyncio.run(run_step(options, workdir))
-    step["meta"] = _meta(argv)
-    write_results(args.output_dir, "step", step)
+    step = asyncio.run(run_step(options, workdir, RunRecord.now("batchd.bench.autoscaling", argv)))
+    write_results(args.output_dir, Results(step=step))
     draw_chart(step, args.output_dir / "autoscaling.png")
     print(step_markdown(step))
     print(f"results: {args.output_dir / 'autoscaling.json'}, .md and .png")
-    lost = {subject: step["summary"][subject]["unanswered"] for subject in SUBJECTS}
-    if any(lost.values()):
-        examples = [
-            example
-            for subject in SUBJECTS
-            for run in step["runs"][subject]
-            for example in run["figures"]["unanswered_examples"]
-        ]
-        print(f"FAILED: requests without a usable answer: {lost}; e.g. {examples[:3]}", file=sys.stderr)
-        return 1
-    return 0
+    lost = {subject: step.summary[subject]["unanswered"].value for subject in SUBJECTS}
+    examples = [
+        example for runs in step.runs.values() for run in runs for example in run.figures.unanswered_examples
+    ]
+    failure = f"requests without a usable answer: {lost}; e.g. {examples[:3]}" if any(lost.values()) else None
+    return cli.exit_status(failure)
 
 
 def _calibrate_command(args: argparse.Namespace, argv: Sequence[str], workdir: Path) -> int:
@@ -80,20 +71,12 @@ def _calibrate_command(args: argparse.Namespace, argv: Sequence[str], workdir: P
     warmup_s = 1.0 if args.quick else 3.0
     batch_wait_s = Options().batch_wait_s
     rows = calibrate(duration_s, warmup_s, workdir, batch_wait_s)
-    calibration = {
-        "meta": _meta(argv),
-        "duration_s": duration_s,
-        "warmup_s": warmup_s,
-        "batch_wait_s": batch_wait_s,
-        "rows": rows,
-    }
-    write_results(args.output_dir, "calibration", calibration)
+    record = RunRecord.now("batchd.bench.autoscaling", argv)
+    calibration = Calibration(record, duration_s, warmup_s, batch_wait_s, rows)
+    write_results(args.output_dir, Results(calibration=calibration))
     print(calibration_markdown(calibration))
-    errors = sum(row["errors"] for row in rows)
-    if errors:
-        print(f"FAILED: {errors} request(s) failed during calibration", file=sys.stderr)
-        return 1
-    return 0
+    errors = sum(row.errors for row in rows)
+    return cli.exit_status(f"{errors} request(s) failed during calibration" if errors else None)
 
 
 if __name__ == "__main__":

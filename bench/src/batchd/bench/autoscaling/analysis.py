@@ -1,5 +1,5 @@
-"""Turning a subject's run into figures: the series sample by sample, the moments that matter
-after the step began and ended, and medians over repeats."""
+"""Turning a subject's run into figures: the series sample by sample, and the moments that matter
+after the step began and ended."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from batchd.bench.autoscaling.options import Options
-from batchd.bench.kit.stats import median, p99_ms, percentile
+from batchd.bench.autoscaling.results import StepFigures, SubjectRun
+from batchd.bench.kit.stats import p99_ms, percentile
 from batchd.testing.traffic import Outcome, unanswered
 
 
@@ -23,7 +23,9 @@ class Sample:
     running: int  # sum of running_items over the same
 
 
-def series(options: Options, samples: Sequence[Sample], outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
+def series(
+    options: Options, samples: Sequence[Sample], outcomes: Sequence[Outcome]
+) -> dict[str, list[float]]:
     """Per sample: the offered rate, what was sent and served (last second), and the windowed p99.
 
     Latency counts only requests answered 200: a 503 is answered at once, and counting it would
@@ -33,7 +35,7 @@ def series(options: Options, samples: Sequence[Sample], outcomes: Sequence[Outco
     sent = sorted(o.sent_s for o in outcomes)
     done = sorted(o.sent_s + o.latency_s for o in outcomes if o.status == 200)
     refused = sorted(o.sent_s for o in outcomes if o.status == 503)
-    result: dict[str, list[Any]] = {
+    result: dict[str, list[float]] = {
         key: [] for key in ("t", "offered_rps", "sent_rps", "ok_rps", "refused_rps", "p99_ms")
     }
     ok_sent = [s for s, _ in ok]
@@ -80,8 +82,9 @@ def analyse(
     options: Options,
     samples: Sequence[Sample],
     outcomes: Sequence[Outcome],
-    scale_events: list[dict[str, Any]],
-) -> dict[str, Any]:
+    scale_events: list[dict[str, str | None]],
+    repeat: int = 0,
+) -> SubjectRun:
     step = options.step
     data = series(options, samples, outcomes)
     times = data["t"]
@@ -105,70 +108,32 @@ def analyse(
         for desired, ready in zip(data["desired"], data["ready"], strict=True)
     ]
     step_latencies = latencies(step.start_s, step.end_s)
-    figures = {
-        "requests": len(outcomes),
-        "ok": sum(o.status == 200 for o in outcomes),
-        "refused_503": sum(o.status == 503 for o in outcomes),
-        "refused_503_in_step": sum(o.status == 503 for o in in_step),
-        "unanswered": len(lost),
-        "unanswered_examples": [asdict(o) for o in lost[:5]],
-        "idle_p99_ms": idle_p99,
-        "step_p50_ms": percentile(step_latencies, 50) * 1000,
-        "step_p99_ms": p99_ms(step_latencies),
+    figures = StepFigures(
+        requests=len(outcomes),
+        ok=sum(o.status == 200 for o in outcomes),
+        refused_503=sum(o.status == 503 for o in outcomes),
+        refused_503_in_step=sum(o.status == 503 for o in in_step),
+        unanswered=len(lost),
+        unanswered_examples=[asdict(o) for o in lost[:5]],
+        idle_p99_ms=idle_p99,
+        step_p50_ms=percentile(step_latencies, 50) * 1000,
+        step_p99_ms=p99_ms(step_latencies),
         # Answers that arrived within the step (a backlog answered later belongs to later).
-        "step_ok_rps": sum(
+        step_ok_rps=sum(
             o.status == 200 and step.start_s <= o.sent_s + o.latency_s < step.end_s for o in outcomes
         )
         / step.step_s,
-        "peak_desired": max(data["desired"], default=0),
-        "peak_ready": max(data["ready"], default=0),
-        "peak_queued": max(data["queued"], default=0),
+        peak_desired=max((sample.desired for sample in samples), default=0),
+        peak_ready=max((sample.ready for sample in samples), default=0),
+        peak_queued=max((sample.queued for sample in samples), default=0),
         # Seconds after the step began: the first larger ask, enough ready capacity, carried.
-        "scale_up_decided_s": first_at_or_after(times, [d > 1 for d in data["desired"]], step.start_s),
-        "capacity_ready_s": first_at_or_after(times, enough, step.start_s),
-        "carried_s": held_from(times, under, step.start_s, step.end_s),
+        scale_up_decided_s=first_at_or_after(times, [d > 1 for d in data["desired"]], step.start_s),
+        capacity_ready_s=first_at_or_after(times, enough, step.start_s),
+        carried_s=held_from(times, under, step.start_s, step.end_s),
         # Seconds after the step ended until the count is back at min_replicas (and stays).
-        "back_to_min_s": held_from(times, at_min, step.end_s, step.duration_s + 1)
+        back_to_min_s=held_from(times, at_min, step.end_s, step.duration_s + 1)
         if subject == "autoscaled"
         else math.nan,
-        "queue_under_target_s": held_from(times, short, step.start_s, step.end_s),
-    }
-    return {"subject": subject, "figures": figures, "series": data, "scale_events": scale_events}
-
-
-FIGURES = (
-    # (key, label, unit) as the report lists them
-    ("idle_p99_ms", "p99 before the step", "ms"),
-    ("step_p50_ms", "p50 during the step", "ms"),
-    ("step_p99_ms", "p99 during the step", "ms"),
-    ("step_ok_rps", "answered 200 during the step", "req/s"),
-    ("refused_503_in_step", "refused (503) during the step", ""),
-    ("unanswered", "without a usable answer", ""),
-    ("peak_ready", "peak ready replicas", ""),
-    ("peak_queued", "peak total queue", "items"),
-    ("scale_up_decided_s", "step -> first scale-up", "s"),
-    ("capacity_ready_s", "step -> ready capacity >= offered", "s"),
-    ("queue_under_target_s", "step -> queue under target", "s"),
-    ("carried_s", "step -> load carried", "s"),
-    ("back_to_min_s", "step end -> back to min_replicas", "s"),
-)
-
-
-# Figures about scaling decisions, which a subject without autoscaling does not make.
-AUTOSCALING_ONLY = ("scale_up_decided_s", "back_to_min_s")
-
-
-def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Medians over repeats; a time that never came (None) counts as +inf, so a median of
-    'never' is reported as never rather than dropped."""
-    summary: dict[str, Any] = {}
-    for key, _, _ in FIGURES:
-        values = [run["figures"][key] for run in runs]
-        if key == "unanswered":
-            summary[key] = sum(values)
-            continue
-        numbers = [math.inf if value is None else float(value) for value in values]
-        middle = median(numbers)
-        summary[key] = None if math.isinf(middle) else middle
-        summary[f"{key}_runs"] = values
-    return summary
+        queue_under_target_s=held_from(times, short, step.start_s, step.end_s),
+    )
+    return SubjectRun(subject, repeat, figures, data, scale_events)

@@ -6,17 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
 from pathlib import Path
-from typing import Any
 
 import uvloop
 
 from batchd.bench.autoscaling.options import HANDLER
+from batchd.bench.autoscaling.results import Calibration, CalibrationRow
 from batchd.bench.kit import loadgen, servers
+from batchd.bench.kit.formatting import number
 from batchd.bench.kit.manifests import manifest
-from batchd.bench.kit.stats import percentile
+from batchd.bench.kit.stats import mean, percentile
 
 logger = logging.getLogger("batchd.bench.autoscaling")
 
@@ -50,9 +50,9 @@ async def _drained(host: str, port: int, timeout_s: float = 120) -> None:
         connection.close()
 
 
-def calibrate(duration_s: float, warmup_s: float, workdir: Path, batch_wait_s: float) -> list[dict[str, Any]]:
+def calibrate(duration_s: float, warmup_s: float, workdir: Path, batch_wait_s: float) -> list[CalibrationRow]:
     """For each shape and utilization: mean ongoing items, as a multiple of max_batch_size."""
-    rows: list[dict[str, Any]] = []
+    rows: list[CalibrationRow] = []
     for max_batch, batch_s in CALIBRATION_SHAPES:
         capacity = max_batch / batch_s
         document = manifest(
@@ -67,53 +67,53 @@ def calibrate(duration_s: float, warmup_s: float, workdir: Path, batch_wait_s: f
                 result, samples = uvloop.run(
                     _ongoing_during(replica.host, replica.port, rate, duration_s, warmup_s)
                 )
-                ongoing = [queued + running for queued, running in samples]
-                half = len(ongoing) // 2
-                first, second = ongoing[:half], ongoing[half:]
-                mean_latency_s = (
-                    sum(result.latencies_s) / len(result.latencies_s) if result.latencies_s else 0
-                )
-                row = {
-                    "max_batch_size": max_batch,
-                    "batch_s": batch_s,
-                    "capacity_rps": capacity,
-                    "utilization": utilization,
-                    "rate_rps": rate,
-                    "served_rps": result.throughput_rps,
-                    "errors": result.errors,
-                    "samples": len(ongoing),
-                    "mean_ongoing": sum(ongoing) / len(ongoing) if ongoing else math.nan,
-                    "mean_queued": sum(q for q, _ in samples) / len(samples) if samples else math.nan,
-                    "mean_running": sum(r for _, r in samples) / len(samples) if samples else math.nan,
-                    # Growing without bound shows as a second half well above the first.
-                    "first_half_ongoing": sum(first) / len(first) if first else math.nan,
-                    "second_half_ongoing": sum(second) / len(second) if second else math.nan,
-                    "p50_ms": percentile(result.latencies_s, 50) * 1000,
-                    "p99_ms": percentile(result.latencies_s, 99) * 1000,
-                    # Little's law: items in the system = arrival rate x time in it (a cross-check).
-                    "littles_law_items": result.throughput_rps * mean_latency_s,
-                }
-                row["ongoing_over_batch"] = row["mean_ongoing"] / max_batch
+                row = _row(max_batch, batch_s, utilization, result, samples)
                 rows.append(row)
                 logger.info(
                     "batch %d @ %.1f s, %.0f%% (%.0f req/s): ongoing %.1f = %.2f x max_batch_size",
-                    max_batch,
-                    batch_s,
-                    utilization * 100,
-                    rate,
-                    row["mean_ongoing"],
-                    row["ongoing_over_batch"],
-                )
+                    max_batch, batch_s, utilization * 100, rate, row.mean_ongoing, row.ongoing_over_batch,
+                )  # fmt: skip
                 uvloop.run(_drained(replica.host, replica.port))
     return rows
 
 
-def calibration_markdown(calibration: dict[str, Any]) -> str:
+def _row(
+    max_batch: int,
+    batch_s: float,
+    utilization: float,
+    result: loadgen.RunResult,
+    samples: list[tuple[int, int]],
+) -> CalibrationRow:
+    ongoing = [queued + running for queued, running in samples]
+    half = len(ongoing) // 2
+    mean_ongoing = mean(ongoing)
+    return CalibrationRow(
+        max_batch_size=max_batch,
+        batch_s=batch_s,
+        capacity_rps=max_batch / batch_s,
+        utilization=utilization,
+        rate_rps=max_batch / batch_s * utilization,
+        served_rps=result.throughput_rps,
+        errors=result.errors,
+        samples=len(ongoing),
+        mean_ongoing=mean_ongoing,
+        mean_queued=mean([queued for queued, _ in samples]),
+        mean_running=mean([running for _, running in samples]),
+        first_half_ongoing=mean(ongoing[:half]),
+        second_half_ongoing=mean(ongoing[half:]),
+        p50_ms=percentile(result.latencies_s, 50) * 1000,
+        p99_ms=percentile(result.latencies_s, 99) * 1000,
+        littles_law_items=result.throughput_rps * (mean(result.latencies_s) if result.latencies_s else 0.0),
+        ongoing_over_batch=mean_ongoing / max_batch,
+    )
+
+
+def calibration_markdown(calibration: Calibration) -> str:
     lines = [
         "## Calibration: items a replica holds against its utilization",
         "",
-        f"One replica (SlowAdder, batch wait {calibration['batch_wait_s']} s, one batch at a time), "
-        f"open-loop load for {calibration['duration_s']:g} s per rate after {calibration['warmup_s']:g} s "
+        f"One replica (SlowAdder, batch wait {calibration.batch_wait_s} s, one batch at a time), "
+        f"open-loop load for {calibration.duration_s:g} s per rate after {calibration.warmup_s:g} s "
         "of warm-up; ongoing = queued + running items from `GET /load` every 50 ms. Little's law "
         "(served rate x mean latency) cross-checks the mean.",
         "",
@@ -121,15 +121,14 @@ def calibration_markdown(calibration: dict[str, Any]) -> str:
         "| 1st half / 2nd half | Little's law | p50 ms | p99 ms |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for row in calibration["rows"]:
+    for row in calibration.rows:
         # Past capacity the queue grows for as long as the load lasts: the mean is only where it got to.
-        growing = row["second_half_ongoing"] - row["first_half_ongoing"] > row["max_batch_size"]
+        growing = row.second_half_ongoing - row.first_half_ongoing > row.max_batch_size
         lines.append(
-            f"| {row['max_batch_size']} @ {row['batch_s']} s | {row['utilization']:.0%} "
-            f"| {row['rate_rps']:.0f} | {row['served_rps']:.0f} | {row['mean_ongoing']:.1f} "
-            f"| {row['ongoing_over_batch']:.2f}{' (growing)' if growing else ''} "
-            f"| {row['first_half_ongoing']:.1f} / "
-            f"{row['second_half_ongoing']:.1f} | {row['littles_law_items']:.1f} "
-            f"| {row['p50_ms']:.0f} | {row['p99_ms']:.0f} |"
+            f"| {row.max_batch_size} @ {row.batch_s} s | {row.utilization:.0%} "
+            f"| {number(row.rate_rps, 0)} | {number(row.served_rps, 0)} | {number(row.mean_ongoing)} "
+            f"| {number(row.ongoing_over_batch, 2)}{' (growing)' if growing else ''} "
+            f"| {number(row.first_half_ongoing)} / {number(row.second_half_ongoing)} "
+            f"| {number(row.littles_law_items)} | {number(row.p50_ms, 0)} | {number(row.p99_ms, 0)} |"
         )
     return "\n".join(lines) + "\n"

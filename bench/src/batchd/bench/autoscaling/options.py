@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from batchd.bench.kit.manifests import manifest
@@ -62,6 +62,11 @@ class Options:
         """What one replica serves at most: full batches back to back."""
         return self.max_batch_size / self.batch_s
 
+    @property
+    def target_ongoing_items(self) -> int:
+        """The autoscaler's default aim: one batch per batch slot (one slot here)."""
+        return self.max_batch_size
+
 
 QUICK = Options(
     repeats=1,
@@ -87,10 +92,3 @@ def subject_manifest(subject: str, options: Options) -> dict[str, Any]:
         "downscale_delay_s": options.downscale_delay_s,
     }
     return manifest(subject, model, batching=batching, num_replicas=1, autoscaling=autoscaling)
-
-
-def options_dict(options: Options) -> dict[str, Any]:
-    found = asdict(options)
-    found["capacity_rps"] = options.capacity_rps
-    found["target_ongoing_items"] = options.max_batch_size  # the default: one batch per batch slot
-    return found

@@ -7,19 +7,19 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
-from batchd.bench.autoscaling.analysis import Sample, analyse, summarise
+from batchd.bench.autoscaling.analysis import Sample, analyse
 from batchd.bench.autoscaling.options import (
     NS,
     START_TIMEOUT_S,
     SUBJECTS,
     Options,
-    options_dict,
     subject_manifest,
 )
+from batchd.bench.autoscaling.results import StepResult, SubjectRun
+from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
 from batchd.testing.apiserver import ApiServer
 from batchd.testing.cluster import Cluster
@@ -55,7 +55,7 @@ async def _sampler(
             samples.append(Sample(t, desired, len(pods), sum(q for q, _ in loads), sum(r for _, r in loads)))
 
 
-async def run_subject(subject: str, options: Options, workdir: Path) -> dict[str, Any]:
+async def run_subject(subject: str, options: Options, workdir: Path, repeat: int) -> SubjectRun:
     """One subject through the whole step on a fresh API server, operator and stand-in cluster."""
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     env = {
@@ -106,30 +106,25 @@ async def run_subject(subject: str, options: Options, workdir: Path) -> dict[str
             for event in server.posted_events
             if event.get("reason") in ("ScaledUp", "ScaledDown")
         ]
-    return analyse(subject, options, samples, outcomes, scale_events)
+    return analyse(subject, options, samples, outcomes, scale_events, repeat)
 
 
-async def run_step(options: Options, workdir: Path) -> dict[str, Any]:
-    runs: dict[str, list[dict[str, Any]]] = {subject: [] for subject in SUBJECTS}
+async def run_step(options: Options, workdir: Path, record: RunRecord) -> StepResult:
+    runs: dict[str, list[SubjectRun]] = {subject: [] for subject in SUBJECTS}
     for repeat in range(options.repeats):
         order = rotated(SUBJECTS, repeat)
         for subject in order:
             logger.info("repeat %d/%d: %s", repeat + 1, options.repeats, subject)
-            run = await run_subject(subject, options, workdir / f"{subject}-{repeat}")
-            run["repeat"] = repeat
-            figures = run["figures"]
+            run = await run_subject(subject, options, workdir / f"{subject}-{repeat}", repeat)
+            figures = run.figures
             logger.info(
                 "  %s: p99 in step %.0f ms, 503s %d, unanswered %d, peak ready %d, carried after %s s",
                 subject,
-                figures["step_p99_ms"],
-                figures["refused_503_in_step"],
-                figures["unanswered"],
-                figures["peak_ready"],
-                figures["carried_s"],
+                figures.step_p99_ms,
+                figures.refused_503_in_step,
+                figures.unanswered,
+                figures.peak_ready,
+                figures.carried_s,
             )
             runs[subject].append(run)
-    return {
-        "options": options_dict(options),
-        "summary": {subject: summarise(runs[subject]) for subject in SUBJECTS},
-        "runs": runs,
-    }
+    return StepResult(record, options, runs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,3 +45,11 @@ def overridden(options: OptionsT, args: argparse.Namespace, *names: str) -> Opti
         if value is not None:
             given[name] = tuple(value) if isinstance(value, list) else value
     return dataclasses.replace(options, **given)
+
+
+def exit_status(failure: str | None) -> int:
+    """0 when a run could be measured; else 1, after saying why on stderr (`FAILED: ...`)."""
+    if failure is None:
+        return 0
+    print(f"FAILED: {failure}", file=sys.stderr)
+    return 1

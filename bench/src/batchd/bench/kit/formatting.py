@@ -21,10 +21,10 @@ def number(value: float | None, digits: int = 1) -> str:
 
 
 def figure(value: float | None) -> str:
-    """Decimals only where they matter: `1,234`, `56`, `7.5`, `0.3`, and a count as `3`."""
+    """Decimals only where they matter: `1,234`, `156`, `56.2`, `0.3`, and a count as `3`."""
     if value is None or not math.isfinite(value):
         return MISSING
-    return f"{value:,.0f}" if abs(value) >= 10 or float(value).is_integer() else f"{value:.1f}"
+    return f"{value:,.0f}" if abs(value) >= 100 or float(value).is_integer() else f"{value:.1f}"
 
 
 def share(value: float | None, digits: int = 0) -> str:

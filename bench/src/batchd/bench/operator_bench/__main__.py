@@ -60,11 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.output_dir / "operator.md").write_text(to_markdown(figures, args.repeats, args.resources, meta))
     auto = figures.get("autoscaling")
     if auto and auto["replicas_polled"] < auto["replicas"]:
-        print(
-            f"FAILED: only {auto['replicas_polled']} of {auto['replicas']} replicas were polled",
-            file=sys.stderr,
-        )
-        return 1
+        return cli.exit_status(f"only {auto['replicas_polled']} of {auto['replicas']} replicas were polled")
     return 0
 
 

@@ -18,11 +18,12 @@ import os
 import platform
 import sys
 import tempfile
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
 
 from batchd.bench.kit import cli, records
 from batchd.bench.scenarios import analysis, catalog, harness, report
+from batchd.bench.scenarios.results import BenchRecord, BenchResult, ScenarioResult
 
 
 def versions() -> dict[str, str]:
@@ -66,14 +67,8 @@ def options_from(args: argparse.Namespace) -> harness.Options:
         )
     else:
         base = harness.Options(scenarios=chosen)
-    overrides: dict[str, Any] = {}
-    if args.repeats is not None:
-        overrides["repeats"] = args.repeats
-    if args.duration_s is not None:
-        overrides["duration_s"] = args.duration_s
-    if args.concurrency:
-        overrides["concurrencies"] = tuple(args.concurrency)
-    return harness.Options(**{**base.__dict__, **overrides})
+    options = cli.overridden(base, args, "repeats", "duration_s")
+    return replace(options, concurrencies=tuple(args.concurrency)) if args.concurrency else options
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,40 +79,34 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     options = options_from(args)
     every = catalog.all_scenarios()
-    result: dict[str, Any] = {
-        "meta": {
-            **records.run_meta("batchd.bench", argv if argv is not None else sys.argv[1:]),
-            "versions": versions(),
-            "repeats": options.repeats,
-            "duration_s": options.duration_s,
-            "options": {k: list(v) if isinstance(v, tuple) else v for k, v in options.__dict__.items()},
-        },
-        "scenarios": {},
-        "failures": {},
-    }
+    record = records.RunRecord.now("batchd.bench", argv if argv is not None else sys.argv[1:])
+    meta = BenchRecord(
+        **asdict(record),
+        versions=versions(),
+        repeats=options.repeats,
+        duration_s=options.duration_s,
+        options=asdict(options),
+    )
+    measured: dict[str, ScenarioResult] = {}
+    failures: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="batchd-bench-") as temporary:
         workdir = args.workdir or Path(temporary)
         for name in options.scenarios:
             try:
-                result["scenarios"][name] = harness.run_scenario(every[name], options, workdir / name)
+                measured[name] = harness.run_scenario(every[name], options, workdir / name)
             except Exception as error:  # one broken scenario must not hide the others' numbers
                 logging.exception("scenario %s failed", name)
-                result["failures"][name] = f"{type(error).__name__}: {error}"
-    result["targets"] = analysis.check_targets(result)
+                failures[name] = f"{type(error).__name__}: {error}"
+    result = BenchResult(meta, measured, failures, analysis.check_targets(measured))
     markdown = report.to_markdown(result)
-    if result["failures"]:
-        markdown += "\n" + "\n".join(
-            f"- **{n} failed**: {e.splitlines()[0]}" for n, e in result["failures"].items()
-        )
+    if failures:
+        markdown += "\n" + "\n".join(f"- **{n} failed**: {e.splitlines()[0]}" for n, e in failures.items())
     args.output_dir.mkdir(parents=True, exist_ok=True)
     records.write_json(args.output_dir / "latest.json", result)
     (args.output_dir / "latest.md").write_text(markdown)
     print(markdown)
     print(f"results: {args.output_dir / 'latest.json'} and {args.output_dir / 'latest.md'}")
-    if result["failures"]:
-        print(f"error: scenario(s) failed: {', '.join(result['failures'])}", file=sys.stderr)
-        return 1
-    return 0
+    return cli.exit_status(f"scenario(s) failed: {', '.join(failures)}" if failures else None)
 
 
 if __name__ == "__main__":

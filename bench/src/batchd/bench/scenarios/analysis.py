@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any
 
 from batchd.bench.kit.stats import median, ratio
+from batchd.bench.scenarios.results import (
+    CeilingSummary,
+    Point,
+    PointRun,
+    PointSummary,
+    ScenarioResult,
+    TargetCheck,
+)
 
 # The targets the README quotes: (title, scenario, ratio, threshold).
 TARGETS = (
@@ -20,57 +26,6 @@ TARGETS = (
     ("Trivial handler >= 50% of the bare-uvicorn floor", "trivial", "batched_over_floor", 0.50),
 )
 IDLE_RSS_TARGET_MB = 600.0
-
-
-@dataclass(frozen=True)
-class PointRun:
-    """One load run against one server: what the clients saw, and the server's own figures."""
-
-    throughput_rps: float
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    completed: int
-    errors: int
-    error_samples: list[str]
-    duration_s: float
-    client_cpu_s: float
-    server_cpu_s: float = 0.0
-    server_cpu_share: float = math.nan  # of one core, over the run and its warm-up
-    server_peak_rss_mb: float = math.nan
-    batch_sizes: dict[str, int] = field(default_factory=dict)  # from the replica's /metrics
-    batches: float = 0.0
-    batched_items: float = 0.0
-
-
-@dataclass(frozen=True)
-class PointSummary:
-    """One (server, load) point over its repeats: medians of what varies, totals of what counts."""
-
-    throughput_rps: float
-    best_throughput_rps: float  # noise only ever slows a run on a shared machine: this is capacity
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    errors: int
-    completed: int
-    batch_sizes: dict[str, int]
-    mean_batch_size: float
-    server_cpu_ms_per_request: float
-    server_cpu_share: float
-    client_cpu_share: float
-    repeats: int
-
-
-@dataclass(frozen=True)
-class TargetCheck:
-    """A target the README quotes, against the medians and against the best repeats."""
-
-    target: str
-    value: float
-    best_runs_value: float
-    threshold: float
-    met: bool | None  # None: not measured
 
 
 def summarise_point(repeats: list[PointRun]) -> PointSummary:
@@ -100,53 +55,55 @@ def _label_key(label: str) -> float:
     return float(label.lstrip(">").split("-")[0])
 
 
-def best_closed(points: list[dict[str, Any]], subject: str) -> dict[str, Any] | None:
+def best_closed(points: list[Point], subject: str) -> Point | None:
     """The closed-loop point where `subject` reached its highest median throughput."""
-    mine = [p for p in points if p["subject"] == subject and p["mode"] == "closed"]
-    return max(mine, key=lambda p: p["summary"].throughput_rps, default=None)
+    mine = [p for p in points if p.subject == subject and p.mode == "closed"]
+    return max(mine, key=lambda p: p.summary.throughput_rps, default=None)
 
 
-def compute_ratios(scenario: dict[str, Any], figure: str = "throughput_rps") -> dict[str, float]:
+def compute_ratios(
+    points: list[Point], ceiling: CeilingSummary | None, figure: str = "throughput_rps"
+) -> dict[str, float]:
     """server / ceiling, batched / unbatched and batched / floor, each at every side's best load.
 
     `figure` is the median throughput over repeats, or `best_throughput_rps` (the best repeat,
     compared with the best ceiling run): the same ratios, with the machine's noise left out.
     """
-    points = scenario["points"]
     best = {s: best_closed(points, s) for s in ("batched", "unbatched", "floor")}
-    rps = {s: (getattr(p["summary"], figure) if p else math.nan) for s, p in best.items()}
+    rps = {s: (getattr(p.summary, figure) if p else math.nan) for s, p in best.items()}
     ratios = {
         "batched_over_unbatched": ratio(rps["batched"], rps["unbatched"]),
         "batched_over_floor": ratio(rps["batched"], rps["floor"]),
         "unbatched_over_floor": ratio(rps["unbatched"], rps["floor"]),
     }
-    ceiling = scenario.get("ceiling") or {}
-    key = "best_items_per_s" if figure == "best_throughput_rps" else "items_per_s"
-    raw = {entry["batch_size"]: entry.get(key, entry["items_per_s"]) for entry in ceiling.get("raw", [])}
-    via_replica = {
-        entry["batch_size"]: entry.get(key, entry["items_per_s"]) for entry in ceiling.get("replica", [])
-    }
-    if raw:
-        largest = max(raw)
-        ratios["server_over_ceiling"] = ratio(rps["batched"], raw[largest])
-        ratios["unbatched_over_ceiling_batch1"] = ratio(rps["unbatched"], raw.get(1, math.nan))
-        ratios["ceiling_batched_over_batch1"] = ratio(raw[largest], raw.get(1, math.nan))
-        if via_replica:
-            ratios["model_layer_over_ceiling"] = ratio(via_replica.get(largest, math.nan), raw[largest])
-            ratios["server_over_model_layer"] = ratio(rps["batched"], via_replica.get(largest, math.nan))
+    if ceiling is None or not ceiling.raw:
+        return ratios
+    best_run = figure == "best_throughput_rps"
+    raw = {e.batch_size: e.best_items_per_s if best_run else e.items_per_s for e in ceiling.raw}
+    via_replica = {e.batch_size: e.best_items_per_s if best_run else e.items_per_s for e in ceiling.replica}
+    largest = max(raw)
+    ratios["server_over_ceiling"] = ratio(rps["batched"], raw[largest])
+    ratios["unbatched_over_ceiling_batch1"] = ratio(rps["unbatched"], raw.get(1, math.nan))
+    ratios["ceiling_batched_over_batch1"] = ratio(raw[largest], raw.get(1, math.nan))
+    if via_replica:
+        ratios["model_layer_over_ceiling"] = ratio(via_replica.get(largest, math.nan), raw[largest])
+        ratios["server_over_model_layer"] = ratio(rps["batched"], via_replica.get(largest, math.nan))
     return ratios
 
 
-def check_targets(result: dict[str, Any]) -> list[TargetCheck]:
+def check_targets(scenarios: dict[str, ScenarioResult]) -> list[TargetCheck]:
+    """Each target the README quotes, met, missed or not measured (its scenario did not run)."""
     checks = []
-    scenarios = result["scenarios"]
     for title, name, key, threshold in TARGETS:
-        value = scenarios.get(name, {}).get("ratios", {}).get(key, math.nan)
-        best = scenarios.get(name, {}).get("ratios_best", {}).get(key, math.nan)
-        met = None if math.isnan(value) else value >= threshold
-        checks.append(TargetCheck(title, value, best, threshold, met))
+        scenario = scenarios.get(name)
+        value = scenario.ratios.get(key, math.nan) if scenario else math.nan
+        best = scenario.ratios_best.get(key, math.nan) if scenario else math.nan
+        checks.append(
+            TargetCheck(title, value, best, threshold, None if math.isnan(value) else value >= threshold)
+        )
     if "minilm" in scenarios:
-        idle = scenarios["minilm"]["subjects"].get("batched", {}).get("idle_rss_mb", math.nan)
+        batched = scenarios["minilm"].subjects.get("batched")
+        idle = batched.idle_rss_mb if batched else math.nan
         met = None if math.isnan(idle) else idle < IDLE_RSS_TARGET_MB
         title = f"MiniLM replica idle RSS < {IDLE_RSS_TARGET_MB:.0f} MB"
         checks.append(TargetCheck(title, idle, idle, IDLE_RSS_TARGET_MB, met))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -23,8 +24,7 @@ import httpx
 from batchd.bench.kit import floor, loadgen, promtext, servers
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.stats import LatencySummary, median
-from batchd.bench.scenarios import analysis, catalog
-from batchd.bench.scenarios.analysis import PointRun
+from batchd.bench.scenarios import analysis, catalog, results
 
 logger = logging.getLogger("batchd.bench")
 
@@ -103,23 +103,24 @@ class Ceiling:
             self.process.kill()
             self.process.wait()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> results.CeilingSummary:
         """Median items/s per (kind, batch size) over the repeats; the runs are kept too."""
         first = self.runs[0]
-        result: dict[str, Any] = {"threads": first["threads"], "runs": self.runs}
-        for kind in ("raw", "replica"):
-            result[kind] = [
-                {
-                    "batch_size": entry["batch_size"],
-                    "items_per_s": median([run[kind][i]["items_per_s"] for run in self.runs]),
-                    "best_items_per_s": max(run[kind][i]["items_per_s"] for run in self.runs),
-                    "batch_latency_ms": median([run[kind][i]["batch_latency_ms"] for run in self.runs]),
-                }
-                for i, entry in enumerate(first[kind])
+
+        def entries(kind: str) -> list[results.CeilingEntry]:
+            return [
+                results.CeilingEntry(
+                    batch_size=entry["batch_size"],
+                    items_per_s=median([run[kind][i]["items_per_s"] for run in self.runs]),
+                    best_items_per_s=max(run[kind][i]["items_per_s"] for run in self.runs),
+                    batch_latency_ms=median([run[kind][i]["batch_latency_ms"] for run in self.runs]),
+                )
+                for i, entry in enumerate(first.get(kind, []))
             ]
-        if "replica_error" in first:
-            result["replica_error"] = first["replica_error"]
-        return result
+
+        return results.CeilingSummary(
+            first["threads"], entries("raw"), entries("replica"), self.runs, first.get("replica_error")
+        )
 
 
 def measure_point(
@@ -129,7 +130,7 @@ def measure_point(
     concurrency: int,
     rate_rps: float | None,
     options: Options,
-) -> PointRun:
+) -> results.PointRun:
     """One load run against one server, with /metrics and /proc read before and after."""
     request = loadgen.Request.post_json(server.host, server.port, scenario.path, scenario.body())
     is_replica = server.name != "floor"
@@ -157,7 +158,7 @@ def measure_point(
         if is_replica
         else None
     )
-    run = PointRun(
+    run = results.PointRun(
         throughput_rps=result.throughput_rps,
         p50_ms=latency.p50_ms,
         p95_ms=latency.p95_ms,
@@ -187,7 +188,7 @@ def measure_point(
     return run
 
 
-def run_scenario(scenario: catalog.Scenario, options: Options, workdir: Path) -> dict[str, Any]:
+def run_scenario(scenario: catalog.Scenario, options: Options, workdir: Path) -> results.ScenarioResult:
     assets = workdir / "assets"
     assets.mkdir(parents=True, exist_ok=True)
     logs = workdir / "logs"
@@ -211,15 +212,16 @@ def run_scenario(scenario: catalog.Scenario, options: Options, workdir: Path) ->
             started[subject] = servers.start_replica(
                 manifests[subject], logs, env=env, cores=scenario.server_cores
             )
-    subjects: dict[str, dict[str, Any]] = {}
-    repeats: dict[tuple[str, str, int, float | None], list[PointRun]] = {}
+    idle_rss_mb: dict[str, float] = {}
+    peak_rss_mb: dict[str, float] = {}
+    repeats: dict[tuple[str, str, int, float | None], list[results.PointRun]] = {}
     open_rate: float | None = None
     with contextlib.ExitStack() as stack:
         if ceiling is not None:
             stack.callback(ceiling.close)
         stack.enter_context(servers.running(list(started.values())))
         for name, server in started.items():
-            subjects[name] = {"idle_rss_mb": server.sample().rss_bytes / MB}
+            idle_rss_mb[name] = server.sample().rss_bytes / MB
         answers = {name: _answer(server, scenario) for name, server in started.items() if name != "floor"}
         for repeat in range(options.repeats):
             order = rotated(list(started), repeat)
@@ -228,8 +230,7 @@ def run_scenario(scenario: catalog.Scenario, options: Options, workdir: Path) ->
                     "[%s] repeat %d: the ceiling (the model alone, in-process)", scenario.name, repeat + 1
                 )
                 ceiling.measure()
-            points: list[tuple[str, int, float | None]] = [("closed", c, None) for c in options.concurrencies]
-            for mode, concurrency, _ in points:
+            for mode, concurrency in [("closed", c) for c in options.concurrencies]:
                 for name in order:
                     logger.info(
                         "[%s] repeat %d: %s, %s loop, %d clients",
@@ -257,39 +258,36 @@ def run_scenario(scenario: catalog.Scenario, options: Options, workdir: Path) ->
                     run = measure_point(started[name], scenario, "open", 0, open_rate, options)
                     repeats.setdefault((name, "open", 0, open_rate), []).append(run)
         for name, server in started.items():
-            subjects[name]["peak_rss_mb"] = server.sample().peak_rss_bytes / MB
-    for name, server in started.items():
-        subjects[name]["exit_status"] = server.process.returncode
+            peak_rss_mb[name] = server.sample().peak_rss_bytes / MB
+    subjects = {
+        name: results.SubjectFigures(
+            idle_rss_mb[name], peak_rss_mb.get(name, math.nan), server.process.returncode
+        )
+        for name, server in started.items()
+    }
 
     order_of = {name: index for index, name in enumerate(options.subjects)}
-    point_list = [
-        {
-            "subject": name,
-            "mode": mode,
-            "concurrency": c,
-            "rate_rps": rate,
-            "summary": analysis.summarise_point(runs),
-            "runs": runs,
-        }
+    points = [
+        results.Point(name, mode, c, rate, analysis.summarise_point(runs), runs)
         for (name, mode, c, rate), runs in sorted(
             repeats.items(), key=lambda kv: (order_of[kv[0][0]], kv[0][1], kv[0][2])
         )
     ]
-    result: dict[str, Any] = {
-        "title": scenario.title,
-        "max_batch_size": scenario.max_batch_size,
-        "batch_wait_timeout_s": scenario.batch_wait_timeout_s,
-        "server_cores": sorted(scenario.server_cores) if scenario.server_cores else "all",
-        "client_cores": sorted(scenario.client_cores) if scenario.client_cores else "all",
-        "open_loop_rate_rps": open_rate,
-        "ceiling": ceiling.summary() if ceiling is not None else None,
-        "same_work": same_work(ceiling, answers) if ceiling is not None else None,
-        "subjects": subjects,
-        "points": point_list,
-    }
-    result["ratios"] = analysis.compute_ratios(result)
-    result["ratios_best"] = analysis.compute_ratios(result, "best_throughput_rps")
-    return result
+    summary = ceiling.summary() if ceiling is not None else None
+    return results.ScenarioResult(
+        title=scenario.title,
+        max_batch_size=scenario.max_batch_size,
+        batch_wait_timeout_s=scenario.batch_wait_timeout_s,
+        server_cores=sorted(scenario.server_cores) if scenario.server_cores else None,
+        client_cores=sorted(scenario.client_cores) if scenario.client_cores else None,
+        open_loop_rate_rps=open_rate,
+        ceiling=summary,
+        same_work=same_work(ceiling, answers) if ceiling is not None else None,
+        subjects=subjects,
+        points=points,
+        ratios=analysis.compute_ratios(points, summary),
+        ratios_best=analysis.compute_ratios(points, summary, "best_throughput_rps"),
+    )
 
 
 def _answer(server: servers.ServerProcess, scenario: catalog.Scenario) -> Any:
@@ -299,11 +297,11 @@ def _answer(server: servers.ServerProcess, scenario: catalog.Scenario) -> Any:
     return response.json()["predictions"][0]
 
 
-def same_work(ceiling: Ceiling, answers: dict[str, Any]) -> dict[str, Any]:
+def same_work(ceiling: Ceiling, answers: dict[str, Any]) -> dict[str, bool]:
     """Whether the ceiling and the servers did the same work: the same answer for the same item
     (for text generation: the same tokens). A server above its ceiling means little otherwise."""
     reference = ceiling.runs[0]["answers"].get("raw") if ceiling.runs else None
-    result: dict[str, Any] = {name: answer == reference for name, answer in answers.items()}
+    result = {name: answer == reference for name, answer in answers.items()}
     if "replica" in ceiling.runs[0]["answers"]:
         result["replica_model_layer"] = ceiling.runs[0]["answers"]["replica"] == reference
     result["all"] = all(result.values())

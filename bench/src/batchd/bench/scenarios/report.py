@@ -2,40 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from batchd.bench.kit.formatting import number, share
-from batchd.bench.scenarios.analysis import PointSummary, TargetCheck
+from batchd.bench.scenarios.results import BenchResult, Point
 
 
-def _load(point: dict[str, Any]) -> str:
-    if point["mode"] == "closed":
-        return f"closed, {point['concurrency']} clients"
-    return f"open, {point['rate_rps']:.0f} req/s"
+def _load(point: Point) -> str:
+    if point.mode == "closed":
+        return f"closed, {point.concurrency} clients"
+    return f"open, {number(point.rate_rps, 0)} req/s"
 
 
 def _sizes(sizes: dict[str, int]) -> str:
     return " ".join(f"{label}:{count}" for label, count in sizes.items()) or "-"
 
 
-def to_markdown(result: dict[str, Any]) -> str:
-    meta = result["meta"]
+def to_markdown(result: BenchResult) -> str:
+    meta = result.meta
     lines = [
-        f"Measured {meta['date']} on {meta['machine']}; command `{meta['command']}`; "
-        f"{meta['repeats']} interleaved repeats of {meta['duration_s']} s per point, medians shown.",
+        f"Measured {meta.date} on {meta.machine}; command `{meta.command}`; "
+        f"{meta.repeats} interleaved repeats of {meta.duration_s} s per point, medians shown.",
         "",
     ]
-    for scenario in result["scenarios"].values():
-        lines += [f"### {scenario['title']} (max_batch_size {scenario['max_batch_size']})", ""]
+    for scenario in result.scenarios.values():
+        lines += [f"### {scenario.title} (max_batch_size {scenario.max_batch_size})", ""]
         lines += [
             "| server | load | req/s | best req/s | p50 ms | p95 ms | p99 ms | errors | mean batch "
             "| batch sizes (server, all repeats) | server CPU ms/req | client CPU |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
         ]
-        for point in scenario["points"]:
-            s: PointSummary = point["summary"]
+        for point in scenario.points:
+            s = point.summary
             lines.append(
-                f"| {point['subject']} | {_load(point)} | {number(s.throughput_rps)} | "
+                f"| {point.subject} | {_load(point)} | {number(s.throughput_rps)} | "
                 f"{number(s.best_throughput_rps)} | {number(s.p50_ms, 2)} | "
                 f"{number(s.p95_ms, 2)} | {number(s.p99_ms, 2)} | {s.errors} | "
                 f"{number(s.mean_batch_size)} | "
@@ -43,18 +41,20 @@ def to_markdown(result: dict[str, Any]) -> str:
                 f"{share(s.client_cpu_share)} |"
             )
         lines.append("")
-        ceiling = scenario.get("ceiling")
+        ceiling = scenario.ceiling
         if ceiling:
-            for kind in ("raw", "replica"):
-                if ceiling.get(kind):
+            for label, entries in (
+                ("transformers alone", ceiling.raw),
+                ("replica model layer, in-process", ceiling.replica),
+            ):
+                if entries:
                     parts = ", ".join(
-                        f"batch {e['batch_size']}: {number(e['items_per_s'])} items/s" for e in ceiling[kind]
+                        f"batch {e.batch_size}: {number(e.items_per_s)} items/s" for e in entries
                     )
-                    label = "transformers alone" if kind == "raw" else "replica model layer, in-process"
-                    lines.append(f"- Ceiling ({label}, {ceiling['threads']} threads): {parts}")
-            if ceiling.get("replica_error"):
-                lines.append(f"- Ceiling via the replica's model layer failed: {ceiling['replica_error']}")
-            same = scenario.get("same_work")
+                    lines.append(f"- Ceiling ({label}, {ceiling.threads} threads): {parts}")
+            if ceiling.replica_error:
+                lines.append(f"- Ceiling via the replica's model layer failed: {ceiling.replica_error}")
+            same = scenario.same_work
             if same:
                 verdict = (
                     "the same answer"
@@ -65,14 +65,16 @@ def to_markdown(result: dict[str, Any]) -> str:
                     f"- Same work: the ceiling and the servers gave {verdict} for the same item ({same})"
                 )
         memory = ", ".join(
-            f"{name} idle {number(info.get('idle_rss_mb'), 0)} MB / "
-            f"peak {number(info.get('peak_rss_mb'), 0)} MB"
-            for name, info in scenario["subjects"].items()
+            f"{name} idle {number(info.idle_rss_mb, 0)} MB / peak {number(info.peak_rss_mb, 0)} MB"
+            for name, info in scenario.subjects.items()
         )
         lines.append(f"- Resident memory: {memory}")
-        for label, key in (("medians", "ratios"), ("best repeat of each side", "ratios_best")):
-            if scenario.get(key):
-                listed = ", ".join(f"{k.replace('_', ' ')} {number(v, 2)}" for k, v in scenario[key].items())
+        for label, ratios in (
+            ("medians", scenario.ratios),
+            ("best repeat of each side", scenario.ratios_best),
+        ):
+            if ratios:
+                listed = ", ".join(f"{k.replace('_', ' ')} {number(v, 2)}" for k, v in ratios.items())
                 lines.append(f"- Ratios, {label} (at each side's best closed-loop load): {listed}")
         lines.append("")
     lines += [
@@ -81,8 +83,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         "| target | medians | best runs | met (medians) |",
         "|---|---:|---:|---|",
     ]
-    checks: list[TargetCheck] = result.get("targets", [])
-    for check in checks:
+    for check in result.targets:
         met = {True: "yes", False: "**no**", None: "not measured"}[check.met]
         lines.append(
             f"| {check.target} | {number(check.value, 2)} | {number(check.best_runs_value, 2)} | {met} |"
