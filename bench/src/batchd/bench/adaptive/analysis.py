@@ -96,10 +96,10 @@ def summarise_run(driven: Driven, schedule: Schedule, adaptive: bool, keep_serie
     )
 
 
-MEDIAN_FIGURES = (
-    "p50_ms", "p99_ms", "throughput_rps", "mean_batch_size", "mean_wait_ms", "errors", "offered",
-    "cost_fixed_ms", "cost_per_item_ms", "planned_batch_size_median", "arrival_rate_median",
-)  # fmt: skip
+# Figures whose median over the repeats the summary keeps.
+MEDIAN_FIGURES = ("p99_ms", "throughput_rps", "mean_batch_size", "mean_wait_ms")
+# ... and those only the adaptive replica has (NaN for the fixed windows).
+ADAPTIVE_FIGURES = ("planned_batch_size_median", "cost_fixed_ms", "cost_per_item_ms")
 
 
 def summarise(runs: dict[str, dict[str, list[RunFigures]]]) -> dict[str, dict[str, Figures]]:
@@ -111,7 +111,10 @@ def summarise(runs: dict[str, dict[str, list[RunFigures]]]) -> dict[str, dict[st
             items = sum(run.objective_items for run in repeats if not math.isnan(run.objective_items))
             missed = sum(run.objective_missed for run in repeats if not math.isnan(run.objective_missed))
             summary[subject][load] = Figures(
-                **{key: median([float(getattr(run, key)) for run in repeats]) for key in MEDIAN_FIGURES},
+                **{
+                    key: median([float(getattr(run, key)) for run in repeats])
+                    for key in (*MEDIAN_FIGURES, *ADAPTIVE_FIGURES)
+                },
                 p99_ms_runs=[run.p99_ms for run in repeats],
                 errors_total=sum(run.errors for run in repeats),
                 objective_missed_share=missed / items if items else math.nan,

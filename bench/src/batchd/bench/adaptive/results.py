@@ -46,22 +46,19 @@ class RunFigures:
 
 @dataclass(frozen=True)
 class Figures:
-    """One subject under one load: medians over the repeats (NaN where nothing was measured)."""
+    """One subject under one load: medians over the repeats (NaN where nothing was measured), and
+    for the adaptive replica what it planned and learned."""
 
-    p50_ms: float = NAN
     p99_ms: float = NAN
+    p99_ms_runs: list[float] = field(default_factory=list)  # each repeat's
     throughput_rps: float = NAN
+    errors_total: int = 0  # requests without a 200, over every repeat
     mean_batch_size: float = NAN
     mean_wait_ms: float = NAN
-    errors: float = NAN
-    offered: float = NAN
+    planned_batch_size_median: float = NAN
+    objective_missed_share: float = NAN  # of the items the adaptive replica served
     cost_fixed_ms: float = NAN
     cost_per_item_ms: float = NAN
-    planned_batch_size_median: float = NAN
-    arrival_rate_median: float = NAN
-    p99_ms_runs: list[float] = field(default_factory=list)
-    errors_total: int = 0
-    objective_missed_share: float = NAN  # of the items the adaptive replica served
 
 
 @dataclass(frozen=True)
