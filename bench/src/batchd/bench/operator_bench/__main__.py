@@ -6,13 +6,14 @@ import asyncio
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from batchd.bench import operator_bench
 from batchd.bench.kit import cli, records
+from batchd.bench.kit.records import RunRecord
 from batchd.bench.operator_bench.convergence import measure_convergence
 from batchd.bench.operator_bench.polling import DEFAULT_POLL_S, run_autoscaling
 from batchd.bench.operator_bench.report import report_lines, to_markdown
+from batchd.bench.operator_bench.results import OperatorResult
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         help="where the operator's own log goes",
     )
     args = parser.parse_args(argv)
-    figures: dict[str, Any] = asyncio.run(measure_convergence(args.repeats, args.resources, args.log))
-    if args.autoscaled:
-        figures["autoscaling"] = asyncio.run(
+    convergence = asyncio.run(measure_convergence(args.repeats, args.resources, args.log))
+    polling = (
+        asyncio.run(
             run_autoscaling(
                 args.autoscaled,
                 args.replicas_per,
@@ -52,15 +53,17 @@ def main(argv: list[str] | None = None) -> int:
                 args.log,
             )
         )
-    meta = records.run_meta("batchd.bench.operator_bench", argv)
-    for line in report_lines(figures, args.repeats, args.resources):
+        if args.autoscaled
+        else None
+    )
+    result = OperatorResult(RunRecord.now("batchd.bench.operator_bench", argv), convergence, polling)
+    for line in report_lines(result):
         print(line)
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    records.write_json(args.output_dir / "operator.json", {"meta": meta, **figures})
-    (args.output_dir / "operator.md").write_text(to_markdown(figures, args.repeats, args.resources, meta))
-    auto = figures.get("autoscaling")
-    if auto and auto["replicas_polled"] < auto["replicas"]:
-        return cli.exit_status(f"only {auto['replicas_polled']} of {auto['replicas']} replicas were polled")
+    records.write_json(args.output_dir / "operator.json", result)
+    (args.output_dir / "operator.md").write_text(to_markdown(result))
+    if polling and polling.replicas_polled < polling.replicas:
+        return cli.exit_status(f"only {polling.replicas_polled} of {polling.replicas} replicas were polled")
     return 0
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from batchd.bench.kit import procstat
 from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.stats import median, percentile
+from batchd.bench.operator_bench.results import Convergence
 from batchd.testing.apiserver import ApiServer
 from batchd.testing.operator_runner import api_server, create, operator_process
 
@@ -53,7 +54,7 @@ async def all_converged(server: ApiServer, names: list[str], interval_s: float) 
     )
 
 
-async def measure_convergence(repeats: int, resources: int, log: Path) -> dict[str, float]:
+async def measure_convergence(repeats: int, resources: int, log: Path) -> Convergence:
     with tempfile.TemporaryDirectory() as tmp:
         async with (
             api_server(Path(tmp), validate_children=False) as server,
@@ -84,15 +85,16 @@ async def measure_convergence(repeats: int, resources: int, log: Path) -> dict[s
             converge_s = time.perf_counter() - started
             operator_cpu_s = procstat.sample(pid).cpu_s - cpu_before
             rss, peak = rss_mib(pid)
-    return {
-        "create_to_deployment_median_ms": median(latencies) * 1000,
-        "create_to_deployment_p90_ms": percentile(latencies, 90) * 1000,
-        "bulk_resources": resources,
-        "bulk_create_s": created_s,
-        "bulk_converge_s": converge_s,
-        "bulk_per_second": resources / converge_s,
-        "bulk_operator_cpu_s": operator_cpu_s,
-        "operator_rss_idle_peak_mib": idle_peak,
-        "operator_rss_after_bulk_mib": rss,
-        "operator_rss_peak_mib": peak,
-    }
+    return Convergence(
+        repeats=repeats,
+        create_to_deployment_median_ms=median(latencies) * 1000,
+        create_to_deployment_p90_ms=percentile(latencies, 90) * 1000,
+        bulk_resources=resources,
+        bulk_create_s=created_s,
+        bulk_converge_s=converge_s,
+        bulk_per_second=resources / converge_s,
+        bulk_operator_cpu_s=operator_cpu_s,
+        operator_rss_idle_peak_mib=idle_peak,
+        operator_rss_after_bulk_mib=rss,
+        operator_rss_peak_mib=peak,
+    )

@@ -18,6 +18,7 @@ from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.stats import mean, median
 from batchd.bench.operator_bench.convergence import NS, all_converged, rss_mib
 from batchd.bench.operator_bench.load_endpoints import load_server, polls_seen, replica_ip
+from batchd.bench.operator_bench.results import Polling, Window
 from batchd.operator.settings import Settings
 from batchd.testing.operator_runner import api_server, create, operator_process, patch
 
@@ -80,7 +81,7 @@ def _cycles(times: Sequence[float], poll_s: float) -> list[tuple[float, float, i
 
 async def run_autoscaling(
     resources: int, replicas_per: int, steady_s: float, window_s: float, poll_s: float | None, log: Path
-) -> dict[str, Any]:
+) -> Polling:
     """The operator polls `resources` x `replicas_per` stand-in replicas; its CPU and memory in
     windows of `window_s` over `steady_s` once every replica has been polled."""
     interval_s = poll_s or DEFAULT_POLL_S
@@ -129,7 +130,7 @@ async def run_autoscaling(
                 await asyncio.sleep(interval_s)
             await asyncio.sleep(interval_s * 2)
 
-            windows: list[dict[str, Any]] = []
+            spans: list[tuple[float, float, float, float, int, int]] = []
             calls_before = len(server.calls)
             last = (
                 time.time(),
@@ -147,54 +148,58 @@ async def run_autoscaling(
                     len(server.calls),
                 )
                 calls = server.calls[last[3] : now[3]]
-                windows.append(
-                    {
-                        "from": last[0],
-                        "to": now[0],
-                        "operator_cores": (now[1] - last[1]) / (now[0] - last[0]),
-                        "load_endpoints_cores": (now[2] - last[2]) / (now[0] - last[0]),
-                        "status_writes": sum(call == STATUS_WRITE for call in calls),
-                        # Kopf lists everything again each time a watch stream ends and restarts.
-                        "watch_restarts": sum(call[2] == "watch" for call in calls),
-                    }
+                spans.append(
+                    (
+                        last[0],
+                        now[0],
+                        (now[1] - last[1]) / (now[0] - last[0]),
+                        (now[2] - last[2]) / (now[0] - last[0]),
+                        sum(call == STATUS_WRITE for call in calls),
+                        sum(call[2] == "watch" for call in calls),
+                    )
                 )
                 last = now
             rss, peak = rss_mib(pid)
             steady_calls = collections.Counter("/".join(call) for call in server.calls[calls_before:])
             polls = await polls_seen()
 
-    steady_to = windows[-1]["to"]
+    steady_to = spans[-1][1]
     steady = [(t, address) for t, address in polls if steady_from <= t < steady_to]
-    for window in windows:
-        inside = [address for t, address in steady if window["from"] <= t < window["to"]]
-        window["polls_per_s"] = len(inside) / (window["to"] - window["from"])
-        window["replicas_polled"] = len(set(inside))
+    windows = []
+    for start, end, operator_cores, endpoints_cores, status_writes, watch_restarts in spans:
+        inside = [address for t, address in steady if start <= t < end]
+        rate = len(inside) / (end - start)
+        window = Window(
+            start, end, operator_cores, endpoints_cores, status_writes, watch_restarts, rate, len(set(inside))
+        )
+        windows.append(window)
     per_replica = collections.Counter(address for _, address in steady)
     rounds = _cycles([t for t, _ in steady], interval_s)[1:-1]  # the first and last may be cut off
     duration_s = steady_to - steady_from
-    return {
-        "resources": resources,
-        "replicas": total,
-        "poll_interval_s": interval_s,
-        "setup_s": setup_s,
-        "steady_s": duration_s,
-        "windows": windows,
-        "operator_cores_median": median([w["operator_cores"] for w in windows]),
-        "operator_cores_max": max(w["operator_cores"] for w in windows),
-        "operator_cores_mean": mean([w["operator_cores"] for w in windows]),
-        "load_endpoints_cores_median": median([w["load_endpoints_cores"] for w in windows]),
-        "operator_rss_mib": rss,
-        "operator_rss_peak_mib": peak,
-        "polls_per_s": len(steady) / duration_s,
-        "expected_polls_per_s": total / interval_s,
-        "replicas_polled": len(per_replica),
-        "polls_per_replica_min": min(per_replica.values(), default=0),
-        "polls_per_replica_max": max(per_replica.values(), default=0),
-        "expected_polls_per_replica": duration_s / interval_s,
-        "rounds": len(rounds),
-        "round_spread_ms_median": median([(last - first) * 1000 for first, last, _ in rounds]),
-        "round_period_s_median": median([b[0] - a[0] for a, b in itertools.pairwise(rounds)]),
-        "status_writes": sum(w["status_writes"] for w in windows),
-        "status_writes_per_s": sum(w["status_writes"] for w in windows) / duration_s,
-        "operator_calls": dict(sorted(steady_calls.items())),
-    }
+    cores = [w.operator_cores for w in windows]
+    return Polling(
+        resources=resources,
+        replicas=total,
+        poll_interval_s=interval_s,
+        setup_s=setup_s,
+        steady_s=duration_s,
+        windows=windows,
+        operator_cores_median=median(cores),
+        operator_cores_max=max(cores),
+        operator_cores_mean=mean(cores),
+        load_endpoints_cores_median=median([w.load_endpoints_cores for w in windows]),
+        operator_rss_mib=rss,
+        operator_rss_peak_mib=peak,
+        polls_per_s=len(steady) / duration_s,
+        expected_polls_per_s=total / interval_s,
+        replicas_polled=len(per_replica),
+        polls_per_replica_min=min(per_replica.values(), default=0),
+        polls_per_replica_max=max(per_replica.values(), default=0),
+        expected_polls_per_replica=duration_s / interval_s,
+        rounds=len(rounds),
+        round_spread_ms_median=median([(last - first) * 1000 for first, last, _ in rounds]),
+        round_period_s_median=median([b[0] - a[0] for a, b in itertools.pairwise(rounds)]),
+        status_writes=sum(w.status_writes for w in windows),
+        status_writes_per_s=sum(w.status_writes for w in windows) / duration_s,
+        operator_calls=dict(sorted(steady_calls.items())),
+    )
