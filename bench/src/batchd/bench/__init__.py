@@ -1,6 +1,7 @@
-"""batchd's demo and benchmarks (dev only; never in an image)."""
+"""batchd's demo and benchmarks (dev only; never in an image).
 
-from batchd.testing import ROOT
-
-# Every benchmark writes its figures here, in the checkout: they are committed with the README.
-RESULTS_DIR = ROOT / "bench" / "results"
+`kit` holds what every benchmark is built from (load generation, statistics, /metrics parsing,
+process sampling, real replicas on loopback, records, formatting and charts); each benchmark is a
+package of its own on top of it, run as `python -m batchd.bench.<name>`. `python -m batchd.bench`
+runs the main scenarios (`batchd.bench.scenarios`).
+"""

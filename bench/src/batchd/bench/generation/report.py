@@ -1,0 +1,73 @@
+"""generation.md: per model, a row per rate and mode, and the sentence the README quotes."""
+
+from __future__ import annotations
+
+from batchd.bench.generation.analysis import SATURATED, Comparison, RatePoint, Results
+from batchd.bench.generation.workload import MAX_BATCH_SIZE, MODES, SHAPE
+from batchd.bench.kit.formatting import number
+from batchd.bench.kit.records import ran
+
+TABLE_HEAD = (
+    "| rate req/s | mode | output tokens/s | offered tokens/s | TTFT p50 ms | TTFT p99 ms "
+    "| end-to-end p99 ms | errors |\n|---:|---|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def _row(point: RatePoint, mode: str) -> str:
+    figures = (
+        point.tokens_per_s,
+        point.offered_tokens_per_s,
+        point.latency.ttft_p50_ms,
+        point.latency.ttft_p99_ms,
+        point.latency.e2e_p99_ms,
+    )
+    cells = [f"{point.rate_rps:g}", mode, *(number(figure, 0) for figure in figures), str(point.errors)]
+    return "| " + " | ".join(cells) + " |"
+
+
+def verdict(comparison: Comparison) -> str:
+    """The sentence the README quotes: the two ratios where request-level batching saturates."""
+    where = comparison.request_level_saturates_at_rps
+    if where is not None:
+        lead = (
+            f"Request-level batching saturates at {where:g} req/s (it completes under {SATURATED:.0%} of "
+            "the offered tokens/s). There, token-level batching makes"
+        )
+    else:
+        lead = (
+            "Request-level batching did not saturate; at the highest rate, "
+            f"{comparison.compared_at_rps:g} req/s, token-level batching makes"
+        )
+    best = comparison.best_tokens_per_s
+    return (
+        f"{lead} **{number(comparison.throughput_ratio, 2)}x** the output tokens/s, with a "
+        f"**{number(comparison.ttft_p99_ratio)}x** lower p99 time to first token and a "
+        f"{number(comparison.e2e_p99_ratio)}x lower p99 end-to-end latency. Best output tokens/s: "
+        f"token-level {number(best['token'], 0)}, request-level {number(best['request'], 0)}."
+    )
+
+
+def to_markdown(results: Results) -> str:
+    lines = [
+        "# Text generation: token-level vs request-level batching",
+        "",
+        f"{ran(results.meta, 'device ' + results.device)}. "
+        f"Open loop, Poisson arrivals; {SHAPE}, so both modes make the same tokens; "
+        f"max_batch_size {MAX_BATCH_SIZE}; every request streamed. Medians over repeats; the modes take "
+        "turns at every rate.",
+        "",
+    ]
+    for model in results.models.values():
+        lines += [
+            f"## {model.title}",
+            "",
+            f"{model.repeats} repeat(s) of {model.duration_s:g} s of arrivals per rate; "
+            f"{model.torch_threads} torch thread(s) per replica.",
+            "",
+            TABLE_HEAD,
+        ]
+        for index in range(len(model.rates_rps)):
+            lines += [_row(model.medians[mode][index], mode) for mode in MODES]
+        lines += ["", verdict(model.comparison), ""]
+    lines.append("![throughput and p99 time to first token against arrival rate](generation.png)\n")
+    return "\n".join(lines)

@@ -1,0 +1,65 @@
+"""The load generator drives any HTTP endpoint: here the bare ASGI floor, in uvicorn on loopback."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+
+from batchd.bench.kit import floor, loadgen, procstat
+from batchd.testing.servers import uvicorn_in_thread
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[tuple[str, int]]:
+    with uvicorn_in_thread(floor.app, wait_ready=False) as url:
+        parts = urlsplit(url)
+        assert parts.hostname is not None and parts.port is not None
+        yield parts.hostname, parts.port
+
+
+async def test_a_closed_loop_counts_every_answer_in_its_window(endpoint: tuple[str, int]) -> None:
+    host, port = endpoint
+    request = loadgen.Request.post_json(host, port, "/v1/models/floor:predict", b'{"instances": [1]}')
+    result = await loadgen.closed_loop(host, port, request, concurrency=4, duration_s=0.5, warmup_s=0.1)
+    assert result.errors == 0 and result.completed > 0
+    assert result.throughput_rps == result.completed / 0.5
+    assert all(latency > 0 for latency in result.latencies_s)
+
+
+async def test_an_open_loop_sends_every_request_when_due_and_counts_the_measured_part(
+    endpoint: tuple[str, int],
+) -> None:
+    host, port = endpoint
+    request = loadgen.Request.post_json(host, port, "/v1/models/floor:predict", b'{"instances": [1]}')
+    steady = await loadgen.open_loop(host, port, request, rate_rps=200, duration_s=0.5)
+    assert (steady.offered, steady.completed, steady.errors) == (100, 100, 0)
+    assert steady.rate_rps == 200 and steady.duration_s >= 0.5
+
+    dues = [0.01 * index for index in range(50)]  # the first 20 warm up
+    warmed = await loadgen.scheduled_loop(host, port, request, dues, measure_from_s=0.2, measured_s=0.3)
+    assert (warmed.offered, warmed.completed, warmed.errors) == (30, 30, 0)
+
+
+async def test_a_refused_connection_is_an_error_not_a_latency() -> None:
+    request = loadgen.Request.get("127.0.0.1", 9, "/")  # the discard port: nothing listens here
+    result = await loadgen.open_loop("127.0.0.1", 9, request, rate_rps=20, duration_s=0.25)
+    assert result.completed == 0 and result.errors == 5
+    assert result.error_samples and "Error" in result.error_samples[0]
+
+
+async def test_pollers_and_samplers_keep_a_series_while_a_load_runs(endpoint: tuple[str, int]) -> None:
+    host, port = endpoint
+    request = loadgen.Request.post_json(host, port, "/v1/models/floor:predict", b'{"instances": [1]}')
+    async with (
+        loadgen.Poller(host, port, "/metrics", every_s=0.05) as poller,
+        procstat.Sampler(os.getpid(), every_s=0.05) as sampler,
+    ):
+        await loadgen.open_loop(host, port, request, rate_rps=100, duration_s=0.3)
+    for series in (poller.samples, sampler.samples):
+        times = [at for at, _ in series]
+        assert len(times) >= 2 and times == sorted(times)  # one on entry, one more on leaving at least
+    assert [body for _, body in poller.samples] == [floor.ANSWER] * len(poller.samples)
+    assert all(taken.rss_bytes > 0 and taken.cpu_s > 0 for _, taken in sampler.samples)
