@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from batchd.bench.promtext import parse_histogram
+from batchd.bench.kit.promtext import parse_histogram
 from batchd.testing.apiserver import ApiServer
 from batchd.testing.cluster import Cluster, PodView
 from batchd.testing.manifests import manifest

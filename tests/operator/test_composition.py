@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from batchd.bench.promtext import parse_histogram
+from batchd.bench.kit.promtext import parse_histogram
 from batchd.testing.cluster import Cluster, PodView
 from batchd.testing.manifests import manifest
 from batchd.testing.operator_runner import api_server, create, eventually, running_operator

@@ -26,7 +26,7 @@ import pytest
 
 from batchd.api.environment import SettingsError
 from batchd.api.spec import ModelSpec
-from batchd.bench.promtext import Histogram, parse_histogram
+from batchd.bench.kit.promtext import Histogram, parse_histogram
 from batchd.replica import cli
 from batchd.replica.models import ModelLoadError, load_model
 from batchd.replica.settings import ReplicaSettings

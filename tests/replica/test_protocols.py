@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from batchd.api.manifest import parse_manifest
-from batchd.bench.promtext import parse_counter, parse_histogram
+from batchd.bench.kit.promtext import parse_counter, parse_histogram
 from batchd.replica.app import create_app
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing.manifests import manifest

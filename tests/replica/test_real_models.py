@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from batchd.bench.promtext import parse_histogram
+from batchd.bench.kit.promtext import parse_histogram
 from batchd.testing import manifests
 from batchd.testing.models import MINILM_SOURCE, build_gpt2, minilm_mirror
 from batchd.testing.servers import ServerProcess, replica_process, write_manifest

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from batchd.bench.promtext import parse_histogram
+from batchd.bench.kit.promtext import parse_histogram
 from batchd.testing import ROOT
 from batchd.testing.servers import replica_process, wait_until
 

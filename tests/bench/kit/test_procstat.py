@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from batchd.testing import procstat
+from batchd.bench.kit import procstat
 
 
 def test_proc_stat_parsing_survives_a_command_name_with_spaces_and_parens() -> None:
