@@ -36,7 +36,7 @@ START_S = 60.0
 
 
 def slow_adder(name: str, **spec: Any) -> dict[str, Any]:
-    model = {"handler": "batchd.testing.handlers:SlowAdder", "init_kwargs": {"delay_s": BATCH_S}}
+    model = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": BATCH_S}}
     spec.setdefault("batching", {"max_batch_size": MAX_BATCH, "batch_wait_timeout_s": 0.02})
     return manifest(name, model, **spec)
 
@@ -170,19 +170,19 @@ async def test_a_batching_change_under_load_reaches_the_same_processes_and_fails
             await patch(
                 server, path, {"spec": {"batching": {"max_batch_size": 8, "batch_wait_timeout_s": 0.1}}}
             )
-            generation = cr(server, "retuned")["metadata"]["generation"]
+            revision = cr(server, "retuned")["metadata"]["generation"]
             await eventually(
                 lambda: (
                     cr(server, "retuned")["status"]["batching"]
                     == {
                         **cr(server, "retuned")["status"]["batching"],
-                        "generation": generation,
+                        "revision": revision,
                         "applied": True,
                         "ready_replicas_applied": 2,
                     }
                 ),
                 timeout_s=20,
-                what="every ready replica on the new batching generation",
+                what="every ready replica on the new batching revision",
             )
             middle = {pod.name: batch_sizes(pod.url) for pod in pods}
             await asyncio.sleep(2)  # load, under the new batching

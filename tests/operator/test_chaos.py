@@ -90,8 +90,8 @@ def drift(server: ApiServer) -> list[str]:
             if have[children.CONFIG_HASH_ANNOTATION] != want[children.CONFIG_HASH_ANNOTATION]:
                 problems.append(f"{name}: the pod template is not the spec's")
         config = server.get_object("configmaps", NS, children.config_map_name(name))
-        generation = (status.get("batching") or {}).get("generation", 0)
-        if config is None or config["data"] != children.config_map(bd, generation)["data"]:
+        revision = (status.get("batching") or {}).get("revision", 0)
+        if config is None or config["data"] != children.config_map(bd, revision)["data"]:
             problems.append(f"{name}: the replicas' manifest is not the spec's")
         if server.get_object("services", NS, name) is None:
             problems.append(f"{name}: no Service")

@@ -235,7 +235,7 @@ async def test_a_batching_edit_reaches_the_replicas_manifest_without_rolling_the
         await create(server, manifest("adder"))
         await eventually(lambda: cr(server, "adder").get("status", {}).get("batching"), what="a status")
         old_hash = template_hash(server, "adder")
-        generation = cr(server, "adder")["status"]["batching"]["generation"]
+        revision = cr(server, "adder")["status"]["batching"]["revision"]
         await patch(server, f"{CR_PATH.format(ns=NS)}/adder", {"spec": {"batching": {"max_batch_size": 8}}})
 
         def replicas_manifest() -> str:
@@ -243,11 +243,11 @@ async def test_a_batching_edit_reaches_the_replicas_manifest_without_rolling_the
             return str(config.get("data", {}).get("manifest.yaml", ""))
 
         await eventually(lambda: "max_batch_size: 8" in replicas_manifest(), what="the new batching")
-        new_generation = cr(server, "adder")["metadata"]["generation"]
-        assert f"serving.batchd.dev/batching-generation: '{new_generation}'" in replicas_manifest()
+        new_revision = cr(server, "adder")["metadata"]["generation"]
+        assert f"serving.batchd.dev/batching-revision: '{new_revision}'" in replicas_manifest()
         await eventually(
-            lambda: cr(server, "adder")["status"]["batching"]["generation"] == new_generation > generation,
-            what="the status to name the new batching generation",
+            lambda: cr(server, "adder")["status"]["batching"]["revision"] == new_revision > revision,
+            what="the status to name the new batching revision",
         )
         assert template_hash(server, "adder") == old_hash  # the running pods stay
 

@@ -33,7 +33,7 @@ from batchd.testing.manifests import manifest
 from batchd.testing.operator_runner import CR_PATH, api_server, create, eventually, patch, running_operator
 
 NS = "default"
-HANDLER = "batchd.testing.handlers:add_one"
+HANDLER = "batchd.testing.batch_handlers:add_one"
 PODS = f"/api/v1/namespaces/{NS}/pods"
 START_S = 60.0  # replica processes start in about a second; the machine may be busy
 
