@@ -47,6 +47,7 @@ def operator_calls(tmp_path_factory: pytest.TempPathFactory) -> frozenset[Call]:
     return calls | observed_api_calls()
 
 
+@pytest.mark.slow  # the lifecycle includes real replica processes on the stand-in cluster
 def test_the_lifecycle_exercised_the_operator(operator_calls: frozenset[Call]) -> None:
     # A lenient recorder would make the comparison below pass vacuously.
     assert ("apps", "deployments", "create") in operator_calls
@@ -54,6 +55,7 @@ def test_the_lifecycle_exercised_the_operator(operator_calls: frozenset[Call]) -
     assert ("serving.batchd.dev", "batcheddeployments/status", "patch") in operator_calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["default", "namespaced-values"])
 def test_rbac_covers_every_call_the_operator_made(operator_calls: frozenset[Call], scenario: str) -> None:
     roles = rbac_of(SCENARIOS[scenario])
@@ -63,6 +65,7 @@ def test_rbac_covers_every_call_the_operator_made(operator_calls: frozenset[Call
         assert not missing, f"the operator would get 403 Forbidden for {missing}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["default", "namespaced-values"])
 def test_rbac_grants_nothing_the_operator_never_used(operator_calls: frozenset[Call], scenario: str) -> None:
     for grants in rbac_of(SCENARIOS[scenario]):

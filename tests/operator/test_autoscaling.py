@@ -32,6 +32,7 @@ NS = "default"
 BATCH_S = 0.1  # every batch holds the model this long
 MAX_BATCH = 4  # so one replica serves at most 40 items/s
 POLL_S = 0.25  # the operator reads every ready replica this often
+BATCHES = 10  # batches each replica runs under one batching before its sizes are compared
 START_S = 60.0
 
 
@@ -145,6 +146,22 @@ def batch_sizes(url: str) -> tuple[float, float]:
     return histogram.count, histogram.sum
 
 
+async def batches_since(pods: list[PodView], since: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Wait (bounded) until every pod has run BATCHES batches after `since` (each pod's batch and
+    item counts then); the mean batch size of each since."""
+
+    def grown() -> dict[str, float]:
+        now = {pod.name: batch_sizes(pod.url) for pod in pods}
+        ran = {name: (count - since[name][0], items - since[name][1]) for name, (count, items) in now.items()}
+        return (
+            {name: items / count for name, (count, items) in ran.items()}
+            if all(count >= BATCHES for count, _ in ran.values())
+            else {}
+        )
+
+    return await eventually(grown, timeout_s=30, what=f"{BATCHES} batches on every replica")
+
+
 async def test_a_batching_change_under_load_reaches_the_same_processes_and_fails_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,9 +179,8 @@ async def test_a_batching_change_under_load_reaches_the_same_processes_and_fails
         load = traffic(cluster, "retuned", rate=50)
         sending = asyncio.create_task(load.run(duration_s=60))
         try:
-            await asyncio.sleep(2)  # load, under the first batching
-            before = {pod.name: batch_sizes(pod.url) for pod in pods}
-            assert all(items / count <= 2 for count, items in before.values())
+            first = await batches_since(pods, {pod.name: (0, 0) for pod in pods})
+            assert all(mean <= 2 for mean in first.values()), first
 
             path = f"{CR_PATH.format(ns=NS)}/retuned"
             await patch(
@@ -185,15 +201,12 @@ async def test_a_batching_change_under_load_reaches_the_same_processes_and_fails
                 what="every ready replica on the new batching revision",
             )
             middle = {pod.name: batch_sizes(pod.url) for pod in pods}
-            await asyncio.sleep(2)  # load, under the new batching
-            after = {pod.name: batch_sizes(pod.url) for pod in pods}
+            after = await batches_since(pods, middle)
         finally:
             load.stop()
             outcomes = await sending
 
-        for name, (count, items) in after.items():
-            count_before, items_before = middle[name]
-            assert (items - items_before) / (count - count_before) > 2, "batches did not grow"
+        assert all(mean > 2 for mean in after.values()), f"batches did not grow: {after}"
         same = [pod for pod in cluster.pods("retuned") if pod.ready]
         assert {(pod.name, pod.pid) for pod in same} == {(pod.name, pod.pid) for pod in pods}  # not restarted
     assert outcomes and not [outcome for outcome in outcomes if outcome.status != 200]

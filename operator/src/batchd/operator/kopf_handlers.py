@@ -123,12 +123,16 @@ async def scale_deployment(
             return
     except ApiError as error:
         raise kopf.TemporaryError(f"scaling failed, will retry: {error}", delay=RETRY_DELAY_S) from error
-    await _converge(
-        reconciler, namespace or "", name, logger
-    )  # no Deployment yet (or a bad value): full path
+    # No Deployment yet (or a bad value): the full path.
+    await _converge(reconciler, namespace or "", name, logger)
 
 
-async def _child_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger) -> None:
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED_BY)
+@kopf.on.event("", "v1", "services", labels=MANAGED_BY)
+@kopf.on.event("", "v1", "configmaps", labels=MANAGED_BY)
+async def child_changed(
+    body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
     owner = owner_of(body)
     if owner is None or type is None or "reconciler" not in memo:
         return  # the initial listing (type None) is covered by the resume handlers
@@ -144,27 +148,6 @@ async def _child_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, log
         except ApiError as error:
             logger.warning(f"converging {namespace}/{owner} failed (attempt {attempt}): {error}")
             await asyncio.sleep(RETRY_DELAY_S * attempt)
-
-
-@kopf.on.event("apps", "v1", "deployments", labels=MANAGED_BY)
-async def deployment_changed(
-    body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
-) -> None:
-    await _child_changed(body, type, memo, logger)
-
-
-@kopf.on.event("", "v1", "services", labels=MANAGED_BY)
-async def service_changed(
-    body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
-) -> None:
-    await _child_changed(body, type, memo, logger)
-
-
-@kopf.on.event("", "v1", "configmaps", labels=MANAGED_BY)
-async def config_changed(
-    body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
-) -> None:
-    await _child_changed(body, type, memo, logger)
 
 
 def _quiet_trackers(record: logging.LogRecord) -> bool:
