@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from prometheus_client import REGISTRY
 
 from batchd.operator import children
@@ -22,7 +21,6 @@ from batchd.testing.operator_runner import (
     api_server,
     create,
     eventually,
-    exercise_operator,
     patch,
     running_operator,
     settled,
@@ -327,18 +325,6 @@ async def test_delete_lets_go_cleanly(tmp_path: Path) -> None:
         await eventually(lambda: all_children(server, "other"), what="another resource's children")
         assert not any(children_of(server, "adder").values())
         assert len(server.calls) > calls_after
-
-
-@pytest.mark.slow  # the lifecycle includes real replica processes on the stand-in cluster
-async def test_observed_api_calls_cover_the_whole_lifecycle(tmp_path: Path) -> None:
-    calls = await exercise_operator(tmp_path)
-    assert ("apps", "deployments", "create") in calls
-    assert ("apps", "deployments", "patch") in calls
-    assert ("serving.batchd.dev", "batcheddeployments/status", "patch") in calls
-    assert ("serving.batchd.dev", "batcheddeployments", "watch") in calls
-    assert all(
-        verb in {"get", "list", "watch", "create", "patch", "delete", "update"} for _, _, verb in calls
-    )
 
 
 async def test_liveness_endpoint_and_reconcile_metrics(tmp_path: Path) -> None:
