@@ -36,8 +36,8 @@ BATCHES = 10  # batches each replica runs under one batching before its sizes ar
 START_S = 60.0
 
 
-def slow_adder(name: str, **spec: Any) -> dict[str, Any]:
-    model = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": BATCH_S}}
+def slow_adder(name: str, batch_s: float = BATCH_S, **spec: Any) -> dict[str, Any]:
+    model = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": batch_s}}
     spec.setdefault("batching", {"max_batch_size": MAX_BATCH, "batch_wait_timeout_s": 0.02})
     return manifest(name, model, **spec)
 
@@ -113,13 +113,18 @@ async def test_load_scales_up_until_the_queues_are_under_target_then_back_down_l
 async def test_steady_load_does_not_flap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     autoscaling = {"min_replicas": 1, "max_replicas": 6, "upscale_delay_s": 1, "downscale_delay_s": 4}
 
+    # Batches twice as long, so half the requests are one and a half replicas' worth: every request
+    # costs CPU (client, replica, stand-in cluster) and a batch only time, and the count must follow
+    # the load, not how busy the machine is.
+    batch_s = 2 * BATCH_S
+
     def wobbling(elapsed_s: float) -> float:
-        # 60 items/s (one and a half replicas' worth), +-20% in a 3 s cycle.
+        # 30 items/s (one and a half replicas' worth), +-20% in a 3 s cycle.
         phase = int(elapsed_s * 2) % 6
-        return 60 * (0.8, 1.0, 1.2, 1.2, 1.0, 0.8)[phase]
+        return 30 * (0.8, 1.0, 1.2, 1.2, 1.0, 0.8)[phase]
 
     async with stack(tmp_path, monkeypatch) as (server, cluster):
-        await create(server, slow_adder("steady", autoscaling=autoscaling))
+        await create(server, slow_adder("steady", batch_s, autoscaling=autoscaling))
         await eventually(lambda: len(ready(cluster, "steady")) == 1, timeout_s=START_S, what="one replica")
         load = traffic(cluster, "steady", rate=wobbling)
         sending = asyncio.create_task(load.run(duration_s=45))
@@ -137,7 +142,7 @@ async def test_steady_load_does_not_flap(tmp_path: Path, monkeypatch: pytest.Mon
         after_peak = counts[peak:]
         # No flap: once it has started coming down, it never goes back up under the same load.
         assert all(later <= earlier for earlier, later in itertools.pairwise(after_peak)), counts
-        assert max(counts) > 1 and 2 <= counts[-1] <= 4, counts  # 60 items/s: about three replicas' worth
+        assert max(counts) > 1 and 2 <= counts[-1] <= 4, counts  # 30 items/s: about three replicas' worth
     assert not unanswered(outcomes)
 
 
