@@ -6,7 +6,7 @@ VERSION := $(shell cat VERSION)
 REGISTRY ?= ghcr.io/batchd
 PROJECTS := api operator replica tests/support bench router
 
-.PHONY: demo test bench lint crd images tools install clean
+.PHONY: demo test test-fast bench lint crd images tools install clean
 
 install: $(VENV)/.installed
 
@@ -28,8 +28,16 @@ tools:
 demo: install
 	$(PY) -m batchd.bench.demo
 
+# Everything, the end-to-end tests through real processes included (under 12 minutes on 2 cores).
 test: install tools
 	$(PY) -m pytest
+
+# The edit loop (under 3 minutes on 2 cores): everything but the tests marked `slow`, which run
+# end to end through real processes (replica servers on the stand-in cluster, the operator as a
+# process, Prometheus) or load a real transformers model. One marker for both: what makes them
+# slow is starting and warming real processes and models, and `make test` still runs them.
+test-fast: install tools
+	$(PY) -m pytest -m "not slow"
 
 bench: install
 	$(PY) -m batchd.bench

@@ -90,7 +90,7 @@ def test_the_wheels_the_images_install_build_and_hold_their_modules(tmp_path: Pa
     version = (ROOT / "VERSION").read_text().strip()
     expected = {
         f"batchd_api-{version}-py3-none-any.whl": "batchd/api/spec.py",
-        f"batchd_operator-{version}-py3-none-any.whl": "batchd/operator/handlers.py",
+        f"batchd_operator-{version}-py3-none-any.whl": "batchd/operator/kopf_handlers.py",
         f"batchd_replica-{version}-py3-none-any.whl": "batchd/replica/cli.py",
     }
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(expected)

@@ -60,7 +60,7 @@ def test_the_dashboard_is_well_formed() -> None:
         "ready",
         "autoscaler",
         "scale decisions",
-        "batching generation",
+        "batching revision",
         "first token",
         "output token",
         "generated tokens",

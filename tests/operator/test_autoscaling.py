@@ -32,11 +32,12 @@ NS = "default"
 BATCH_S = 0.1  # every batch holds the model this long
 MAX_BATCH = 4  # so one replica serves at most 40 items/s
 POLL_S = 0.25  # the operator reads every ready replica this often
+BATCHES = 10  # batches each replica runs under one batching before its sizes are compared
 START_S = 60.0
 
 
-def slow_adder(name: str, **spec: Any) -> dict[str, Any]:
-    model = {"handler": "batchd.testing.handlers:SlowAdder", "init_kwargs": {"delay_s": BATCH_S}}
+def slow_adder(name: str, batch_s: float = BATCH_S, **spec: Any) -> dict[str, Any]:
+    model = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": batch_s}}
     spec.setdefault("batching", {"max_batch_size": MAX_BATCH, "batch_wait_timeout_s": 0.02})
     return manifest(name, model, **spec)
 
@@ -112,13 +113,18 @@ async def test_load_scales_up_until_the_queues_are_under_target_then_back_down_l
 async def test_steady_load_does_not_flap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     autoscaling = {"min_replicas": 1, "max_replicas": 6, "upscale_delay_s": 1, "downscale_delay_s": 4}
 
+    # Batches twice as long, so half the requests are one and a half replicas' worth: every request
+    # costs CPU (client, replica, stand-in cluster) and a batch only time, and the count must follow
+    # the load, not how busy the machine is.
+    batch_s = 2 * BATCH_S
+
     def wobbling(elapsed_s: float) -> float:
-        # 60 items/s (one and a half replicas' worth), +-20% in a 3 s cycle.
+        # 30 items/s (one and a half replicas' worth), +-20% in a 3 s cycle.
         phase = int(elapsed_s * 2) % 6
-        return 60 * (0.8, 1.0, 1.2, 1.2, 1.0, 0.8)[phase]
+        return 30 * (0.8, 1.0, 1.2, 1.2, 1.0, 0.8)[phase]
 
     async with stack(tmp_path, monkeypatch) as (server, cluster):
-        await create(server, slow_adder("steady", autoscaling=autoscaling))
+        await create(server, slow_adder("steady", batch_s, autoscaling=autoscaling))
         await eventually(lambda: len(ready(cluster, "steady")) == 1, timeout_s=START_S, what="one replica")
         load = traffic(cluster, "steady", rate=wobbling)
         sending = asyncio.create_task(load.run(duration_s=45))
@@ -136,13 +142,29 @@ async def test_steady_load_does_not_flap(tmp_path: Path, monkeypatch: pytest.Mon
         after_peak = counts[peak:]
         # No flap: once it has started coming down, it never goes back up under the same load.
         assert all(later <= earlier for earlier, later in itertools.pairwise(after_peak)), counts
-        assert max(counts) > 1 and 2 <= counts[-1] <= 4, counts  # 60 items/s: about three replicas' worth
+        assert max(counts) > 1 and 2 <= counts[-1] <= 4, counts  # 30 items/s: about three replicas' worth
     assert not unanswered(outcomes)
 
 
 def batch_sizes(url: str) -> tuple[float, float]:
     histogram = parse_histogram(httpx.get(f"{url}/metrics", timeout=5).text, "batchd_batch_size")
     return histogram.count, histogram.sum
+
+
+async def batches_since(pods: list[PodView], since: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Wait (bounded) until every pod has run BATCHES batches after `since` (each pod's batch and
+    item counts then); the mean batch size of each since."""
+
+    def grown() -> dict[str, float]:
+        now = {pod.name: batch_sizes(pod.url) for pod in pods}
+        ran = {name: (count - since[name][0], items - since[name][1]) for name, (count, items) in now.items()}
+        return (
+            {name: items / count for name, (count, items) in ran.items()}
+            if all(count >= BATCHES for count, _ in ran.values())
+            else {}
+        )
+
+    return await eventually(grown, timeout_s=30, what=f"{BATCHES} batches on every replica")
 
 
 async def test_a_batching_change_under_load_reaches_the_same_processes_and_fails_nothing(
@@ -162,38 +184,34 @@ async def test_a_batching_change_under_load_reaches_the_same_processes_and_fails
         load = traffic(cluster, "retuned", rate=50)
         sending = asyncio.create_task(load.run(duration_s=60))
         try:
-            await asyncio.sleep(2)  # load, under the first batching
-            before = {pod.name: batch_sizes(pod.url) for pod in pods}
-            assert all(items / count <= 2 for count, items in before.values())
+            first = await batches_since(pods, {pod.name: (0, 0) for pod in pods})
+            assert all(mean <= 2 for mean in first.values()), first
 
             path = f"{CR_PATH.format(ns=NS)}/retuned"
             await patch(
                 server, path, {"spec": {"batching": {"max_batch_size": 8, "batch_wait_timeout_s": 0.1}}}
             )
-            generation = cr(server, "retuned")["metadata"]["generation"]
+            revision = cr(server, "retuned")["metadata"]["generation"]
             await eventually(
                 lambda: (
                     cr(server, "retuned")["status"]["batching"]
                     == {
                         **cr(server, "retuned")["status"]["batching"],
-                        "generation": generation,
+                        "revision": revision,
                         "applied": True,
                         "ready_replicas_applied": 2,
                     }
                 ),
                 timeout_s=20,
-                what="every ready replica on the new batching generation",
+                what="every ready replica on the new batching revision",
             )
             middle = {pod.name: batch_sizes(pod.url) for pod in pods}
-            await asyncio.sleep(2)  # load, under the new batching
-            after = {pod.name: batch_sizes(pod.url) for pod in pods}
+            after = await batches_since(pods, middle)
         finally:
             load.stop()
             outcomes = await sending
 
-        for name, (count, items) in after.items():
-            count_before, items_before = middle[name]
-            assert (items - items_before) / (count - count_before) > 2, "batches did not grow"
+        assert all(mean > 2 for mean in after.values()), f"batches did not grow: {after}"
         same = [pod for pod in cluster.pods("retuned") if pod.ready]
         assert {(pod.name, pod.pid) for pod in same} == {(pod.name, pod.pid) for pod in pods}  # not restarted
     assert outcomes and not [outcome for outcome in outcomes if outcome.status != 200]

@@ -184,14 +184,14 @@ def test_scaling_autoscaling_and_batching_changes_never_roll_the_pods() -> None:
     ):
         assert _template_hash(change) == _template_hash(base)
         assert children.service(change) == children.service(base)
-    # A scale leaves the replicas' manifest alone; a batching change reaches it, with its generation.
+    # A scale leaves the replicas' manifest alone; a batching change reaches it, with its revision.
     assert children.config_map(bd(num_replicas=7, autoscaling={"max_replicas": 9})) == children.config_map(
         base
     )
     retuned = parse_manifest(
         yaml.safe_load(children.config_map(bd(batching={"max_batch_size": 64}), 5)["data"]["manifest.yaml"])
     )
-    assert (retuned.spec.batching.max_batch_size, retuned.batching_generation) == (64, 5)
+    assert (retuned.spec.batching.max_batch_size, retuned.batching_revision) == (64, 5)
     assert retuned.spec.autoscaling is None  # the replica never sees what only the operator acts on
 
 

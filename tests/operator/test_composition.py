@@ -35,12 +35,12 @@ async def test_a_composers_calls_reach_its_callees_service_and_are_batched_there
     monkeypatch.setenv("BATCHD_DRAIN_DELAY_S", "0")
     callee = manifest(
         "doubler",
-        "batchd.testing.handlers:Failing.handle",
+        "batchd.testing.batch_handlers:Failing.handle",
         batching={"max_batch_size": 16, "batch_wait_timeout_s": 0.05},
     )
     composer = manifest(
         "relay",
-        {"handler": "batchd.testing.handlers:Relay", "calls": {"double": "doubler"}},
+        {"handler": "batchd.testing.batch_handlers:Relay", "calls": {"double": "doubler"}},
         batching={"max_batch_size": 1, "max_concurrent_batches": 32},
     )
     async with (

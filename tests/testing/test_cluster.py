@@ -33,7 +33,7 @@ from batchd.testing.manifests import manifest
 from batchd.testing.operator_runner import CR_PATH, api_server, create, eventually, patch, running_operator
 
 NS = "default"
-HANDLER = "batchd.testing.handlers:add_one"
+HANDLER = "batchd.testing.batch_handlers:add_one"
 PODS = f"/api/v1/namespaces/{NS}/pods"
 START_S = 60.0  # replica processes start in about a second; the machine may be busy
 
@@ -180,12 +180,15 @@ async def test_scale_down_removes_the_cheapest_pod_which_drains_and_exits_0(
         await eventually(lambda: (cluster.pod(newer.name) or newer).deletion_cost == 100, what="the cost")
 
         await patch(server, f"{CR_PATH.format(ns=NS)}/adder", {"spec": {"num_replicas": 1}})
-        # Terminating: out of the endpoints at once, while its process still runs the preStop sleep.
+        # Terminating: the kubelet reports it unready (out of the endpoints) first, while its
+        # process still runs the preStop sleep; the deletion and that report are two API writes.
         going = await eventually(
-            lambda: (view := cluster.pod(older.name)) is not None and view.terminating and view,
-            what=f"{older.name} to be deleted",
+            lambda: (
+                (view := cluster.pod(older.name)) is not None and view.terminating and not view.ready and view
+            ),
+            what=f"{older.name} to be deleted and reported unready",
         )
-        assert not going.ready and going.pid == older.pid
+        assert going.pid == older.pid
         assert cluster.endpoints("adder") == [newer.url]
         await eventually(lambda: cluster.pod(older.name) is None, timeout_s=30, what=f"{older.name} gone")
         assert cluster.exit_codes(older.name) == [0], cluster.log(older.name)  # drained; SIGKILL is 137
@@ -285,7 +288,7 @@ async def test_config_map_changes_are_projected_atomically_into_running_pods(
         assert first.startswith("..") and (path.parent / first / "greeting").is_file()
 
         await patch(server, f"/api/v1/namespaces/{NS}/configmaps/extra", {"data": {"greeting": "bonjour"}})
-        await eventually(lambda: path.read_text() == "bonjour", timeout_s=5, what="the new content")
+        await eventually(lambda: path.read_text() == "bonjour", timeout_s=30, what="the new content")
         assert os.readlink(path) == "..data/greeting"  # the same path; `..data` was swapped under it
         assert os.readlink(path.parent / "..data") != first
         assert not (path.parent / first).exists()  # the old version is cleaned up

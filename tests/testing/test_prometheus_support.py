@@ -28,6 +28,7 @@ def exporter() -> Iterator[tuple[str, Gauge, Counter]]:
         thread.join(timeout=10)
 
 
+@pytest.mark.slow  # a real Prometheus process
 def test_prometheus_scrapes_what_the_exporter_sets(
     exporter: tuple[str, Gauge, Counter], start_prometheus: StartPrometheus
 ) -> None:
@@ -49,6 +50,7 @@ def test_prometheus_scrapes_what_the_exporter_sets(
     assert prom.query("vector(1) + 1")[0]["value"][1] == "2"
 
 
+@pytest.mark.slow  # a real Prometheus process
 def test_bad_promql_and_unmet_waits_fail_loudly(
     exporter: tuple[str, Gauge, Counter], start_prometheus: StartPrometheus
 ) -> None:

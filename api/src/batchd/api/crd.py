@@ -146,14 +146,14 @@ STATUS_SCHEMA: dict[str, Any] = {
             "type": "object",
             "description": "Live retuning: which spec.batching the replicas run.",
             "properties": {
-                "generation": _integer("int64", "metadata.generation when spec.batching last changed."),
+                "revision": _integer("int64", "metadata.generation when spec.batching last changed."),
                 "hash": {"type": "string", "description": "Of spec.batching, to notice the next change."},
                 "ready_replicas_applied": _integer(
-                    "int32", "Ready replicas that report running this generation."
+                    "int32", "Ready replicas that report running this revision."
                 ),
                 "applied": {
                     "type": "boolean",
-                    "description": "True once every ready replica runs this generation.",
+                    "description": "True once every ready replica runs this revision.",
                 },
             },
         },

@@ -25,8 +25,9 @@ SHORT_NAMES = ["bd"]
 # The bound on batching.max_concurrent_batches: replicas size their model thread pools by it, so
 # that live retuning can raise the concurrency without a restart.
 MAX_CONCURRENT_BATCHES = 64
-# On the manifest the operator writes for replicas: the generation of the `spec.batching` in it.
-BATCHING_GENERATION_ANNOTATION = f"{GROUP}/batching-generation"
+# On the manifest the operator writes for replicas: the revision of the `spec.batching` in it (the
+# resource's metadata.generation when spec.batching last changed).
+BATCHING_REVISION_ANNOTATION = f"{GROUP}/batching-revision"
 
 # The transformers pipeline tasks a replica knows how to batch, encode and answer.
 PipelineTask = Literal[
@@ -395,10 +396,10 @@ class BatchedDeployment(BaseModel):
         return self.spec.model.name or self.metadata.name
 
     @property
-    def batching_generation(self) -> int:
-        """Which `spec.batching` this manifest carries: the resource's generation when it last
-        changed, as the operator writes it into the replicas' manifest (0 for a local file)."""
-        return int(self.metadata.annotations.get(BATCHING_GENERATION_ANNOTATION, "0"))
+    def batching_revision(self) -> int:
+        """Which `spec.batching` this manifest carries: the resource's metadata.generation when it
+        last changed, as the operator writes it into the replicas' manifest (0 for a local file)."""
+        return int(self.metadata.annotations.get(BATCHING_REVISION_ANNOTATION, "0"))
 
     @property
     def target_ongoing_items(self) -> int | None:

@@ -7,7 +7,7 @@ import sys
 import kopf
 
 from batchd.api.environment import SettingsError
-from batchd.operator import handlers  # noqa: F401  (registers the handlers)
+from batchd.operator import kopf_handlers  # noqa: F401  (registers the handlers)
 from batchd.operator.settings import Settings
 
 

@@ -15,7 +15,7 @@ import yaml
 
 from batchd.api.manifest import document
 from batchd.api.pod import CONFIG_DIR, CONFIG_KEY, CONFIG_PATH, MANAGED_BY, REPLICA_PORT, RUNTIME_UID
-from batchd.api.spec import BATCHING_GENERATION_ANNOTATION, BatchedDeployment
+from batchd.api.spec import BATCHING_REVISION_ANNOTATION, BatchedDeployment
 from batchd.operator.settings import Settings
 
 Manifest = dict[str, Any]
@@ -49,15 +49,15 @@ def selector_string(name: str) -> str:
     return ",".join(f"{key}={value}" for key, value in sorted(selector_labels(name).items()))
 
 
-def replica_manifest(bd: BatchedDeployment, batching_generation: int = 0) -> str:
-    """The manifest the replica reads, as YAML, with the generation of its `spec.batching`.
+def replica_manifest(bd: BatchedDeployment, batching_revision: int = 0) -> str:
+    """The manifest the replica reads, as YAML, with the revision of its `spec.batching`.
 
     The replica count is left out (the replica does not need it, and scaling must not touch the
     ConfigMap); `spec.batching` is in, and replicas apply a change of it live (see `pod_hash`).
     """
     spec = bd.spec.model_dump(mode="json", by_alias=True, exclude=NOT_FOR_REPLICAS)
     manifest = document(bd.metadata.name, spec, namespace=bd.metadata.namespace)
-    manifest["metadata"]["annotations"] = {BATCHING_GENERATION_ANNOTATION: str(batching_generation)}
+    manifest["metadata"]["annotations"] = {BATCHING_REVISION_ANNOTATION: str(batching_revision)}
     return yaml.safe_dump(manifest, sort_keys=True)
 
 
@@ -76,13 +76,13 @@ def replica_image(bd: BatchedDeployment, settings: Settings) -> str:
     return bd.spec.image or settings.replica_image
 
 
-def config_map(bd: BatchedDeployment, batching_generation: int = 0) -> Manifest:
+def config_map(bd: BatchedDeployment, batching_revision: int = 0) -> Manifest:
     name = bd.metadata.name
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": config_map_name(name), "labels": labels(name)},
-        "data": {CONFIG_KEY: replica_manifest(bd, batching_generation)},
+        "data": {CONFIG_KEY: replica_manifest(bd, batching_revision)},
     }
 
 
@@ -279,7 +279,7 @@ def replicas_patch(num_replicas: int) -> Manifest:
 
 
 def children(
-    bd: BatchedDeployment, settings: Settings, replicas: int | None = None, batching_generation: int = 0
+    bd: BatchedDeployment, settings: Settings, replicas: int | None = None, batching_revision: int = 0
 ) -> list[Manifest]:
     """All children, in the order they must exist: the config before the pods that mount it."""
-    return [config_map(bd, batching_generation), deployment(bd, settings, replicas), service(bd)]
+    return [config_map(bd, batching_revision), deployment(bd, settings, replicas), service(bd)]

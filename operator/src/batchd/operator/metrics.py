@@ -63,25 +63,29 @@ for _direction in ("up", "down"):
     SCALES.labels(direction=_direction)
 
 
-def record_load(namespace: str, deployment: str, load: int, recommended: int) -> None:
-    REPLICA_LOAD.labels(namespace, deployment).set(load)
-    RECOMMENDED_REPLICAS.labels(namespace, deployment).set(recommended)
+def _set(namespace: str, deployment: str, *values: tuple[Gauge, float]) -> None:
+    for gauge, value in values:
+        gauge.labels(namespace, deployment).set(value)
 
 
-def forget_load(namespace: str, deployment: str) -> None:
-    for gauge in (REPLICA_LOAD, RECOMMENDED_REPLICAS):
-        with contextlib.suppress(KeyError):
+def _remove(namespace: str, deployment: str, *gauges: Gauge) -> None:
+    for gauge in gauges:
+        with contextlib.suppress(KeyError):  # never set for this resource
             gauge.remove(namespace, deployment)
 
 
+def record_load(namespace: str, deployment: str, load: int, recommended: int) -> None:
+    _set(namespace, deployment, (REPLICA_LOAD, load), (RECOMMENDED_REPLICAS, recommended))
+
+
+def forget_load(namespace: str, deployment: str) -> None:
+    _remove(namespace, deployment, REPLICA_LOAD, RECOMMENDED_REPLICAS)
+
+
 def record_replicas(namespace: str, deployment: str, desired: int, ready: int) -> None:
-    DESIRED_REPLICAS.labels(namespace, deployment).set(desired)
-    READY_REPLICAS.labels(namespace, deployment).set(ready)
+    _set(namespace, deployment, (DESIRED_REPLICAS, desired), (READY_REPLICAS, ready))
 
 
 def forget(namespace: str, deployment: str) -> None:
     """Drop a deleted resource's series, so dashboards do not show it forever."""
-    for gauge in (DESIRED_REPLICAS, READY_REPLICAS):
-        with contextlib.suppress(KeyError):
-            gauge.remove(namespace, deployment)
-    forget_load(namespace, deployment)
+    _remove(namespace, deployment, DESIRED_REPLICAS, READY_REPLICAS, REPLICA_LOAD, RECOMMENDED_REPLICAS)

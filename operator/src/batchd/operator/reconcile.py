@@ -138,10 +138,10 @@ class Reconciler:
         else:
             old_status = body.get("status") or {}
             desired = desired_replicas(bd, old_status.get("desired_replicas"))
-            batching = status.batching_generation(
+            batching = status.batching_revision(
                 bd.spec.batching.model_dump(mode="json"), generation, old_status
             )
-            manifests = children.children(bd, self.settings, desired, batching["generation"])
+            manifests = children.children(bd, self.settings, desired, batching["revision"])
             kopf.adopt(manifests, owner=kopf.Body(cast(kopf.RawBody, body)))
             try:
                 for manifest in manifests:

@@ -2,7 +2,7 @@
 
 The operator keeps a Kopf index of the replica pods (by the labels it gave their template) and,
 for the ready ones, reads `GET /load` on the pod's own address: the items queued and in the
-model, and the batching generation it runs. No Prometheus adapter and no metrics pipeline sits
+model, and the batching revision it runs. No Prometheus adapter and no metrics pipeline sits
 in between, so a decision is as fresh as the last poll.
 """
 
@@ -39,7 +39,7 @@ class ReplicaPod:
 class ReplicaLoad:
     pod: ReplicaPod
     items: int  # queued plus in the model
-    batching_generation: int
+    batching_revision: int
 
 
 def replica_pod(
@@ -84,7 +84,7 @@ async def _read(session: aiohttp.ClientSession, pod: ReplicaPod, timeout_s: floa
         if not body.get("ready"):
             return None
         return ReplicaLoad(
-            pod, int(body["queued_items"]) + int(body["running_items"]), int(body["batching_generation"])
+            pod, int(body["queued_items"]) + int(body["running_items"]), int(body["batching_revision"])
         )
     except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
         return None  # a replica that cannot say is not counted; the next poll asks again

@@ -170,23 +170,24 @@ def transitions(old: list[Condition], new: list[Condition]) -> list[Transition]:
     return changed
 
 
-def batching_generation(batching: dict[str, Any], generation: int, old: Status) -> dict[str, Any]:
-    """`status.batching`'s generation and hash: the generation moves only when spec.batching does,
-    so that replicas are told of a new batching only when there is one."""
+def batching_revision(batching: dict[str, Any], generation: int, old: Status) -> dict[str, Any]:
+    """`status.batching`'s revision and hash: the revision (the resource's metadata.generation at
+    the time) moves only when spec.batching does, so that replicas are told of a new batching only
+    when there is one."""
     digest = hashlib.sha256(json.dumps(batching, sort_keys=True).encode()).hexdigest()[:16]
     previous = old.get("batching") or {}
-    if previous.get("hash") == digest and isinstance(previous.get("generation"), int):
+    if previous.get("hash") == digest and isinstance(previous.get("revision"), int):
         return {**previous, "hash": digest}
-    return {"generation": generation, "hash": digest, "ready_replicas_applied": 0, "applied": False}
+    return {"revision": generation, "hash": digest, "ready_replicas_applied": 0, "applied": False}
 
 
-def batching_applied(batching: dict[str, Any], generations: list[int]) -> dict[str, Any]:
-    """`status.batching` once the ready replicas have said which generation each runs."""
-    applied = sum(1 for generation in generations if generation == batching.get("generation"))
+def batching_applied(batching: dict[str, Any], revisions: list[int]) -> dict[str, Any]:
+    """`status.batching` once the ready replicas have said which revision each runs."""
+    applied = sum(1 for revision in revisions if revision == batching.get("revision"))
     return {
         **batching,
         "ready_replicas_applied": applied,
-        "applied": bool(generations) and applied == len(generations),
+        "applied": bool(revisions) and applied == len(revisions),
     }
 
 
@@ -208,7 +209,7 @@ def build_status(
     batching: dict[str, Any] | None = None,
 ) -> Status:
     """The whole status: replica counts from the Deployment, conditions with stable transition times.
-    What the replica observer wrote (`autoscaling`, and `batching` when not given) is kept."""
+    What the scaling loop wrote (`autoscaling`, and `batching` when not given) is kept."""
     deployment_status = (deployment or {}).get("status", {}) or {}
     kept = {key: old[key] for key in ("autoscaling", "batching", "desired_replicas") if key in old}
     computed: Status = {}

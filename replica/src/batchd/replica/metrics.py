@@ -42,9 +42,10 @@ class ReplicaMetrics:
 
         self.queue_depth = gauge("batchd_queue_depth", "Items waiting to join a batch.")
         self.running_items = gauge("batchd_running_items", "Items in batches the model is computing now.")
-        self.batching_generation = gauge(
-            "batchd_batching_generation",
-            "Generation of the spec.batching this replica runs (the resource's metadata.generation).",
+        self.batching_revision = gauge(
+            "batchd_batching_revision",
+            "Revision of the spec.batching this replica runs (the resource's metadata.generation "
+            "when spec.batching last changed).",
         )
         self.inflight = gauge("batchd_inflight_requests", "Requests accepted and not yet answered.")
         self.model_ready = gauge("batchd_model_ready", "1 once the model is loaded and warmed, 0 otherwise.")

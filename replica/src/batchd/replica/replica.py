@@ -59,7 +59,7 @@ class Replica:
             cost=lambda: self.batcher.cost.fitted,
             arrival_rate=lambda: self.batcher.arrivals.at(asyncio.get_running_loop().time()),
         )
-        self.metrics.batching_generation.set(manifest.batching_generation)
+        self.metrics.batching_revision.set(manifest.batching_revision)
 
     def retune(self, manifest: BatchedDeployment) -> None:
         """Batch by `manifest.spec.batching` from the next batch on (see `retuning`)."""
@@ -67,7 +67,7 @@ class Replica:
         self.batcher.reconfigure(manifest.spec.batching)
         if self.generation is not None:
             self.generation.reconfigure(manifest.spec.batching)
-        self.metrics.batching_generation.set(manifest.batching_generation)
+        self.metrics.batching_revision.set(manifest.batching_revision)
 
     def _sequences(self) -> tuple[int, int]:
         """Sequences waiting and running in token-level scheduling: items, as the autoscaler counts
@@ -85,7 +85,7 @@ class Replica:
             "queued_items": self.batcher.queue_depth + waiting,
             "running_items": self.batcher.running_items + running,
             "inflight_requests": self.inflight,
-            "batching_generation": self.manifest.batching_generation,
+            "batching_revision": self.manifest.batching_revision,
         }
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -28,11 +28,11 @@ class NeedsRestart(ValueError):
 
 
 def batching_change(current: BatchedDeployment, new: BatchedDeployment) -> BatchingSpec | None:
-    """The new batching when only it (or its generation) changed; None when nothing did."""
+    """The new batching when only it (or its revision) changed; None when nothing did."""
     same_otherwise = new.spec.model_copy(update={"batching": current.spec.batching}) == current.spec
     if not same_otherwise or new.metadata.name != current.metadata.name:
         raise NeedsRestart("the model or the pod changed, not only spec.batching: a new replica serves that")
-    if new.spec.batching == current.spec.batching and new.batching_generation == current.batching_generation:
+    if new.spec.batching == current.spec.batching and new.batching_revision == current.batching_revision:
         return None
     return new.spec.batching
 
@@ -52,7 +52,7 @@ def apply_manifest(replica: Replica, path: Path) -> str:
         return "needs_restart"
     if batching is not None:
         replica.retune(new)
-        logger.info("batching generation %d applied: %s", new.batching_generation, batching.model_dump())
+        logger.info("batching revision %d applied: %s", new.batching_revision, batching.model_dump())
     return "applied"
 
 

@@ -166,5 +166,5 @@ async def model_metadata(name: str, request: Request) -> dict[str, Any]:
         "inputs": [spec.model_dump(mode="json") for spec in metadata.inputs] if metadata else [],
         "outputs": [spec.model_dump(mode="json") for spec in metadata.outputs] if metadata else [],
         # Which spec.batching this replica runs (live retuning), as the operator's status expects.
-        "parameters": {"batching_generation": replica.manifest.batching_generation},
+        "parameters": {"batching_revision": replica.manifest.batching_revision},
     }

@@ -6,8 +6,8 @@ Dev only: installed (editable, from a checkout) by `make install`, never into an
 controller (real `batchd serve` processes for the pods), `traffic` open-loop load over a
 Service's endpoints, `operator_runner` the real Kopf operator against it, `servers`
 real replicas and uvicorn on loopback, `prometheus` a real Prometheus, `helm` the chart through
-the real Helm library, `models` MiniLM from disk and tiny transformers models built here, `handlers` batch
-handlers that fail, stall or count on purpose.
+the real Helm library, `models` MiniLM from disk and tiny transformers models built here,
+`batch_handlers` the models' batch handlers that fail, stall or count on purpose.
 """
 
 from pathlib import Path

@@ -22,7 +22,7 @@ import kmock
 import kopf
 import yaml
 
-from batchd.operator import handlers  # noqa: F401  (registers the handlers)
+from batchd.operator import kopf_handlers  # noqa: F401  (registers the handlers)
 from batchd.operator.settings import Settings
 from batchd.testing.apiserver import ApiServer, default_resources, kubeconfig_for
 from batchd.testing.cluster import Cluster
@@ -238,7 +238,10 @@ async def exercise_operator(tmp_path: Path) -> frozenset[tuple[str, str, str]]:
             await create(
                 server,
                 manifest(
-                    "autoscaled", "batchd.testing.handlers:add_one", num_replicas=2, autoscaling=autoscaling
+                    "autoscaled",
+                    "batchd.testing.batch_handlers:add_one",
+                    num_replicas=2,
+                    autoscaling=autoscaling,
                 ),
             )
             # Whenever the first replica is ready and idle, the operator marks the pods' deletion

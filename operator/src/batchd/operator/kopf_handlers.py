@@ -7,8 +7,8 @@
   the status follows the Deployment's own;
 - the resource is deleted -> nothing to do: owner references let the garbage collector remove the
   children, and no finalizer is ever added, so deletion never waits for the operator;
-- every poll interval one loop reads the load of every resource's ready replicas (`observer`):
-  the batching generation they run, and with `spec.autoscaling` the replica count. It learns the
+- every poll interval one loop reads the load of every resource's ready replicas (`scaling_loop`):
+  the batching revision they run, and with `spec.autoscaling` the replica count. It learns the
   resources and their pods from the watch events below, so no poll lists anything. One loop
   rather than a Kopf daemon per resource: Kopf gives every resource with a daemon a finalizer,
   and deleting a resource should never wait for the operator.
@@ -27,12 +27,12 @@ from prometheus_client import start_http_server
 from batchd.api.pod import MANAGED_BY
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.operator.kubeapi import ApiError, KubeApi
-from batchd.operator.observer import Observer
 from batchd.operator.reconcile import InvalidSpec, Reconciler, owner_of
 from batchd.operator.replicas import INSTANCE_LABEL, replica_pod
+from batchd.operator.scaling_loop import ScalingLoop
 from batchd.operator.settings import Settings
 
-# The handlers that only keep the observer's picture current (see _quiet_trackers).
+# The handlers that only keep the scaling loop's picture current (see _quiet_trackers).
 TRACKERS = ("Handler 'track_resource'", "Handler 'track_replica_pod'")
 # Transient API failures (conflicts, throttling, a restarting API server) are retried after this.
 RETRY_DELAY_S = 2.0
@@ -47,7 +47,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     settings.posting.level = logging.WARNING  # explicit transition events only, not every log line
     logging.getLogger("kopf.objects").addFilter(_quiet_trackers)
     memo.reconciler = Reconciler(operator_settings, await KubeApi.connect(operator_settings.kubeconfig))
-    memo.observer = Observer(memo.reconciler, aiohttp.ClientSession())
+    memo.scaling_loop = ScalingLoop(memo.reconciler, aiohttp.ClientSession())
     if operator_settings.metrics_port:
         memo.metrics_server, _thread = start_http_server(operator_settings.metrics_port)
     logger.info(f"batchd operator started: {operator_settings!r}")
@@ -55,8 +55,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
-    if "observer" in memo:
-        await memo.observer.close()
+    if "scaling_loop" in memo:
+        await memo.scaling_loop.close()
     if "reconciler" in memo:
         await memo.reconciler.api.close()
     if "metrics_server" in memo:
@@ -123,12 +123,16 @@ async def scale_deployment(
             return
     except ApiError as error:
         raise kopf.TemporaryError(f"scaling failed, will retry: {error}", delay=RETRY_DELAY_S) from error
-    await _converge(
-        reconciler, namespace or "", name, logger
-    )  # no Deployment yet (or a bad value): full path
+    # No Deployment yet (or a bad value): the full path.
+    await _converge(reconciler, namespace or "", name, logger)
 
 
-async def _child_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger) -> None:
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED_BY)
+@kopf.on.event("", "v1", "services", labels=MANAGED_BY)
+@kopf.on.event("", "v1", "configmaps", labels=MANAGED_BY)
+async def child_changed(
+    body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
     owner = owner_of(body)
     if owner is None or type is None or "reconciler" not in memo:
         return  # the initial listing (type None) is covered by the resume handlers
@@ -146,27 +150,6 @@ async def _child_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, log
             await asyncio.sleep(RETRY_DELAY_S * attempt)
 
 
-@kopf.on.event("apps", "v1", "deployments", labels=MANAGED_BY)
-async def deployment_changed(
-    body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
-) -> None:
-    await _child_changed(body, type, memo, logger)
-
-
-@kopf.on.event("", "v1", "services", labels=MANAGED_BY)
-async def service_changed(
-    body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
-) -> None:
-    await _child_changed(body, type, memo, logger)
-
-
-@kopf.on.event("", "v1", "configmaps", labels=MANAGED_BY)
-async def config_changed(
-    body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
-) -> None:
-    await _child_changed(body, type, memo, logger)
-
-
 def _quiet_trackers(record: logging.LogRecord) -> bool:
     """Drop Kopf's "succeeded" line for the trackers: they run on every watch event (every pod
     change), and a line each is thousands of lines that say nothing."""
@@ -177,10 +160,10 @@ def _quiet_trackers(record: logging.LogRecord) -> bool:
 async def track_resource(
     namespace: str | None, name: str, body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
-    memo.observer.track(namespace or "", name, None if type == "DELETED" else dict(body))
+    memo.scaling_loop.track(namespace or "", name, None if type == "DELETED" else dict(body))
     # Started from a resource handler, not at startup: its task inherits the context in which Kopf
     # posts events (`kopf.event`), which startup handlers do not have.
-    memo.observer.ensure_running()
+    memo.scaling_loop.ensure_running()
 
 
 @kopf.on.event("", "v1", "pods", labels={**MANAGED_BY, "app.kubernetes.io/component": "replica"})
@@ -196,4 +179,6 @@ async def track_replica_pod(
     **_: Any,
 ) -> None:
     owner = (namespace or "", labels.get(INSTANCE_LABEL, ""))
-    memo.observer.track_pod(owner, name, None if type == "DELETED" else replica_pod(name, meta, spec, status))
+    memo.scaling_loop.track_pod(
+        owner, name, None if type == "DELETED" else replica_pod(name, meta, spec, status)
+    )

@@ -1,4 +1,5 @@
-"""Custom batch handlers for tests, named by import path (`batchd.testing.handlers:...`) in manifests."""
+"""Custom batch handlers (`model.handler`) for tests, named by import path in manifests
+(`batchd.testing.batch_handlers:...`)."""
 
 from __future__ import annotations
 

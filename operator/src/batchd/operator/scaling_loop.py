@@ -1,7 +1,7 @@
-"""One look at a BatchedDeployment's replicas, and what follows from it.
+"""The scaling loop: every poll interval, every ready replica's load, and the autoscaler applied to it.
 
 Every `replica_poll_interval_s` the operator reads each ready replica's own load (`replicas`),
-then: records which batching generation the replicas run (`status.batching`, for live
+then: records which batching revision the replicas run (`status.batching`, for live
 retuning), and with `spec.autoscaling` asks the autoscaler for a count and applies it: the
 least loaded pods are marked cheapest to delete before a scale-down (the ReplicaSet controller
 removes those first, and they drain like any pod on SIGTERM), the Deployment's replicas change,
@@ -36,8 +36,8 @@ Key = tuple[str, str]  # (namespace, name) of a BatchedDeployment
 
 
 @dataclass
-class Observer:
-    """The resources and replica pods the watches reported, and one loop that looks at them all."""
+class ScalingLoop:
+    """The resources and replica pods the watches reported, and one loop that polls them all."""
 
     reconciler: Reconciler
     session: aiohttp.ClientSession
@@ -71,7 +71,7 @@ class Observer:
     def ensure_running(self) -> None:
         """Start the loop, once (Kopf hands each resource a copy of the memo, not this object's task)."""
         if self._loop_task is None:
-            self._loop_task = asyncio.create_task(self.run(), name="batchd-observer")
+            self._loop_task = asyncio.create_task(self.run(), name="batchd-scaling-loop")
 
     async def close(self) -> None:
         if self._loop_task is not None:
@@ -85,21 +85,21 @@ class Observer:
         interval_s = self.reconciler.settings.replica_poll_interval_s
         while True:
             started = loop.time()
-            await asyncio.gather(*(self._observe_logged(key) for key in list(self.resources)))
+            await asyncio.gather(*(self._poll_logged(key) for key in list(self.resources)))
             await asyncio.sleep(max(0.0, interval_s - (loop.time() - started)))
 
-    async def _observe_logged(self, key: Key) -> None:
+    async def _poll_logged(self, key: Key) -> None:
         body = self.resources.get(key)
         if body is None:
             return
         try:
-            await self.observe(*key, body, list(self.pods.get(key, {}).values()))
+            await self.poll(*key, body, list(self.pods.get(key, {}).values()))
         except ApiError as error:  # the next poll tries again
-            logger.warning("observing %s/%s failed: %s", *key, error)
+            logger.warning("polling %s/%s failed: %s", *key, error)
         except Exception:  # one resource's trouble must not stop the loop for all the others
-            logger.exception("observing %s/%s failed", *key)
+            logger.exception("polling %s/%s failed", *key)
 
-    async def observe(
+    async def poll(
         self, namespace: str, name: str, body: Mapping[str, Any], pods: Sequence[ReplicaPod]
     ) -> Decision | None:
         """Read the replicas once and act on it; returns the autoscaler's decision, if it made one."""
@@ -107,13 +107,13 @@ class Observer:
         try:
             bd = parse_manifest(document, origin=f"{namespace}/{name}")
         except ManifestError:
-            return None  # converge reports it; there is nothing to observe for a spec it refused
+            return None  # converge reports it; there is nothing to scale for a spec it refused
         settings = self.reconciler.settings
         loads = await read_loads(self.session, pods, settings.replica_poll_timeout_s)
         old = dict(body.get("status") or {})
         updates: dict[str, Any] = {}
         if old.get("batching"):
-            batching = status.batching_applied(old["batching"], [load.batching_generation for load in loads])
+            batching = status.batching_applied(old["batching"], [load.batching_revision for load in loads])
             if batching != old["batching"]:
                 updates["batching"] = batching
 
