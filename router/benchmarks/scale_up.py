@@ -32,7 +32,7 @@ from overhead import SLICES, endpoint_slice, routed
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import ServerProcess, start_replica, write_manifest
 
-SLOW = {"handler": "batchd.testing.handlers:SlowAdder", "init_kwargs": {"delay_s": 0.05}}
+SLOW = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 0.05}}
 BATCHING = {"max_batch_size": 8, "batch_wait_timeout_s": 0.005, "max_queued_requests": 4096}
 PATH = "/v1/models/slow:predict"
 

@@ -4,7 +4,7 @@ Three `batchd serve` processes on loopback, wired the way `batchd serve --call` 
 - `callee` doubles numbers (and fails on negative ones), batching up to 16 items for 50 ms;
 - `tight` adds one after holding each batch of one for 3 s, with room for one waiting item: easy
   to overload and slower than the composer's deadline;
-- `composer` relays each item to the callee it names (`batchd.testing.handlers:Relay`), one item
+- `composer` relays each item to the callee it names (`batchd.testing.batch_handlers:Relay`), one item
   a batch (`max_batch_size: 1`) and up to 64 batches at once: whatever batching happens below it
   is the callee's, across the composer's requests; its own deadline is 1.5 s;
 - and `nowhere`, an alias of the composer's whose address has nothing listening.
@@ -68,18 +68,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     directory = tmp_path_factory.mktemp("composition")
     callee = manifest(
         "callee",
-        "batchd.testing.handlers:Failing.handle",
+        "batchd.testing.batch_handlers:Failing.handle",
         batching={"max_batch_size": 16, "batch_wait_timeout_s": 0.05},
     )
     tight = manifest(
         "tight",
-        {"handler": "batchd.testing.handlers:SlowAdder", "init_kwargs": {"delay_s": TIGHT_BATCH_S}},
+        {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": TIGHT_BATCH_S}},
         batching={"max_batch_size": 1, "max_queued_requests": 1, "batch_wait_timeout_s": 0},
     )
     composer = manifest(
         "composer",
         {
-            "handler": "batchd.testing.handlers:Relay",
+            "handler": "batchd.testing.batch_handlers:Relay",
             "calls": {"callee": "callee", "tight": "tight", "nowhere": "ghost"},
         },
         batching={"max_batch_size": 1, "max_concurrent_batches": 64, "request_timeout_s": COMPOSER_TIMEOUT_S},
@@ -198,7 +198,7 @@ async def test_an_unreachable_callee_gives_the_caller_503_naming_it(stack: Stack
 
 def test_a_composer_without_an_address_for_an_alias_says_how_to_give_one(tmp_path: Path) -> None:
     composer = manifest(
-        "composer", {"handler": "batchd.testing.handlers:Relay", "calls": {"embedder": "minilm"}}
+        "composer", {"handler": "batchd.testing.batch_handlers:Relay", "calls": {"embedder": "minilm"}}
     )
     process = start_replica(write_manifest(tmp_path, composer), tmp_path / "logs")
     try:
@@ -210,7 +210,7 @@ def test_a_composer_without_an_address_for_an_alias_says_how_to_give_one(tmp_pat
 
 
 def test_a_sync_handler_cannot_take_handles() -> None:
-    spec = ModelSpec(handler="batchd.testing.handlers:SyncRelay", calls={"other": "adder"})
+    spec = ModelSpec(handler="batchd.testing.batch_handlers:SyncRelay", calls={"other": "adder"})
     with pytest.raises(ModelLoadError, match="is not `async def`; a handler awaits its handles"):
         load_model(spec, mirror_dir=None, pvc_root=Path("/models"), calls={"other": "http://127.0.0.1:1"})
 

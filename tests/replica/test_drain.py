@@ -79,7 +79,7 @@ async def hammer(url: str, stop: asyncio.Event) -> Counter[str]:
 async def test_sigterm_under_a_keep_alive_pool_resets_nothing(tmp_path: Path) -> None:
     document = manifest(
         "drained",
-        {"handler": "batchd.testing.handlers:SlowAdder", "init_kwargs": {"delay_s": 0.01}},
+        {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 0.01}},
         batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.002},
     )
     path = write_manifest(tmp_path, document)

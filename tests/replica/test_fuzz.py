@@ -33,7 +33,9 @@ CASES: list[tuple[str, str, int]] = []  # (method, path, status) of every reques
 
 @pytest.fixture(scope="module")
 def replica_url() -> Iterator[str]:
-    document = manifest("fuzzed", "batchd.testing.handlers:add_one", batching={"batch_wait_timeout_s": 0.001})
+    document = manifest(
+        "fuzzed", "batchd.testing.batch_handlers:add_one", batching={"batch_wait_timeout_s": 0.001}
+    )
     with uvicorn_in_thread(create_app(parse_manifest(document), ReplicaSettings())) as url:
         yield url
 

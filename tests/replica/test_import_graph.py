@@ -104,7 +104,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_covers_every_component() -> None:
     graph = import_graph()
-    for module in ("batchd.api.routes", "batchd.replica.inference", "batchd.operator.handlers"):
+    for module in ("batchd.api.routes", "batchd.replica.inference", "batchd.operator.kopf_handlers"):
         assert module in graph, sorted(graph)
     assert "batchd.replica.generation.request_level" in graph["batchd.replica.generation.loader"]
 

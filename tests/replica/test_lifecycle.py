@@ -83,7 +83,7 @@ def test_live_at_once_ready_only_once_the_model_has_loaded() -> None:
     from batchd.replica.settings import ReplicaSettings
     from batchd.testing.servers import uvicorn_in_thread
 
-    manifest = parse_manifest(manifests.manifest("slowload", "batchd.testing.handlers:add_one"))
+    manifest = parse_manifest(manifests.manifest("slowload", "batchd.testing.batch_handlers:add_one"))
     release = threading.Event()
 
     def slow_load() -> Any:  # a model that takes as long as the test wants to load
@@ -107,7 +107,7 @@ def test_live_at_once_ready_only_once_the_model_has_loaded() -> None:
 def test_a_hung_handler_answers_504_then_turns_unready_then_not_live(tmp_path: Path) -> None:
     document = manifests.manifest(
         "hung",
-        "batchd.testing.handlers:HangsOnZero",
+        "batchd.testing.batch_handlers:HangsOnZero",
         batching={"request_timeout_s": 1, "batch_wait_timeout_s": 0},
     )
     with replica_process(write_manifest(tmp_path, document), tmp_path) as replica:
@@ -132,7 +132,7 @@ def test_a_hung_handler_answers_504_then_turns_unready_then_not_live(tmp_path: P
 def test_sigterm_with_a_hung_batch_exits_within_the_drain_timeout(tmp_path: Path) -> None:
     document = manifests.manifest(
         "hung",
-        "batchd.testing.handlers:HangsOnZero",
+        "batchd.testing.batch_handlers:HangsOnZero",
         batching={"request_timeout_s": 1, "batch_wait_timeout_s": 0},
     )
     with replica_process(

@@ -28,7 +28,7 @@ def adder() -> Iterator[str]:
     yield from serve(
         manifest(
             "adder",
-            "batchd.testing.handlers:add_one",
+            "batchd.testing.batch_handlers:add_one",
             batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.005},
         ),
         max_body_bytes=4096,
@@ -135,7 +135,9 @@ def test_metrics_count_batches_and_outcomes(adder: str) -> None:
 def slow_adder(name: str, **batching: Any) -> Iterator[str]:
     """A replica whose model holds every batch for 0.2 s: long enough to fill a queue or pass a deadline."""
     yield from serve(
-        manifest(name, "batchd.testing.handlers:SlowAdder", batching={"batch_wait_timeout_s": 0, **batching})
+        manifest(
+            name, "batchd.testing.batch_handlers:SlowAdder", batching={"batch_wait_timeout_s": 0, **batching}
+        )
     )
 
 
@@ -184,7 +186,7 @@ def failing() -> Iterator[str]:
     yield from serve(
         manifest(
             "failing",
-            "batchd.testing.handlers:Failing.handle",
+            "batchd.testing.batch_handlers:Failing.handle",
             batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.5},
         )
     )

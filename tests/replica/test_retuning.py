@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from batchd.api.manifest import parse_manifest
-from batchd.api.spec import BATCHING_GENERATION_ANNOTATION
+from batchd.api.spec import BATCHING_REVISION_ANNOTATION
 from batchd.bench.kit.promtext import parse_counter, parse_histogram
 from batchd.replica.app import create_app
 from batchd.replica.retuning import NeedsRestart, batching_change
@@ -19,7 +19,7 @@ from batchd.replica.settings import ReplicaSettings
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import uvicorn_in_thread, wait_until, write_manifest
 
-SLOW = "batchd.testing.handlers:SlowAdder"
+SLOW = "batchd.testing.batch_handlers:SlowAdder"
 
 
 def reloads(url: str, outcome: str) -> float:
@@ -28,7 +28,7 @@ def reloads(url: str, outcome: str) -> float:
 
 
 def with_generation(doc: dict[str, Any], generation: int) -> dict[str, Any]:
-    doc["metadata"]["annotations"] = {BATCHING_GENERATION_ANNOTATION: str(generation)}
+    doc["metadata"]["annotations"] = {BATCHING_REVISION_ANNOTATION: str(generation)}
     return doc
 
 
@@ -38,7 +38,7 @@ def test_only_a_batching_change_is_applied_live() -> None:
     assert batching_change(base, retuned) == retuned.spec.batching
     assert batching_change(base, parse_manifest(manifest("m", SLOW))) is None
     with pytest.raises(NeedsRestart):
-        batching_change(base, parse_manifest(manifest("m", "batchd.testing.handlers:add_one")))
+        batching_change(base, parse_manifest(manifest("m", "batchd.testing.batch_handlers:add_one")))
     newer = parse_manifest(with_generation(manifest("m", SLOW), 7))
     assert batching_change(base, newer) == newer.spec.batching  # same settings, a newer generation
 
@@ -71,7 +71,7 @@ async def test_a_running_replica_batches_by_the_changed_file_without_a_restart(t
         path.write_text(yaml.safe_dump(second))
         await asyncio.to_thread(
             wait_until,
-            lambda: httpx.get(f"{url}/load").json()["batching_generation"] == 2,
+            lambda: httpx.get(f"{url}/load").json()["batching_revision"] == 2,
             10,
             "generation 2",
         )
@@ -80,10 +80,9 @@ async def test_a_running_replica_batches_by_the_changed_file_without_a_restart(t
         after = batch_sizes(url)
         assert after[1] - before[1] == 8 and after[0] - before[0] < 4  # batches of more than two now
         metadata = httpx.get(f"{url}/v2/models/slow").json()
-        assert metadata["parameters"] == {"batching_generation": 2}
+        assert metadata["parameters"] == {"batching_revision": 2}
         assert (
-            'batchd_batching_generation{deployment="slow",model="slow"} 2.0'
-            in httpx.get(f"{url}/metrics").text
+            'batchd_batching_revision{deployment="slow",model="slow"} 2.0' in httpx.get(f"{url}/metrics").text
         )
 
         # A broken file and a model change are refused; the replica keeps serving as it was.
@@ -95,7 +94,7 @@ async def test_a_running_replica_batches_by_the_changed_file_without_a_restart(t
             "the invalid file noticed",
         )
         path.write_text(
-            yaml.safe_dump(with_generation(manifest("slow", "batchd.testing.handlers:add_one"), 3))
+            yaml.safe_dump(with_generation(manifest("slow", "batchd.testing.batch_handlers:add_one"), 3))
         )
         await asyncio.to_thread(
             wait_until,
@@ -104,4 +103,4 @@ async def test_a_running_replica_batches_by_the_changed_file_without_a_restart(t
             "the model change noticed",
         )
         assert await burst(url, 2) == [200, 200]
-        assert httpx.get(f"{url}/load").json()["batching_generation"] == 2
+        assert httpx.get(f"{url}/load").json()["batching_revision"] == 2

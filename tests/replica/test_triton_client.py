@@ -40,13 +40,13 @@ def serve(document: dict[str, Any]) -> Iterator[triton.InferenceServerClient]:
 
 @pytest.fixture(scope="module")
 def typed() -> Iterator[triton.InferenceServerClient]:
-    yield from serve(manifest("typed", "batchd.testing.handlers:add_one"))
+    yield from serve(manifest("typed", "batchd.testing.batch_handlers:add_one"))
 
 
 @pytest.fixture(scope="module")
 def declared() -> Iterator[triton.InferenceServerClient]:
     model = {
-        "handler": "batchd.testing.handlers:untyped_double",
+        "handler": "batchd.testing.batch_handlers:untyped_double",
         "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1]}],
         "outputs": [{"name": "doubled", "datatype": "FP32", "shape": [-1]}],
     }
@@ -56,7 +56,7 @@ def declared() -> Iterator[triton.InferenceServerClient]:
 @pytest.fixture(scope="module")
 def rows() -> Iterator[triton.InferenceServerClient]:
     model = {
-        "handler": "batchd.testing.handlers:untyped_row_sums",
+        "handler": "batchd.testing.batch_handlers:untyped_row_sums",
         "inputs": [{"name": "row", "datatype": "INT32", "shape": [-1, 3]}],
         "outputs": [{"name": "sum", "datatype": "INT64", "shape": [-1]}],
     }

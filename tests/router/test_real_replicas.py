@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 URL = "{router}/v1/models/slow:predict"
 # 160 items/s a replica at full batches, the scenario's slow adder.
-SLOW = {"handler": "batchd.testing.handlers:SlowAdder", "init_kwargs": {"delay_s": 0.05}}
+SLOW = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 0.05}}
 BATCHING = {"max_batch_size": 8, "batch_wait_timeout_s": 0.005, "max_queued_requests": 256}
 
 

@@ -37,7 +37,7 @@ def test_the_seeds_adder_runs_unchanged_and_types_its_items() -> None:
 
 
 def test_a_plain_function_is_a_handler() -> None:
-    model = load("batchd.testing.handlers:add_one")
+    model = load("batchd.testing.batch_handlers:add_one")
     try:
         assert asyncio.run(model.predict_batch([1])) == [2]
     finally:
@@ -91,11 +91,14 @@ async def test_a_blocking_handler_does_not_stall_the_servers_event_loop(
 
 
 def test_a_handler_returning_the_wrong_number_of_results_is_named() -> None:
-    model = load("batchd.testing.handlers:WrongLength")
+    model = load("batchd.testing.batch_handlers:WrongLength")
     try:
         with pytest.raises(
             BatchSizeMismatch,
-            match=r"handler batchd.testing.handlers:WrongLength returned 2 result\(s\) for a batch of 3",
+            match=(
+                r"handler batchd.testing.batch_handlers:WrongLength returned 2 result\(s\)"
+                r" for a batch of 3"
+            ),
         ):
             asyncio.run(model.predict_batch([1, 2, 3]))
     finally:
@@ -103,7 +106,7 @@ def test_a_handler_returning_the_wrong_number_of_results_is_named() -> None:
 
 
 def test_a_handler_returning_something_else_than_a_list_is_named() -> None:
-    model = load("batchd.testing.handlers:NotAList")
+    model = load("batchd.testing.batch_handlers:NotAList")
     try:
         with pytest.raises(TypeError, match="returned dict; it must return a list"):
             asyncio.run(model.predict_batch([1]))
@@ -112,7 +115,7 @@ def test_a_handler_returning_something_else_than_a_list_is_named() -> None:
 
 
 def test_a_handlers_warmup_runs_before_it_serves() -> None:
-    model = load("batchd.testing.handlers:WithWarmup")
+    model = load("batchd.testing.batch_handlers:WithWarmup")
     try:
         asyncio.run(model.warmup(8))
         assert asyncio.run(model.predict_batch([1.5])) == [3.0]
@@ -125,15 +128,15 @@ def test_a_handlers_warmup_runs_before_it_serves() -> None:
     ("handler", "init_kwargs", "message"),
     [
         ("no_such_module:Thing", {}, "model.handler: cannot import module 'no_such_module'"),
-        ("batchd.testing.handlers:Missing", {}, "has no attribute 'Missing'"),
-        ("batchd.testing.handlers:SlowAdder.nope", {}, "SlowAdder has no method 'nope'"),
+        ("batchd.testing.batch_handlers:Missing", {}, "has no attribute 'Missing'"),
+        ("batchd.testing.batch_handlers:SlowAdder.nope", {}, "SlowAdder has no method 'nope'"),
         (
-            "batchd.testing.handlers:add_one",
+            "batchd.testing.batch_handlers:add_one",
             {"x": 1},
-            "model.init_kwargs: 'batchd.testing.handlers:add_one' is a function",
+            "model.init_kwargs: 'batchd.testing.batch_handlers:add_one' is a function",
         ),
         (
-            "batchd.testing.handlers:SlowAdder",
+            "batchd.testing.batch_handlers:SlowAdder",
             {"speed": 2},
             "model.init_kwargs: SlowAdder() refused {'speed': 2}",
         ),

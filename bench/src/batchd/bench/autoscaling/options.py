@@ -8,7 +8,7 @@ from typing import Any
 from batchd.bench.kit.manifests import manifest
 
 NS = "default"
-HANDLER = "batchd.testing.handlers:SlowAdder"
+HANDLER = "batchd.testing.batch_handlers:SlowAdder"
 SUBJECTS = ("autoscaled", "fixed")
 START_TIMEOUT_S = 120.0  # a replica's first start on a busy machine
 

@@ -60,7 +60,7 @@ class _LoadEndpoints(asyncio.Protocol):
                         "queued_items": queued,
                         "running_items": running,
                         "inflight_requests": queued + running,
-                        "batching_generation": 1,  # a new resource's generation, as its replicas run it
+                        "batching_revision": 1,  # a new resource's generation, as its replicas run it
                     }
                 ).encode()
             elif path == b"/polls":  # the benchmark's own question: every poll so far

@@ -23,7 +23,7 @@ WARMUP_S = 5.0
 
 
 def replica_manifest() -> dict[str, Any]:
-    model = {"handler": "batchd.testing.handlers:SlowAdder", "init_kwargs": {"delay_s": BATCH_S}}
+    model = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": BATCH_S}}
     batching = {
         "max_batch_size": MAX_BATCH,
         "batch_wait_timeout_s": 0.01,
