@@ -22,7 +22,9 @@ PROMETHEUS_OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor"}
 
 def operator(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     """The one object of `kind` that belongs to the operator (the router has its own)."""
-    return only([o for o in objects if o["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"], kind)
+    return only(
+        [o for o in objects if o["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"], kind
+    )
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -196,7 +198,9 @@ def test_every_value_is_commented_described_and_in_the_chart_readme() -> None:
             assert f"`{key}`" in readme, f"README.md does not name {key}"
         leaf = key.rsplit(".", 1)[-1]
         (index,) = [
-            i for i, line in enumerate(lines) if line.lstrip().startswith(f"{leaf}:") and _depth(lines, i) == key
+            i
+            for i, line in enumerate(lines)
+            if line.lstrip().startswith(f"{leaf}:") and _depth(lines, i) == key
         ]
         assert lines[index - 1].lstrip().startswith("#"), f"values.yaml: {key} has no comment"
 

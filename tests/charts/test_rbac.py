@@ -68,7 +68,8 @@ def test_the_lifecycle_exercised_the_operator(lifecycle_calls: frozenset[Call]) 
     assert ("serving.batchd.dev", "batcheddeployments", "watch") in lifecycle_calls
     assert ("serving.batchd.dev", "batcheddeployments/status", "patch") in lifecycle_calls
     assert all(
-        verb in {"get", "list", "watch", "create", "patch", "delete", "update"} for _, _, verb in lifecycle_calls
+        verb in {"get", "list", "watch", "create", "patch", "delete", "update"}
+        for _, _, verb in lifecycle_calls
     )
 
 

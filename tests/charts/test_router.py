@@ -22,7 +22,9 @@ def router(objects: list[dict[str, Any]], kind: str | None = None) -> Any:
 
 
 def env_of(deployment: dict[str, Any]) -> dict[str, str]:
-    return {item["name"]: item["value"] for item in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    return {
+        item["name"]: item["value"] for item in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
 
 
 def test_two_routers_listen_on_the_pod_network_probed_and_hardened(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,27 +40,40 @@ def test_two_routers_listen_on_the_pod_network_probed_and_hardened(monkeypatch: 
         monkeypatch.setenv(variable, value)
     settings = RouterSettings.from_env()
     assert (settings.host, settings.namespaces) == ("0.0.0.0", ())
-    assert (settings.max_held_per_deployment, settings.hold_timeout_s, settings.hold_retry_after_s) == (256, 30, 5)
+    assert (settings.max_held_per_deployment, settings.hold_timeout_s, settings.hold_retry_after_s) == (
+        256,
+        30,
+        5,
+    )
 
 
 def test_hold_bounds_and_replicas_reach_the_router(monkeypatch: pytest.MonkeyPatch) -> None:
-    values = {"router": {"replicaCount": 4, "hold": {"maxPerDeployment": 10, "timeoutSeconds": 120, "retryAfterSeconds": 9}}}
+    values = {
+        "router": {
+            "replicaCount": 4,
+            "hold": {"maxPerDeployment": 10, "timeoutSeconds": 120, "retryAfterSeconds": 9},
+        }
+    }
     deployment = router(render(values), "Deployment")
     assert deployment["spec"]["replicas"] == 4
     for variable, value in env_of(deployment).items():
         monkeypatch.setenv(variable, value)
     settings = RouterSettings.from_env()
-    assert (settings.max_held_per_deployment, settings.hold_timeout_s, settings.hold_retry_after_s) == (10, 120, 9)
+    assert (settings.max_held_per_deployment, settings.hold_timeout_s, settings.hold_retry_after_s) == (
+        10,
+        120,
+        9,
+    )
 
 
 def test_the_service_budget_and_monitor_select_the_router_pods_only() -> None:
     objects = render(SCENARIOS["monitoring-values"])
     labels = router(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
-    operator_labels = [
+    operator_labels = next(
         o["spec"]["template"]["metadata"]["labels"]
         for o in objects
         if o["kind"] == "Deployment" and o["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
-    ][0]
+    )
     service = router(objects, "Service")
     budget = router(objects, "PodDisruptionBudget")
     monitor = router(objects, "ServiceMonitor")
@@ -100,10 +115,16 @@ def test_the_operator_may_list_the_router_pods_where_no_other_grant_reaches() ->
     (role,) = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "batchd-router-pods"]
     assert role["metadata"]["namespace"] == "batchd-system"
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
-    (binding,) = [o for o in objects if o["kind"] == "RoleBinding" and o["metadata"]["name"] == "batchd-router-pods"]
+    (binding,) = [
+        o for o in objects if o["kind"] == "RoleBinding" and o["metadata"]["name"] == "batchd-router-pods"
+    ]
     assert binding["subjects"][0]["name"] == "batchd"
     # Watching its own namespace (or the cluster) the operator may list pods there already.
-    for values in ({}, {"watchNamespaces": ["batchd-system", "team-a"]}, {"router": {"enabled": False}, **SCENARIOS["namespaced-values"]}):
+    for values in (
+        {},
+        {"watchNamespaces": ["batchd-system", "team-a"]},
+        {"router": {"enabled": False}, **SCENARIOS["namespaced-values"]},
+    ):
         assert "batchd-router-pods" not in {o["metadata"]["name"] for o in render(values)}
 
 
