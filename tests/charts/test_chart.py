@@ -150,6 +150,11 @@ def test_custom_values_reach_the_operator() -> None:
         ({"healthPort": 0}, "healthPort"),
         ({"monitoring": {"interval": "soon"}}, "interval"),
         ({"serviceAccount": {"create": "true"}}, "create"),
+        ({"router": {"replicas": 2}}, "replicas"),
+        ({"router": {"replicaCount": 0}}, "replicaCount"),
+        ({"router": {"hold": {"timeoutSeconds": 0}}}, "timeoutSeconds"),
+        ({"router": {"hold": {"maxPerDeployment": "many"}}}, "maxPerDeployment"),
+        ({"router": {"enabled": "yes"}}, "enabled"),
     ],
 )
 def test_the_values_schema_refuses_bad_values_naming_them(values: dict[str, Any], named: str) -> None:
