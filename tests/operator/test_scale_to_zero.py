@@ -113,6 +113,16 @@ def ready_condition(server: ApiServer, name: str) -> dict[str, Any]:
     return {}
 
 
+async def scaled_to_zero(server: ApiServer, name: str) -> dict[str, Any]:
+    """The Ready condition, once it says the deployment is at zero (bounded wait)."""
+    return await eventually(
+        lambda: (
+            ready_condition(server, name).get("reason") == "ScaledToZero" and ready_condition(server, name)
+        ),
+        what=f"{name}: Ready=False ScaledToZero",
+    )
+
+
 def to_zero(name: str, **autoscaling: Any) -> dict[str, Any]:
     spec = {"min_replicas": 0, "max_replicas": 3, "target_ongoing_items": 4, "scale_to_zero_delay_s": DELAY_S}
     return manifest(name, {"handler": "m:C"}, autoscaling={**spec, **autoscaling})
@@ -158,13 +168,7 @@ async def test_an_idle_deployment_goes_to_zero_after_the_delay_and_a_held_reques
         resource = server.get_object("serving.batchd.dev/batcheddeployments", NS, "idle") or {}
         assert resource["status"]["url"] == ROUTER_URL
         assert resource["status"]["autoscaling"]["last_scale_reason"].startswith("idle for 1 s")
-        condition = await eventually(
-            lambda: (
-                ready_condition(server, "idle").get("reason") == "ScaledToZero"
-                and ready_condition(server, "idle")
-            ),
-            what="Ready=False ScaledToZero",
-        )
+        condition = await scaled_to_zero(server, "idle")
         assert "a request through the router starts a replica" in condition["message"]
 
         # The ReplicaSet removes the pod; then six requests arrive at the router and wait.
@@ -219,13 +223,7 @@ async def test_without_a_router_nothing_wakes_so_the_status_says_to_raise_min_re
                 "cold", {"handler": "m:C"}, num_replicas=0, autoscaling={"min_replicas": 0, "max_replicas": 2}
             ),
         )
-        condition = await eventually(
-            lambda: (
-                ready_condition(server, "cold").get("reason") == "ScaledToZero"
-                and ready_condition(server, "cold")
-            ),
-            what="Ready=False ScaledToZero",
-        )
+        condition = await scaled_to_zero(server, "cold")
         assert "no router runs to hold requests" in condition["message"]
         resource = server.get_object("serving.batchd.dev/batcheddeployments", NS, "cold") or {}
         assert resource["status"]["url"].startswith("http://cold.default.svc")
