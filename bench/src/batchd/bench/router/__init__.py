@@ -2,7 +2,7 @@
 requests for a deployment at zero replicas.
 
     python -m batchd.bench.router                  # all three parts, repeated, interleaved
-    python -m batchd.bench.router keepalive        # or one part: keepalive, cost, zero
+    python -m batchd.bench.router keepalive        # or some parts: keepalive, cost, zero, clients
     python -m batchd.bench.router --quick          # smoke-sized: short runs, one repeat
 
 Real processes on loopback: `batchd serve` replicas, the router (`python -m batchd.router`)
@@ -17,6 +17,8 @@ reading the emulated API server, where the benchmark publishes replicas as Endpo
 - zero: a deployment at zero replicas gets traffic; a stand-in for the operator reads the
   router's `GET /held` and starts a replica; the first request's wait against the replica's own
   load time. Chart: held requests over time.
+- clients: the CPU per request of the client the router could use towards replicas, aiohttp's
+  or a small protocol over httptools (which the router uses).
 Goals are checked and reported, not failed on; a run exits 1 only when it could not measure.
 Results: bench/results/router.{md,json}, router-keepalive.png, router-zero.png.
 """

@@ -14,12 +14,15 @@ from batchd.bench import router
 from batchd.bench.kit import cli
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.router.chart import draw_keepalive, draw_zero
+from batchd.bench.router.clients import run_clients
 from batchd.bench.router.cost import run_cost
 from batchd.bench.router.keepalive import run_keepalive
 from batchd.bench.router.options import (
+    QUICK_CLIENTS,
     QUICK_COST,
     QUICK_KEEPALIVE,
     QUICK_ZERO,
+    ClientsOptions,
     CostOptions,
     KeepaliveOptions,
     ZeroOptions,
@@ -28,7 +31,7 @@ from batchd.bench.router.report import to_markdown, write_results
 from batchd.bench.router.results import Results
 from batchd.bench.router.zero import run_zero
 
-PARTS = ("keepalive", "cost", "zero")
+PARTS = ("keepalive", "cost", "zero", "clients")
 MODULE = "batchd.bench.router"
 
 
@@ -59,7 +62,11 @@ async def _run(args: argparse.Namespace, argv: Sequence[str], workdir: Path) -> 
     if "zero" in parts:
         zero_options = cli.overridden(QUICK_ZERO if args.quick else ZeroOptions(), args, "repeats")
         zero = await run_zero(zero_options, workdir, meta)
-    return Results(keepalive, cost, zero)
+    clients = None
+    if "clients" in parts:
+        clients_options = cli.overridden(QUICK_CLIENTS if args.quick else ClientsOptions(), args, "repeats")
+        clients = await run_clients(clients_options, workdir, meta)
+    return Results(keepalive, cost, zero, clients)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

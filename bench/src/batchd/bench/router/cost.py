@@ -30,7 +30,7 @@ def start_adder(workdir: Path) -> ServerProcess:
     return start_process("trivial-adder", [sys.executable, "-m", "uvicorn", app, *UVICORN], workdir)
 
 
-def _listening(server: ServerProcess) -> bool:
+def listening(server: ServerProcess) -> bool:
     server.check_alive()
     try:
         socket.create_connection((server.host, server.port), timeout=1).close()
@@ -64,7 +64,7 @@ async def run_cost(options: CostOptions, workdir: Path, meta: RunRecord) -> Cost
     adder = start_adder(workdir)
     rounds: list[CostRound] = []
     try:
-        await eventually(lambda: asyncio.to_thread(_listening, adder), "the trivial adder listening")
+        await eventually(lambda: asyncio.to_thread(listening, adder), "the trivial adder listening")
         async with routed(workdir, MODEL, [adder]) as stand_in:
             router = stand_in.router
             paths = {"direct": adder, "router": router}

@@ -55,9 +55,17 @@ class ZeroOptions:
     max_held: int = 256
 
 
+@dataclass(frozen=True)
+class ClientsOptions:
+    repeats: int = 5
+    requests: int = 3000  # per client, per round, per number in flight
+    in_flight: int = 32
+
+
 QUICK_KEEPALIVE = KeepaliveOptions(repeats=1, step_s=6.0, steady_s=4.0, warmup_s=1.0)
 QUICK_COST = CostOptions(repeats=1, seconds=1.0)
 QUICK_ZERO = ZeroOptions(repeats=1, seconds=4.0, poll_s=0.5)
+QUICK_CLIENTS = ClientsOptions(repeats=1, requests=500)
 
 # The goals, checked and reported (a run that misses one still writes its figures).
 SETTLE_GOAL_S = 5.0

@@ -23,7 +23,15 @@ from batchd.bench.router.options import (
     REPLICA_CAPACITY_RPS,
     SETTLE_GOAL_S,
 )
-from batchd.bench.router.results import CostResult, KeepaliveResult, Results, SteadyRun, StepRun, ZeroResult
+from batchd.bench.router.results import (
+    ClientsResult,
+    CostResult,
+    KeepaliveResult,
+    Results,
+    SteadyRun,
+    StepRun,
+    ZeroResult,
+)
 
 NEVER = math.inf
 
@@ -285,6 +293,28 @@ def zero_markdown(result: ZeroResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def clients_markdown(result: ClientsResult) -> str:
+    o = result.options
+    lines = [
+        "## The router's client towards replicas",
+        "",
+        ran(result.meta),
+        "",
+        f"CPU of the client process per request to the trivial adder, {int(o['requests'])} requests a "
+        f"round; medians of {int(o['repeats'])} rounds, the clients taking turns, each round in brackets.",
+        "",
+        f"| client | 1 in flight (us) | {int(o['in_flight'])} in flight (us) |",
+        "|---|---:|---:|",
+    ]
+    for client in dict.fromkeys(r.client for r in result.rounds):
+        cells = []
+        for in_flight in (1, int(o["in_flight"])):
+            values = [r.cpu_us for r in result.rounds if r.client == client and r.in_flight == in_flight]
+            cells.append(_runs(values, number(median(values), 0)))
+        lines.append(f"| {client} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
 def to_markdown(results: Results) -> str:
     parts = ["# Router benchmark\n"]
     if results.keepalive is not None:
@@ -293,6 +323,8 @@ def to_markdown(results: Results) -> str:
         parts.append(cost_markdown(results.cost))
     if results.zero is not None:
         parts.append(zero_markdown(results.zero))
+    if results.clients is not None:
+        parts.append(clients_markdown(results.clients))
     return "\n".join(parts)
 
 
@@ -300,7 +332,13 @@ def read_results(path: Path) -> Results:
     """router.json as written before (nothing if absent; a part it cannot read is left out)."""
     data = json.loads(path.read_text()) if path.exists() else {}
     parts: dict[str, object] = {}
-    for name, kind in (("keepalive", KeepaliveResult), ("cost", CostResult), ("zero", ZeroResult)):
+    kinds = (
+        ("keepalive", KeepaliveResult),
+        ("cost", CostResult),
+        ("zero", ZeroResult),
+        ("clients", ClientsResult),
+    )
+    for name, kind in kinds:
         with contextlib.suppress(TypeError, KeyError, ValueError, AttributeError):
             parts[name] = records.from_json(kind, data[name])
     return Results(**parts)  # type: ignore[arg-type]
@@ -311,7 +349,12 @@ def write_results(output_dir: Path, new: Results) -> Results:
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / "router.json"
     before = read_results(path)
-    results = Results(new.keepalive or before.keepalive, new.cost or before.cost, new.zero or before.zero)
+    results = Results(
+        new.keepalive or before.keepalive,
+        new.cost or before.cost,
+        new.zero or before.zero,
+        new.clients or before.clients,
+    )
     records.write_json(path, results)
     (output_dir / "router.md").write_text(to_markdown(results))
     return results

@@ -71,6 +71,16 @@ class ZeroRun:
 
 
 @dataclass(frozen=True)
+class ClientRound:
+    """One client's CPU per request towards the trivial adder, at one number in flight."""
+
+    repeat: int
+    client: str  # "aiohttp" | "httptools protocol"
+    in_flight: int
+    cpu_us: float
+
+
+@dataclass(frozen=True)
 class KeepaliveResult:
     meta: RunRecord
     options: dict[str, float]
@@ -93,9 +103,17 @@ class ZeroResult:
 
 
 @dataclass(frozen=True)
+class ClientsResult:
+    meta: RunRecord
+    options: dict[str, float]
+    rounds: list[ClientRound]
+
+
+@dataclass(frozen=True)
 class Results:
-    """router.json: the three parts run separately (or together) and report together."""
+    """router.json: the parts run separately (or together) and report together."""
 
     keepalive: KeepaliveResult | None = None
     cost: CostResult | None = None
     zero: ZeroResult | None = None
+    clients: ClientsResult | None = None

@@ -30,8 +30,9 @@ async def keepalive_load(
     start: float | None = None,
 ) -> list[Outcome]:
     """`rate_rps` requests a second for `duration_s` over at most `connections` keep-alive
-    connections; `at` = (seconds, action) runs the action once that many seconds in (a scale-up).
-    A request not answered within `timeout_s` of being sent is an outcome with no status."""
+    connections (0: as many as requests in flight); `at` = (seconds, action) runs the action once
+    that many seconds in (a scale-up). A request not answered within `timeout_s` of being sent is
+    an outcome with no status."""
     outcomes: list[Outcome] = []
     connector = aiohttp.TCPConnector(limit=connections)
     timeout = aiohttp.ClientTimeout(total=timeout_s)

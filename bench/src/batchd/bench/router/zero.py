@@ -131,6 +131,8 @@ async def run_zero(options: ZeroOptions, workdir: Path, meta: RunRecord) -> Zero
                     f"{stand_in.router.url}{PATH}",
                     options.rate_rps,
                     options.seconds,
+                    # No bound on connections: what waits is held by the router, not the client.
+                    connections=0,
                     timeout_s=options.hold_timeout_s + 10,
                     start=start,
                 )
