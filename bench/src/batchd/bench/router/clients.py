@@ -47,6 +47,12 @@ class _Response(asyncio.Protocol):
         assert self.done is not None
         self.done.set_result(self.parser.get_status_code())
 
+    def connection_lost(self, error: Exception | None) -> None:
+        # The server closes a connection left idle past its keep-alive timeout.
+        self.transport = None
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(ConnectionResetError("the server closed the connection"))
+
     async def request(self, raw: bytes) -> int:
         assert self.transport is not None
         self.done = asyncio.get_running_loop().create_future()
@@ -64,7 +70,11 @@ class ProtocolPool:
         ).encode() + BODY
 
     async def post(self) -> int:
-        connection = self.idle.pop() if self.idle else None
+        connection = None
+        while self.idle and connection is None:
+            connection = self.idle.pop()
+            if connection.transport is None or connection.transport.is_closing():
+                connection = None  # closed by the server while idle
         if connection is None:
             _, connection = await asyncio.get_running_loop().create_connection(
                 _Response, self.host, self.port

@@ -27,6 +27,7 @@ from batchd.bench.router.results import (
     ClientsResult,
     CostResult,
     KeepaliveResult,
+    Part,
     Results,
     SteadyRun,
     StepRun,
@@ -44,6 +45,11 @@ def _median(values: Sequence[float | None]) -> float:
 def _runs(values: Sequence[float | None], text: str) -> str:
     shown = ["never" if v is None or math.isinf(v) else figure(v) for v in values]
     return f"{text} ({', '.join(shown)})" if len(values) > 1 else text
+
+
+def _heading(title: str, result: Part) -> list[str]:
+    """A part's title, then where its figures come from."""
+    return [f"## {title}", "", ran(result.meta), ""]
 
 
 def _time(value: float) -> str:
@@ -146,10 +152,7 @@ def _steady_table(result: KeepaliveResult) -> list[str]:
 def keepalive_markdown(result: KeepaliveResult) -> str:
     o = result.options
     lines = [
-        "## Keep-alive step: connection balancing (a Service) vs the router",
-        "",
-        ran(result.meta),
-        "",
+        *_heading("Keep-alive step: connection balancing (a Service) vs the router", result),
         f"A slow adder ({figure(REPLICA_CAPACITY_RPS)} items/s a replica). {o['rate_rps']:g} req/s "
         f"from an aiohttp client with a {int(o['connections'])}-connection keep-alive pool, for "
         f"{o['step_s']:g} s; one replica is an endpoint when the load starts, all "
@@ -206,10 +209,7 @@ def cost_markdown(result: CostResult) -> str:
         (f"requests/s, {int(o['in_flight'])} in flight", "direct_rps", "router_rps", 0),
     )
     lines = [
-        "## Router cost on the trivial adder",
-        "",
-        ran(result.meta),
-        "",
+        *_heading("Router cost on the trivial adder", result),
         f"A raw-ASGI adder (uvicorn, httptools) alone, and the router in front of it; the kit's lean "
         f"raw-asyncio client. Each round measures both paths, taking turns: {o['seconds']:g} s "
         f"with one request in flight, then {o['seconds']:g} s with {int(o['in_flight'])}; the "
@@ -262,10 +262,7 @@ def zero_markdown(result: ZeroResult) -> str:
         ("peak held requests", "peak_held"),
     )
     lines = [
-        "## Scale from zero: held requests",
-        "",
-        ran(result.meta),
-        "",
+        *_heading("Scale from zero: held requests", result),
         f"A deployment at zero replicas gets {o['rate_rps']:g} req/s for {o['seconds']:g} s "
         "through the router, which holds them. The operator's wake-up is a stand-in here: it reads the "
         f"router's `GET /held` every {o['poll_s']:g} s (the operator reads replicas every "
@@ -296,10 +293,7 @@ def zero_markdown(result: ZeroResult) -> str:
 def clients_markdown(result: ClientsResult) -> str:
     o = result.options
     lines = [
-        "## The router's client towards replicas",
-        "",
-        ran(result.meta),
-        "",
+        *_heading("The router's client towards replicas", result),
         f"CPU of the client process per request to the trivial adder, {int(o['requests'])} requests a "
         f"round; medians of {int(o['repeats'])} rounds, the clients taking turns, each round in brackets.",
         "",

@@ -81,31 +81,31 @@ class ClientRound:
 
 
 @dataclass(frozen=True)
-class KeepaliveResult:
+class Part:
+    """What every part's result starts with: its run and the options it ran with."""
+
     meta: RunRecord
     options: dict[str, float]
+
+
+@dataclass(frozen=True)
+class KeepaliveResult(Part):
     step: list[StepRun]
     steady: list[SteadyRun]
 
 
 @dataclass(frozen=True)
-class CostResult:
-    meta: RunRecord
-    options: dict[str, float]
+class CostResult(Part):
     rounds: list[CostRound]
 
 
 @dataclass(frozen=True)
-class ZeroResult:
-    meta: RunRecord
-    options: dict[str, float]
+class ZeroResult(Part):
     runs: list[ZeroRun]
 
 
 @dataclass(frozen=True)
-class ClientsResult:
-    meta: RunRecord
-    options: dict[str, float]
+class ClientsResult(Part):
     rounds: list[ClientRound]
 
 
