@@ -22,6 +22,8 @@ from batchd.bench.router.report import (
     zero_goals,
 )
 from batchd.bench.router.results import (
+    ClientRound,
+    ClientsResult,
     CostResult,
     CostRound,
     KeepaliveResult,
@@ -123,13 +125,21 @@ def test_a_cold_start_is_judged_against_the_replicas_own_load_time() -> None:
     assert list(zero_goals(_zero(5.1, lost=1)).values()) == [False, False]
 
 
+def _clients() -> ClientsResult:
+    rounds = [ClientRound(0, client, n, us) for client, n, us in
+              (("aiohttp", 1, 97.0), ("aiohttp", 32, 72.0), ("httptools protocol", 1, 25.0),
+               ("httptools protocol", 32, 14.0))]  # fmt: skip
+    return ClientsResult(META, {"requests": 3000, "repeats": 1, "in_flight": 32}, rounds)
+
+
 def test_the_report_is_written_and_read_back_part_by_part(tmp_path: Path) -> None:
     write_results(tmp_path, Results(keepalive=_keepalive()))
-    results = write_results(tmp_path, Results(cost=_cost(), zero=_zero(4.0)))
+    results = write_results(tmp_path, Results(cost=_cost(), zero=_zero(4.0), clients=_clients()))
     assert results.keepalive == _keepalive()  # kept from the earlier run
     assert read_results(tmp_path / "router.json") == results
     text = (tmp_path / "router.md").read_text()
     assert "Keep-alive step" in text and "Router cost" in text and "Scale from zero" in text
+    assert "| httptools protocol | 25 | 14 |" in text
     assert "NOT met" not in text and re.search(r"\bnan\b", text, re.IGNORECASE) is None
     assert json.loads((tmp_path / "router.json").read_text())["cost"]["rounds"][0]["router_cpu_us"] == 100.0
     draw_keepalive(_keepalive(), tmp_path / "router-keepalive.png")
@@ -140,7 +150,7 @@ def test_the_report_is_written_and_read_back_part_by_part(tmp_path: Path) -> Non
 def test_an_unknown_part_is_refused_naming_it(run_module: RunModule) -> None:
     done = run_module("batchd.bench.router", "warmup", timeout_s=60)
     assert done.returncode == 2
-    assert "part: expected one of keepalive, cost, zero, got 'warmup'" in done.stderr
+    assert "part: expected one of keepalive, cost, zero, clients, got 'warmup'" in done.stderr
 
 
 @pytest.mark.slow
