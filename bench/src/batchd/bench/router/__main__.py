@@ -40,9 +40,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("parts", nargs="*", help=f"which parts: {', '.join(PARTS)} (default: all)")
     parser.add_argument("--quick", action="store_true", help="smoke-sized: short runs, one repeat")
     parser.add_argument("--repeats", type=int, default=None, help="repeats of every part")
+    parser.add_argument(
+        "--poll-s", type=float, default=None, help="zero: how often the stand-in reads GET /held (5)"
+    )
     cli.add_output(parser, workdir_help="keep logs here")
     args = parser.parse_args(argv)
     cli.refuse_below_one(parser, args, "repeats")
+    if args.poll_s is not None and not args.poll_s > 0:
+        parser.error(f"--poll-s: expected a positive number of seconds, got {args.poll_s}")
     for part in args.parts:
         if part not in PARTS:
             parser.error(f"part: expected one of {', '.join(PARTS)}, got {part!r}")
@@ -60,7 +65,7 @@ async def _run(args: argparse.Namespace, argv: Sequence[str], workdir: Path) -> 
         cost_options = cli.overridden(QUICK_COST if args.quick else CostOptions(), args, "repeats")
         cost = await run_cost(cost_options, workdir, meta)
     if "zero" in parts:
-        zero_options = cli.overridden(QUICK_ZERO if args.quick else ZeroOptions(), args, "repeats")
+        zero_options = cli.overridden(QUICK_ZERO if args.quick else ZeroOptions(), args, "repeats", "poll_s")
         zero = await run_zero(zero_options, workdir, meta)
     clients = None
     if "clients" in parts:
