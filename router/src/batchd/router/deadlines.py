@@ -9,12 +9,10 @@ the two.
 
 from __future__ import annotations
 
-import math
 import time
 
+from batchd.api.headers import TIMEOUT_HEADER, parse_timeout_s
 from batchd.router.errors import BadRequest
-
-TIMEOUT_HEADER = b"batchd-timeout-s"
 
 
 def deadline_of(headers: list[tuple[bytes, bytes]]) -> float | None:
@@ -23,15 +21,9 @@ def deadline_of(headers: list[tuple[bytes, bytes]]) -> float | None:
     for name, value in headers:
         if name.lower() == TIMEOUT_HEADER:
             try:
-                seconds = float(value)
-            except ValueError:
-                seconds = math.nan
-            if not seconds > 0 or math.isinf(seconds):
-                raise BadRequest(
-                    f"header {TIMEOUT_HEADER.decode()}: expected a positive number of seconds, "
-                    f"got {value.decode('latin-1')!r}"
-                )
-            return time.monotonic() + seconds
+                return time.monotonic() + parse_timeout_s(value)
+            except ValueError as error:
+                raise BadRequest(str(error)) from None
     return None
 
 

@@ -13,8 +13,8 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from batchd.api.headers import REFUSED_HEADER, TIMEOUT_HEADER
 from batchd.router.connections import ConnectFailed, Connection, Pool, SendFailed
-from batchd.router.deadlines import TIMEOUT_HEADER
 from batchd.router.settings import RouterSettings
 
 __all__ = ["Answer", "Body", "ClientGone", "ClientWatch", "ConnectFailed", "SendFailed", "Upstream", "relay"]
@@ -24,9 +24,6 @@ Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-# Set by a replica on a 503 for a request it did not accept (queue full, draining, stalled,
-# loading): its value is the reason. Nothing of the request was computed; another replica may take it.
-REFUSED_HEADER = b"batchd-refused"
 # Headers of one connection, not of the request or the answer (RFC 9110 7.6.1), and `host`: the
 # router writes its own for its own connection.
 HOP_BY_HOP = frozenset(
