@@ -21,6 +21,7 @@ import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from batchd.api.headers import TIMEOUT_HEADER
+from batchd.api.routes import RouteMatch
 from batchd.router.deadlines import deadline_of, remaining_header
 from batchd.router.directory import DeploymentRef, Directory
 from batchd.router.errors import (
@@ -84,13 +85,29 @@ class Router:
         self.metrics = metrics
         self.synced = synced
         self.rng = rng or random.Random()
+        self.draining = False  # from SIGTERM on: unready, and every answer says Connection: close
+        self.inflight = 0  # inference requests being routed or held now
+
+    def begin_draining(self) -> None:
+        """Turn unready at once; requests that still arrive on open connections are routed, and
+        their answers tell the client to leave (see `server`)."""
+        self.draining = True
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         method, path = scope["method"], scope["path"]
+        if self.draining:
+            send = _closing(send)
         found = routed(method, path)
         if found is None:
             await self._own(method, path, send)
             return
+        self.inflight += 1
+        try:
+            await self._inference(found, scope, receive, send)
+        finally:
+            self.inflight -= 1
+
+    async def _inference(self, found: RouteMatch, scope: Message, receive: Receive, send: Send) -> None:
         ref: DeploymentRef | None = None
         received: list[Message] = []
         try:
@@ -299,13 +316,24 @@ class Router:
         elif method == "GET" and path == "/healthz":
             await _send(send, 200, b'{"live":true}', _JSON)
         elif method == "GET" and path == "/readyz":
-            ready = self.synced()
+            ready = self.synced() and not self.draining
             await _send(send, 200 if ready else 503, orjson.dumps({"ready": ready}), _JSON)
         else:
             answer = http_answer(
                 NoRoute(f"no route for {method} {path}; the router forwards {ROUTES_HELP}"), self.settings
             )
             await _send(send, answer.status, answer.body, answer.headers)
+
+
+def _closing(send: Send) -> Send:
+    """`send`, with `Connection: close` on the answer: the client reconnects, to another router."""
+
+    async def send_closing(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+        await send(message)
+
+    return send_closing
 
 
 def _read_all(received: list[Message]) -> bool:
