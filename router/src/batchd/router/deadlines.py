@@ -13,6 +13,7 @@ import time
 
 from batchd.api.headers import TIMEOUT_HEADER, parse_timeout_s
 from batchd.router.errors import BadRequest
+from batchd.router.settings import RouterSettings
 
 
 def deadline_of(headers: list[tuple[bytes, bytes]]) -> float | None:
@@ -30,3 +31,11 @@ def deadline_of(headers: list[tuple[bytes, bytes]]) -> float | None:
 def remaining_header(deadline: float) -> bytes:
     """The header line that tells the replica the time left (milliseconds are precise enough)."""
     return b"%b: %.3f\r\n" % (TIMEOUT_HEADER, max(0.001, deadline - time.monotonic()))
+
+
+def answer_bound_s(request_timeout_s: float, settings: RouterSettings, deadline: float | None) -> float:
+    """Seconds to wait for a replica's answer to start: the deployment's `request_timeout_s` (after
+    which the replica answers its own 504) plus `answer_margin_s` for that answer to arrive, or
+    the time the client has left when that is shorter. The router then answers 504 itself."""
+    bound = request_timeout_s + settings.answer_margin_s
+    return bound if deadline is None else max(0.0, min(bound, deadline - time.monotonic()))

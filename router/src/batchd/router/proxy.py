@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from batchd.api.headers import TIMEOUT_HEADER
 from batchd.api.routes import RouteMatch
-from batchd.router.deadlines import deadline_of, remaining_header
+from batchd.router.deadlines import answer_bound_s, deadline_of, remaining_header
 from batchd.router.directory import DeploymentRef, Directory
 from batchd.router.errors import (
     BadRequest,
@@ -201,12 +201,20 @@ class Router:
                 if deadline <= time.monotonic():
                     raise DeadlineExceeded(f"model {model!r}: the request's {TIMEOUT_HEADER.decode()} passed")
                 extra = remaining_header(deadline)
+            answer_within_s = answer_bound_s(self.directory.request_timeout_s(ref), self.settings, deadline)
             self.loads.begin(replica)
             try:
                 try:
-                    response = await self.upstream.send(
-                        replica, scope["method"], target, headers, body, extra, watch
-                    )
+                    async with asyncio.timeout(answer_within_s):
+                        response = await self.upstream.send(
+                            replica, scope["method"], target, headers, body, extra, watch
+                        )
+                except TimeoutError:
+                    raise DeadlineExceeded(
+                        f"model {model!r}: replica {replica} of {ref} did not answer within "
+                        f"{answer_within_s:.3g} s (its request_timeout_s, or the request's "
+                        f"{TIMEOUT_HEADER.decode()}); not sent again"
+                    ) from None
                 except ConnectFailed as error:
                     if watch is not None and watch.left:
                         raise ClientGone from None

@@ -65,6 +65,10 @@ class RouterSettings(EnvironmentSettings):
     upstream_keepalive_s: PositiveFloat = 30.0
     # Seconds to open a connection to a replica; one that cannot be reached is tried no longer.
     upstream_connect_timeout_s: PositiveFloat = 2.0
+    # A replica's answer is waited for the deployment's `request_timeout_s` plus this (seconds),
+    # then 504: the replica answers its own 504 at `request_timeout_s`, this is the time for that
+    # answer to arrive, so a replica that hangs (or a partition) holds no client forever.
+    answer_margin_s: PositiveFloat = 1.0
 
     @field_validator("namespaces", mode="before")
     @classmethod
