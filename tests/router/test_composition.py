@@ -69,7 +69,10 @@ async def composed(stand_in: Any, tmp_path: Path) -> AsyncIterator[Composed]:
         for replica in callees:
             await stand_in.deploy(replica.name, f"{replica.host}:{replica.port}")
         async with stand_in.router() as router:
-            calls = [f"--call={alias}={router.url}" for alias in ("callee", "tight")]
+            # As the operator writes them: the router's URL scoped to each callee deployment.
+            calls = [
+                f"--call={alias}={router.url}/deployments/default/{alias}" for alias in ("callee", "tight")
+            ]
             command = [*batchd_command(), "serve", str(write_manifest(tmp_path, composer)), *calls]
             with running([start_process("composer", command, tmp_path / "logs")]) as (composer_process,):
                 yield Composed(router, callees[0], callees[1], composer_process)
@@ -97,7 +100,7 @@ async def test_a_composers_calls_reach_the_callee_through_the_router(composed: C
     ]
     assert counter(composed.callee, "batchd_requests_total", outcome="success") == 16
     routed = counter(composed.router, "batchd_router_requests_total", deployment="callee", code="2xx")
-    assert routed == 16  # every call went through the router
+    assert routed == 17  # every call went through the router, and one read of the callee's model name
 
 
 async def test_a_refusal_the_router_could_not_place_is_not_sent_again_by_the_handle(

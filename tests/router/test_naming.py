@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from batchd.api.routes import INFERENCE_ROUTES, Route, RouteTable
+from batchd.router.directory import DeploymentRef
 from batchd.router.errors import BadRequest
-from batchd.router.naming import model_in_body, routed
+from batchd.router.naming import model_in_body, routed, scoped
 
 
 @pytest.mark.parametrize(
@@ -71,3 +72,13 @@ def test_a_body_without_a_model_name_is_a_bad_request_naming_the_field(body: byt
 def test_a_body_that_is_no_json_is_a_bad_request_naming_the_field() -> None:
     with pytest.raises(BadRequest, match=r"request body: not valid JSON .*expected an object naming 'model'"):
         model_in_body(b"{model", "model")
+
+
+def test_a_deployment_scoped_path_names_the_deployment_and_the_replicas_path() -> None:
+    assert scoped("/deployments/ml/minilm/v1/models") == (DeploymentRef("ml", "minilm"), "/v1/models")
+    assert scoped("/deployments/ml/minilm/v1/models/x:predict") == (
+        DeploymentRef("ml", "minilm"),
+        "/v1/models/x:predict",
+    )
+    for path in ("/deployments/ml/minilm", "/deployments/ml//v1/models", "/deployments//x/y", "/v1/models"):
+        assert scoped(path) is None, path

@@ -236,3 +236,26 @@ async def test_a_replica_that_does_not_answer_is_a_504_past_its_request_timeout(
         assert time.monotonic() - started < 0.6
         await stand_in.eventually(lambda: hanging.left == 2, what="the replica to see the router leave")
     assert hanging.received == 2  # each sent once, never again
+
+
+async def test_a_deployment_named_in_the_path_is_reached_whatever_its_model_is_called(
+    stand_in: Any, fakes: Any
+) -> None:
+    mine, theirs = fakes("ok"), fakes("ok")
+    await stand_in.create_deployment("adder")
+    await stand_in.create_deployment("adder", namespace="team-b")
+    await stand_in.put_slice(stand_in.slice("adder", [mine.address]))
+    await stand_in.put_slice(stand_in.slice("adder", [theirs.address], namespace="team-b"))
+    async with stand_in.router() as router, aiohttp.ClientSession() as client:
+        # By model name alone, two namespaces serve "adder": the router refuses to guess.
+        async with client.post(router.url + PREDICT.format(model="adder"), json={}) as response:
+            assert response.status == 409
+        for namespace, fake in (("default", mine), ("team-b", theirs)):
+            url = f"{router.url}/deployments/{namespace}/adder" + PREDICT.format(model="adder")
+            async with client.post(url, json={"instances": [1]}) as response:
+                assert response.status == 200
+                assert await response.json() == {"predictions": [int(fake.address.rpartition(":")[2])]}
+        async with client.post(f"{router.url}/deployments/team-c/adder/v1/models", json={}) as response:
+            assert response.status == 404
+            assert await response.json() == {"error": "deployment team-c/adder: no such BatchedDeployment"}
+    assert (mine.received, theirs.received) == (1, 1)

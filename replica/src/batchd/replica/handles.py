@@ -153,6 +153,7 @@ class DeploymentHandle:
         self._client = client
         self._default_timeout_s = default_timeout_s
         self._model_name: str | None = None  # the callee's model name, read from it on first use
+        self._discovery = asyncio.Lock()  # calls that start together read it once
 
     def __repr__(self) -> str:
         return f"DeploymentHandle({self.alias!r} -> BatchedDeployment {self.deployment!r} at {self.url})"
@@ -189,7 +190,7 @@ class DeploymentHandle:
         for attempt in (1, 2):
             final = attempt == 2
             try:
-                name = self._model_name or await self._discover(session)
+                name = self._model_name or await self._discover_once(session)
                 async with session.post(
                     f"{self.url}/v1/models/{name}:predict", data=body, headers=_JSON
                 ) as response:
@@ -213,6 +214,10 @@ class DeploymentHandle:
                 continue
             raise self._failure(status, payload, retry_after)
         raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def _discover_once(self, session: aiohttp.ClientSession) -> str:
+        async with self._discovery:
+            return self._model_name or await self._discover(session)
 
     async def _discover(self, session: aiohttp.ClientSession) -> str:
         """The callee's model name (`GET /v1/models`), which its inference URLs carry."""

@@ -76,7 +76,20 @@ class ReplicaSettings(EnvironmentSettings):
 
 
 def check_call_url(alias: str, url: str) -> None:
-    """A callee's address must be a base URL: http(s)://host[:port], nothing after it but a `/`."""
+    """A callee's address must be a base URL the handle appends the protocol's paths to:
+    http(s)://host[:port], or with a path prefix such as a router's /deployments/NAMESPACE/NAME;
+    never a URL that already holds a protocol path (`/v1/...`, `/v2/...`), a query or a fragment."""
     parsed = urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.path.strip("/"):
-        raise ValueError(f"{alias}: expected a base URL such as http://127.0.0.1:8001, got {url!r}")
+    segments = parsed.path.strip("/").split("/")
+    if (
+        parsed.scheme not in ("http", "https")
+        or not parsed.hostname
+        or parsed.query
+        or parsed.fragment
+        or "v1" in segments
+        or "v2" in segments
+    ):
+        raise ValueError(
+            f"{alias}: expected a base URL such as http://127.0.0.1:8001 or a router's "
+            f"http://ROUTER/deployments/NAMESPACE/NAME, got {url!r}"
+        )

@@ -107,6 +107,13 @@ class Directory:
         (ref,) = refs
         return ref
 
+    def model_of(self, ref: DeploymentRef) -> str:
+        """The model name a deployment serves; UnknownModel when no such deployment is known."""
+        model = self._models.get(ref)
+        if model is None:
+            raise UnknownModel(f"deployment {ref}: no such BatchedDeployment")
+        return model
+
     def replicas(self, ref: DeploymentRef) -> tuple[str, ...]:
         return self._replicas.get(ref, ())
 

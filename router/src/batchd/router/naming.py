@@ -14,9 +14,14 @@ from typing import Any
 import orjson
 
 from batchd.api.routes import RouteMatch, RouteTable
+from batchd.router.directory import DeploymentRef
 from batchd.router.errors import BadRequest
 
 ROUTES = RouteTable()
+# `/deployments/{namespace}/{name}/<path>`: one deployment by name, whatever its model is called and
+# whichever namespace also serves a model of that name. The operator gives composed deployments
+# such a URL for each callee; `<path>` is forwarded as the replica's own path.
+DEPLOYMENT_PREFIX = "/deployments/"
 
 
 def routed(method: str, path: str, table: RouteTable = ROUTES) -> RouteMatch | None:
@@ -45,3 +50,15 @@ def model_in_body(body: bytes, field: str) -> str:
     if not isinstance(value, str) or not value:
         raise BadRequest(f"request body: field {field!r} must name the model, got {value!r}")
     return value
+
+
+def scoped(path: str) -> tuple[DeploymentRef, str] | None:
+    """The deployment a `/deployments/{namespace}/{name}/<path>` request names, and the path a
+    replica answers; None for any other path, and for one whose names are empty."""
+    if not path.startswith(DEPLOYMENT_PREFIX):
+        return None
+    namespace, _, rest = path[len(DEPLOYMENT_PREFIX) :].partition("/")
+    name, slash, inner = rest.partition("/")
+    if not namespace or not name or not slash:
+        return None
+    return DeploymentRef(namespace, name), "/" + inner

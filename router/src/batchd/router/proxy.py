@@ -38,7 +38,7 @@ from batchd.router.errors import (
 from batchd.router.holding import Holds
 from batchd.router.loads import Loads
 from batchd.router.metrics import RouterMetrics
-from batchd.router.naming import model_in_body, routed
+from batchd.router.naming import model_in_body, routed, scoped
 from batchd.router.picker import pick
 from batchd.router.settings import RouterSettings
 from batchd.router.upstream import (
@@ -98,26 +98,43 @@ class Router:
         if self.draining:
             send = _closing(send)
         found = routed(method, path)
-        if found is None:
+        named = scoped(path) if found is None else None
+        if found is None and named is None:
             await self._own(method, path, send)
             return
         self.inflight += 1
         try:
-            await self._inference(found, scope, receive, send)
+            await self._inference(found, named, scope, receive, send)
         finally:
             self.inflight -= 1
 
-    async def _inference(self, found: RouteMatch, scope: Message, receive: Receive, send: Send) -> None:
+    async def _inference(
+        self,
+        found: RouteMatch | None,
+        named: tuple[DeploymentRef, str] | None,
+        scope: Message,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """`found`: an inference route, whose model picks the deployment; else `named`: a
+        deployment by name and the path its replica answers."""
         ref: DeploymentRef | None = None
         received: list[Message] = []
         try:
-            model = found.model_name
-            if model is None:
-                assert found.route.model_field is not None  # see `routed`
-                model = await self._model_in_body(found.route.model_field, receive, received)
             if not self.synced():
                 raise NotSynced("the router has not yet read the deployments from the API server")
-            ref = self.directory.resolve(model)
+            if found is not None:
+                model = found.model_name
+                if model is None:
+                    assert found.route.model_field is not None  # see `routed`
+                    model = await self._model_in_body(found.route.model_field, receive, received)
+                ref = self.directory.resolve(model)
+            else:
+                assert named is not None
+                wanted, inner = named
+                model = self.directory.model_of(wanted)  # an unknown one is counted under no label
+                ref = wanted
+                scope = {**scope, "path": inner, "raw_path": inner.encode("latin-1")}
             status = await self._route(ref, model, scope, receive, send, received)
         except RouterError as error:
             answer = http_answer(error, self.settings)
