@@ -18,6 +18,7 @@ from batchd.bench.router.clients import run_clients
 from batchd.bench.router.cost import run_cost
 from batchd.bench.router.keepalive import run_keepalive
 from batchd.bench.router.options import (
+    OPERATOR_POLL_S,
     QUICK_CLIENTS,
     QUICK_COST,
     QUICK_KEEPALIVE,
@@ -41,7 +42,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="smoke-sized: short runs, one repeat")
     parser.add_argument("--repeats", type=int, default=None, help="repeats of every part")
     parser.add_argument(
-        "--poll-s", type=float, default=None, help="zero: how often the stand-in reads GET /held (5)"
+        "--poll-s",
+        type=float,
+        default=None,
+        help=f"zero: how often the stand-in reads GET /held ({OPERATOR_POLL_S:g}, the operator's default)",
     )
     cli.add_output(parser, workdir_help="keep logs here")
     args = parser.parse_args(argv)

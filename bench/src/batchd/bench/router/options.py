@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from batchd.operator.settings import Settings as OperatorSettings
+
 # The slow adder: every batch of up to 8 holds the model 50 ms, so one replica serves at most
 # 160 items a second whatever the machine's CPU does (a GPU's fixed cost per batch).
 BATCH_S = 0.05
@@ -36,9 +38,9 @@ class CostOptions:
     in_flight: int = 32
 
 
-# The operator reads every replica's `/load` (and will read the routers' `GET /held`) this often by
-# default (BATCHD_REPLICA_POLL_INTERVAL_S).
-OPERATOR_POLL_S = 5.0
+# While a deployment is at zero replicas the operator reads the routers' `GET /held` this often
+# (BATCHD_WAKE_POLL_INTERVAL_S): its own default, read from its settings.
+OPERATOR_POLL_S: float = OperatorSettings.model_fields["wake_poll_interval_s"].default
 
 
 @dataclass(frozen=True)

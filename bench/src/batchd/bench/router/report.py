@@ -265,9 +265,9 @@ def zero_markdown(result: ZeroResult) -> str:
         *_heading("Scale from zero: held requests", result),
         f"A deployment at zero replicas gets {o['rate_rps']:g} req/s for {o['seconds']:g} s "
         "through the router, which holds them. The operator's wake-up is a stand-in here: it reads the "
-        f"router's `GET /held` every {o['poll_s']:g} s (the operator reads replicas every "
-        f"{OPERATOR_POLL_S:g} s by default; the repeats spread the first poll evenly over one "
-        "interval), starts one replica (`batchd serve`, "
+        f"router's `GET /held` every {o['poll_s']:g} s (the operator reads it every "
+        f"{OPERATOR_POLL_S:g} s by default while a deployment is at zero; the repeats spread the "
+        "first poll evenly over one interval), starts one replica (`batchd serve`, "
         f"the trivial adder) on demand, probes it every {o['probe_s']:g} s and publishes its "
         "EndpointSlice once ready. Medians of "
         f"{len(runs)} repeats, each in brackets.",
