@@ -7,10 +7,10 @@ the problem and the value, instead of surfacing later as a puzzling failure.
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BeforeValidator, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 PREFIX = "BATCHD_"
 
@@ -31,6 +31,32 @@ class EnvironmentSettings(BaseSettings):
             return cls(**{name: value for name, value in overrides.items() if value is not None})
         except ValidationError as error:
             raise SettingsError("\n".join(_describe(cls, problem) for problem in error.errors())) from None
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+# A process's log level; `INFO` reads as `info`.
+LogLevel = Annotated[Literal["debug", "info", "warning", "error"], BeforeValidator(_lower)]
+
+
+class ClusterClientSettings(EnvironmentSettings):
+    """Base for the settings of a process that reads the Kubernetes API (the operator, the router):
+    which namespaces it looks at, and where its credentials are outside a cluster."""
+
+    # Namespaces to watch, comma-separated in BATCHD_NAMESPACES; empty = the whole cluster (which
+    # then takes a ClusterRole rather than Roles).
+    namespaces: Annotated[tuple[str, ...], NoDecode] = ()
+    # Where the kubeconfig is when running outside a cluster ("" = in-cluster service account).
+    kubeconfig: str = Field(default="", validation_alias="KUBECONFIG", repr=False)
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(namespace.strip() for namespace in value.split(",") if namespace.strip())
+        return value
 
 
 def variable_of(settings: type[BaseSettings], field: str) -> str:

@@ -6,27 +6,24 @@ so a running operator never changes behaviour because a variable changed under i
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator
-from pydantic_settings import NoDecode
 
 from batchd.api import __version__
-from batchd.api.environment import EnvironmentSettings
+from batchd.api.environment import ClusterClientSettings
 from batchd.api.pod import REPLICA_IMAGE, ROUTER_COMPONENT
 
 Port = Annotated[int, Field(ge=0, le=65535)]
 
 
-class Settings(EnvironmentSettings):
+class Settings(ClusterClientSettings):
     """Everything the operator can be told; each default says why it is what it is."""
 
     # The replica image when a BatchedDeployment names none: the release this operator ships with.
     replica_image: str = f"{REPLICA_IMAGE}:{__version__}"
     # Pinned tags by default, so IfNotPresent avoids a registry round trip per pod start.
     image_pull_policy: str = "IfNotPresent"
-    # Namespaces to watch, comma-separated in BATCHD_NAMESPACES; empty = the whole cluster.
-    namespaces: Annotated[tuple[str, ...], NoDecode] = ()
     # Prometheus metrics of the operator's own reconciles, on :9090/metrics; 0 = not served.
     metrics_port: Port = 9090
     # Kopf's liveness endpoint; the chart's livenessProbe calls it. "" = not served.
@@ -68,8 +65,6 @@ class Settings(EnvironmentSettings):
     cluster_domain: str = "cluster.local"
     # Only one operator pod runs (the chart uses the Recreate strategy); set a peering name for HA.
     peering_name: str = ""
-    # Where the kubeconfig is when running outside a cluster ("" = in-cluster service account).
-    kubeconfig: str = Field(default="", validation_alias="KUBECONFIG", repr=False)
 
     @property
     def routers_run(self) -> bool:
@@ -79,10 +74,3 @@ class Settings(EnvironmentSettings):
     @classmethod
     def _no_trailing_slash(cls, value: str) -> str:
         return value.rstrip("/")
-
-    @field_validator("namespaces", mode="before")
-    @classmethod
-    def _comma_separated(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(namespace.strip() for namespace in value.split(",") if namespace.strip())
-        return value

@@ -15,10 +15,10 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import uvicorn
 
+from batchd.api.httpserver import UVICORN_OPTIONS
 from batchd.api.manifest import ManifestError, load_manifest
 from batchd.replica.app import create_app
 from batchd.replica.keepalive import bounded_protocol
@@ -26,17 +26,6 @@ from batchd.replica.server import ReplicaServer
 from batchd.replica.settings import ReplicaSettings, check_call_url
 
 TERMINATION_LOG = Path("/dev/termination-log")
-# How every replica runs uvicorn; the benchmark's bare-uvicorn floor uses the same.
-UVICORN_OPTIONS: dict[str, Any] = {
-    "loop": "uvloop",
-    "http": "httptools",
-    "backlog": 4096,
-    # Inside a pod nothing is proxied with X-Forwarded-* headers worth trusting; skip the parsing.
-    "proxy_headers": False,
-    # Idle keep-alive connections stay open longer than clients keep theirs (aiohttp 15 s, httpx
-    # 5 s): a server that closes an idle connection races a client sending on it (see `server`).
-    "timeout_keep_alive": 75,
-}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -25,9 +25,10 @@ from functools import partial
 from typing import Any
 
 import orjson
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from batchd.api.headers import TIMEOUT_HEADER, parse_timeout_s
+from batchd.api.httpserver import closing
 from batchd.api.routes import RouteTable
 from batchd.replica.endpoints import BinaryAnswer, Call, Endpoint, Streaming
 from batchd.replica.errors import (
@@ -61,7 +62,7 @@ class InferenceRoutes:
             await self.app(scope, receive, send)
             return
         if self.replica.batcher.draining:
-            send = _closing(send)  # every answer from now on tells the client to leave (see `server`)
+            send = closing(send)  # every answer from now on tells the client to leave (see `server`)
         found = self.routes.match(scope["method"], scope["path"])
         if found is None:
             await self.app(scope, receive, send)
@@ -192,17 +193,6 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
         chunks.append(chunk)
         more = message.get("more_body", False)
     return b"".join(chunks)
-
-
-def _closing(send: Send) -> Send:
-    """`send`, with `Connection: close` on the response: the client reconnects elsewhere."""
-
-    async def send_closing(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
-        await send(message)
-
-    return send_closing
 
 
 async def _send_json(

@@ -11,7 +11,7 @@ nearly every rollout. So after SIGTERM a replica:
 2. keeps every open connection, and answers every request that arrives on one, with
    `Connection: close` (503 with Retry-After for new work; accepted work completes), so each
    client learns to leave and none is cut off mid-request;
-3. closes a connection itself only once it has sat idle for IDLE_CLOSE_S with nothing waiting
+3. closes a connection itself only once it has sat idle for a second with nothing waiting
    unread in its socket, and waits for the others until `drain_timeout_s`;
 4. then drains the batcher and exits 0.
 """
@@ -19,24 +19,17 @@ nearly every rollout. So after SIGTERM a replica:
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import signal
-import struct
-import termios
 from types import FrameType
 from typing import Any
 
 import uvicorn
 
+from batchd.api.httpserver import POLL_S, close_idle
 from batchd.replica.replica import Replica
 
 logger = logging.getLogger(__name__)
-
-# A connection idle this long after SIGTERM is closed by the replica (its client has had time to
-# send and to be told to leave); one a client keeps using closes itself after its next answer.
-IDLE_CLOSE_S = 1.0
-POLL_S = 0.05
 
 
 class ReplicaServer(uvicorn.Server):
@@ -73,32 +66,9 @@ class ReplicaServer(uvicorn.Server):
         deadline = loop.time() + self.drain_timeout_s
         idle_since: dict[Any, float] = {}
         while self.server_state.connections and loop.time() < deadline and not self.force_exit:
-            now = loop.time()
-            for connection in list(self.server_state.connections):
-                if not _idle(connection):
-                    idle_since.pop(connection, None)
-                elif now - idle_since.setdefault(connection, now) >= IDLE_CLOSE_S and not _unread(connection):
-                    connection.transport.close()
+            close_idle(self.server_state.connections, idle_since, loop.time())
             await asyncio.sleep(POLL_S)
         if self.server_state.connections:
             logger.warning(
                 "%d connection(s) still open at the drain timeout", len(self.server_state.connections)
             )
-
-
-def _idle(connection: Any) -> bool:
-    """No request in progress on this uvicorn connection (between two keep-alive requests)."""
-    cycle = getattr(connection, "cycle", None)
-    return cycle is None or bool(cycle.response_complete)
-
-
-def _unread(connection: Any) -> int:
-    """Bytes the client sent that the server has not read yet: a request on its way in."""
-    sock = connection.transport.get_extra_info("socket")
-    if sock is None:
-        return 0
-    try:
-        pending = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
-    except OSError:
-        return 0
-    return int(struct.unpack("i", pending)[0])

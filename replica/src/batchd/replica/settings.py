@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
 from pydantic_settings import NoDecode
 
-from batchd.api.environment import EnvironmentSettings
+from batchd.api.environment import EnvironmentSettings, LogLevel
 from batchd.api.pod import REPLICA_PORT
 
 
@@ -40,7 +40,7 @@ class ReplicaSettings(EnvironmentSettings):
     # no measurable throughput.
     keepalive_max_requests: NonNegativeInt = 1000
     keepalive_max_age_s: NonNegativeFloat = 5.0
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: LogLevel = "info"
     # How often the mounted manifest is read for live retuning (seconds); a stat and a small read.
     config_poll_s: PositiveFloat = 1.0
     # Where each alias of `model.calls` is reached, alias -> base URL (JSON in BATCHD_CALLS): the
@@ -63,11 +63,6 @@ class ReplicaSettings(EnvironmentSettings):
         for alias, url in calls.items():
             check_call_url(alias, url)
         return {alias: url.rstrip("/") for alias, url in calls.items()}
-
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _lower(cls, value: Any) -> Any:
-        return value.lower() if isinstance(value, str) else value
 
     @field_validator("model_mirror", mode="before")
     @classmethod

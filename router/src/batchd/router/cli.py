@@ -9,26 +9,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any
 
 import uvicorn
 
 from batchd.api.environment import SettingsError
+from batchd.api.httpserver import UVICORN_OPTIONS
 from batchd.router.app import create_app
 from batchd.router.server import FINISH_S, RouterServer
 from batchd.router.settings import RouterSettings
-
-UVICORN_OPTIONS: dict[str, Any] = {
-    "loop": "uvloop",
-    "http": "httptools",
-    "backlog": 4096,
-    # Inside a pod nothing is proxied with X-Forwarded-* headers worth trusting; skip the parsing.
-    "proxy_headers": False,
-    # Longer than clients keep idle connections (aiohttp 15 s, httpx 5 s), so the router never
-    # closes one a client is about to send on; the same reasoning as the replica's.
-    "timeout_keep_alive": 75,
-    "lifespan": "on",
-}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -58,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         log_level=settings.log_level,
         access_log=args.access_log,
         timeout_graceful_shutdown=FINISH_S,
+        lifespan="on",  # the watches start in the lifespan: no lifespan, no routing
         **UVICORN_OPTIONS,
     )
     server = RouterServer(config, app.router, app.holds, settings.drain_timeout_s)

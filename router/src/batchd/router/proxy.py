@@ -21,6 +21,7 @@ import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from batchd.api.headers import TIMEOUT_HEADER
+from batchd.api.httpserver import closing
 from batchd.api.routes import RouteMatch
 from batchd.router.deadlines import answer_bound_s, deadline_of, remaining_header
 from batchd.router.directory import DeploymentRef, Directory
@@ -96,7 +97,7 @@ class Router:
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         method, path = scope["method"], scope["path"]
         if self.draining:
-            send = _closing(send)
+            send = closing(send)
         found = routed(method, path)
         named = scoped(path) if found is None else None
         if found is None and named is None:
@@ -348,17 +349,6 @@ class Router:
                 NoRoute(f"no route for {method} {path}; the router forwards {ROUTES_HELP}"), self.settings
             )
             await _send(send, answer.status, answer.body, answer.headers)
-
-
-def _closing(send: Send) -> Send:
-    """`send`, with `Connection: close` on the answer: the client reconnects, to another router."""
-
-    async def send_closing(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
-        await send(message)
-
-    return send_closing
 
 
 def _read_all(received: list[Message]) -> bool:

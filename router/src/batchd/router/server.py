@@ -17,25 +17,19 @@ requests are in flight or held for a first replica. On SIGTERM the router:
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import signal
-import struct
-import termios
 from types import FrameType
 from typing import Any
 
 import uvicorn
 
+from batchd.api.httpserver import POLL_S, close_idle
 from batchd.router.holding import Holds
 from batchd.router.proxy import Router
 
 logger = logging.getLogger(__name__)
 
-# A connection idle this long after SIGTERM is closed by the router (its client has had time to
-# send and to be told to leave); one a client keeps using closes itself after its next answer.
-IDLE_CLOSE_S = 1.0
-POLL_S = 0.05
 # After the drain: how long uvicorn waits for answers being written before it cancels them.
 FINISH_S = 5
 
@@ -71,33 +65,10 @@ class RouterServer(uvicorn.Server):
         while loop.time() < deadline and not self.force_exit:
             if not self.server_state.connections and not self.router.inflight:
                 return
-            now = loop.time()
-            for connection in list(self.server_state.connections):
-                if not _idle(connection):
-                    idle_since.pop(connection, None)
-                elif now - idle_since.setdefault(connection, now) >= IDLE_CLOSE_S and not _unread(connection):
-                    connection.transport.close()
+            close_idle(self.server_state.connections, idle_since, loop.time())
             await asyncio.sleep(POLL_S)
         if self.holds.count:
             logger.warning("%d held request(s) refused at the drain timeout", self.holds.count)
             self.holds.refuse_all("the router is shutting down and no replica became ready; retry")
         if self.router.inflight:
             logger.warning("%d request(s) still in flight at the drain timeout", self.router.inflight)
-
-
-def _idle(connection: Any) -> bool:
-    """No request in progress on this uvicorn connection (between two keep-alive requests)."""
-    cycle = getattr(connection, "cycle", None)
-    return cycle is None or bool(cycle.response_complete)
-
-
-def _unread(connection: Any) -> int:
-    """Bytes the client sent that the server has not read yet: a request on its way in."""
-    sock = connection.transport.get_extra_info("socket")
-    if sock is None:
-        return 0
-    try:
-        pending = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
-    except OSError:
-        return 0
-    return int(struct.unpack("i", pending)[0])

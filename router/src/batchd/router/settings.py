@@ -6,34 +6,24 @@ a variable changed under it. A bad value stops the process at startup naming the
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
-from pydantic_settings import NoDecode
-
-from batchd.api.environment import EnvironmentSettings
-
-# The port clients reach the router on (container port named "http" in its pod).
-ROUTER_PORT = 8080
+from batchd.api.environment import ClusterClientSettings, LogLevel
+from batchd.api.pod import ROUTER_PORT
 
 
-class RouterSettings(EnvironmentSettings):
+class RouterSettings(ClusterClientSettings):
     """Everything the router can be told; each default says why it is what it is."""
 
     # Loopback by default: a router listening on a shared pod network is the chart's decision.
     host: str = "127.0.0.1"
     port: int = Field(default=ROUTER_PORT, ge=0, le=65535)
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: LogLevel = "info"
     # On SIGTERM: how long requests in flight and held get to finish before held ones are refused
     # (503 + Retry-After) and the router exits (seconds). As long as a hold may last, so that a
     # rollout during a cold start loses nothing; the pod's terminationGracePeriodSeconds must be
     # longer (by the router's FINISH_S, 5 s, at least).
     drain_timeout_s: PositiveFloat = 30.0
-    # Namespaces whose BatchedDeployments are routed to, comma-separated; empty = the whole cluster
-    # (then the router needs a ClusterRole, see `rbac`).
-    namespaces: Annotated[tuple[str, ...], NoDecode] = ()
-    # Where the kubeconfig is when running outside a cluster ("" = in-cluster service account).
-    kubeconfig: str = Field(default="", validation_alias="KUBECONFIG", repr=False)
     # Seconds a watch asks the API server to run before it ends and is opened again; the API server's
     # own default lies between 30 and 60 minutes, a shorter one spreads reconnects of many routers.
     watch_timeout_s: PositiveInt = 300
@@ -69,15 +59,3 @@ class RouterSettings(EnvironmentSettings):
     # then 504: the replica answers its own 504 at `request_timeout_s`, this is the time for that
     # answer to arrive, so a replica that hangs (or a partition) holds no client forever.
     answer_margin_s: PositiveFloat = 1.0
-
-    @field_validator("namespaces", mode="before")
-    @classmethod
-    def _comma_separated(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(namespace.strip() for namespace in value.split(",") if namespace.strip())
-        return value
-
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _lower(cls, value: Any) -> Any:
-        return value.lower() if isinstance(value, str) else value

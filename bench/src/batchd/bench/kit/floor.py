@@ -15,8 +15,8 @@ from pathlib import Path
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
+from batchd.api.httpserver import UVICORN_OPTIONS
 from batchd.bench.kit import servers
-from batchd.replica.cli import UVICORN_OPTIONS
 
 ANSWER = b'{"predictions":[2]}'
 HEADERS = [(b"content-type", b"application/json")]
