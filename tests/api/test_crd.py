@@ -141,9 +141,14 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("autoscaling without max", _with("spec.autoscaling", {"min_replicas": 2}), "spec.autoscaling"),
     (
-        "autoscaling to zero",
-        _with("spec.autoscaling", {"min_replicas": 0, "max_replicas": 2}),
+        "negative min replicas",
+        _with("spec.autoscaling", {"min_replicas": -1, "max_replicas": 2}),
         "spec.autoscaling.min_replicas",
+    ),
+    (
+        "negative scale-to-zero delay",
+        _with("spec.autoscaling", {"min_replicas": 0, "max_replicas": 2, "scale_to_zero_delay_s": -5}),
+        "spec.autoscaling.scale_to_zero_delay_s",
     ),
     (
         "negative downscale delay",

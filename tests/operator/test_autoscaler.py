@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from batchd.api.manifest import parse_manifest
-from batchd.operator.autoscaler import Autoscaler, Policy, desired_replicas
+from batchd.operator.autoscaler import Autoscaler, Held, Policy, desired_replicas
 from batchd.testing.manifests import manifest
 
 POLICY = Policy(
@@ -82,6 +82,7 @@ def test_new_bounds_apply_at_once() -> None:
         ({"num_replicas": 9, "autoscaling": {"max_replicas": 5}}, None, 5),
         ({"num_replicas": 1, "autoscaling": {"max_replicas": 5}}, 4, 4),
         ({"num_replicas": 1, "autoscaling": {"min_replicas": 2, "max_replicas": 5}}, 1, 2),
+        ({"num_replicas": 1, "autoscaling": {"min_replicas": 0, "max_replicas": 5}}, 0, 0),  # kept at zero
     ],
 )
 def test_desired_replicas_from_the_spec_and_the_last_decision(
@@ -101,3 +102,93 @@ def test_the_default_target_is_one_full_batch_per_slot() -> None:
     policy = Policy.of(bd)
     assert policy is not None and policy.target_ongoing_items == 32
     assert Policy.of(parse_manifest(manifest("m"))) is None
+
+
+TO_ZERO = Policy(
+    min_replicas=0,
+    max_replicas=4,
+    target_ongoing_items=8,
+    upscale_delay_s=10,
+    downscale_delay_s=60,
+    scale_to_zero_delay_s=120,
+)
+
+
+def observe(
+    autoscaler: Autoscaler, current: int, seen: list[tuple[float, int, int]], policy: Policy = TO_ZERO
+) -> list[int]:
+    """Feed (time, load, held requests) observations; the count after each, applying every decision."""
+    counts = []
+    for now, load, held in seen:
+        current = autoscaler.decide(
+            policy, current, load, current, now, Held(held, 1.0 if held else 0.0)
+        ).replicas
+        counts.append(current)
+    return counts
+
+
+def test_an_idle_deployment_goes_to_zero_only_after_the_whole_scale_to_zero_delay() -> None:
+    counts = observe(Autoscaler(), 1, [(t, 0, 0) for t in range(0, 200, 5)])
+    first_zero = counts.index(0)
+    assert first_zero * 5 >= TO_ZERO.scale_to_zero_delay_s
+    assert set(counts[first_zero:]) == {0}  # and stays there while nothing arrives
+
+
+def test_any_load_or_held_request_within_the_delay_starts_the_idle_window_again() -> None:
+    # One item every 100 s, one held request at 250 s: never 120 s idle in a row.
+    seen = [(t, 1 if t % 100 == 0 else 0, 1 if t == 250 else 0) for t in range(0, 400, 5)]
+    assert set(observe(Autoscaler(), 1, seen)) == {1}
+
+
+def test_a_held_request_always_wakes_a_deployment_at_zero_at_once() -> None:
+    autoscaler = Autoscaler()
+    counts = observe(autoscaler, 0, [(0, 0, 0), (5, 0, 0), (10, 0, 1)])
+    assert counts == [0, 0, 1]  # no upscale delay: a client is waiting
+    decision = Autoscaler().decide(TO_ZERO, 0, 0, 0, 0.0, Held(3, 2.5))
+    assert decision.reason == "3 request(s) held by the routers, the oldest waited 2.5 s"
+
+
+def test_many_held_requests_wake_enough_replicas_for_them_within_max() -> None:
+    assert Autoscaler().decide(TO_ZERO, 0, 0, 0, 0.0, Held(20, 1.0)).replicas == 3  # ceil(20 / 8)
+    assert Autoscaler().decide(TO_ZERO, 0, 0, 0, 0.0, Held(1000, 1.0)).replicas == 4
+
+
+def test_at_zero_nothing_but_a_held_request_starts_a_replica() -> None:
+    assert set(observe(Autoscaler(), 0, [(t, 0, 0) for t in range(0, 400, 5)])) == {0}
+
+
+def test_no_flapping_at_the_zero_boundary() -> None:
+    # Woken by one request, served, idle again: back to zero only after another whole delay.
+    autoscaler = Autoscaler()
+    seen = [(0.0, 0, 1), (5.0, 1, 0)] + [(float(t), 0, 0) for t in range(10, 400, 5)]
+    counts = observe(autoscaler, 0, seen)
+    assert counts[0] == 1
+    back_to_zero = counts.index(0, 1)
+    assert seen[back_to_zero][0] - 5.0 >= TO_ZERO.scale_to_zero_delay_s
+    assert counts.count(0) == len(counts) - back_to_zero  # one transition each way, no more
+
+
+def test_replicas_that_do_not_answer_are_not_idle() -> None:
+    autoscaler = Autoscaler()
+    assert observe(autoscaler, 1, [(t, 0, 0) for t in range(0, 100, 5)]) == [1] * 20
+    autoscaler.unobserved()  # the replica restarted and loads its model
+    counts = observe(autoscaler, 1, [(t, 0, 0) for t in range(100, 300, 5)])
+    assert counts.index(0) * 5 >= TO_ZERO.scale_to_zero_delay_s
+
+
+@pytest.mark.parametrize("min_replicas", [1, 2])
+def test_a_deployment_with_min_replicas_of_one_or_more_never_goes_to_zero(min_replicas: int) -> None:
+    policy = Policy(min_replicas, 4, 8, 10, 60, scale_to_zero_delay_s=0)
+    assert 0 not in observe(Autoscaler(), min_replicas, [(t, 0, 0) for t in range(0, 1000, 5)], policy)
+
+
+def test_busy_replicas_scale_down_to_one_not_zero_through_the_downscale_window() -> None:
+    seen = [(t, 30, 0) for t in range(0, 20, 5)] + [(t, 0, 0) for t in range(20, 100, 5)]
+    counts = observe(Autoscaler(), 1, seen)
+    assert counts[3] == 4
+    assert 1 in counts and 0 not in counts  # 80 s idle: below the 120 s to go to zero
+
+
+def test_held_requests_count_as_load_while_replicas_run() -> None:
+    decision = Autoscaler().decide(TO_ZERO, 1, 8, 1, 0.0, Held(16, 1.0))
+    assert decision.recommended == 3  # (8 + 16) / 8

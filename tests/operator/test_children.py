@@ -236,3 +236,18 @@ def test_a_composer_is_told_where_its_callees_services_are(monkeypatch: pytest.M
         children.deployment(composer, SETTINGS)["spec"]["template"]["spec"]["automountServiceAccountToken"]
         is False
     )
+
+
+def test_with_the_router_a_composer_calls_its_callees_through_it_and_clients_are_sent_to_it() -> None:
+    routed = Settings(router_url="http://batchd-router.batchd-system.svc/")
+    composer = bd(
+        model={"handler": "examples.classifier:EmbeddingClassifier", "calls": {"embedder": "minilm"}}
+    )
+    env = {
+        item["name"]: item.get("value") for item in container(children.deployment(composer, routed))["env"]
+    }
+    # One deployment's path on the router: every call balanced per request, a callee at zero woken.
+    assert json.loads(env["BATCHD_CALLS"]) == {
+        "embedder": "http://batchd-router.batchd-system.svc/deployments/ml/minilm"
+    }
+    assert children.service_url(composer, "ml", routed) == "http://batchd-router.batchd-system.svc"

@@ -123,7 +123,11 @@ STATUS_SCHEMA: dict[str, Any] = {
         "ready_replicas": _integer("int32", "Pods ready to serve."),
         "observed_generation": _integer("int64", "The metadata.generation this status describes."),
         "selector": {"type": "string", "description": "Label selector of the pods (scale subresource)."},
-        "url": {"type": "string", "description": "In-cluster base URL of the Service."},
+        "url": {
+            "type": "string",
+            "description": "In-cluster base URL clients call: the router's when it runs (the model "
+            "name in the path picks this deployment), else the deployment's own Service.",
+        },
         "model": {"type": "string", "description": "What is served: the source or the handler."},
         "desired_replicas": _integer(
             "int32", "Replicas asked of the Deployment: num_replicas, or the autoscaler's count."
@@ -133,6 +137,9 @@ STATUS_SCHEMA: dict[str, Any] = {
             "description": "What the autoscaler last saw and did (with spec.autoscaling only).",
             "properties": {
                 "load": _integer("int64", "Items the ready replicas hold, queued or in the model, summed."),
+                "held_requests": _integer(
+                    "int64", "Requests the routers hold for the deployment while it has no ready replica."
+                ),
                 "ready_replicas": _integer("int32", "Replicas it read."),
                 "target_ongoing_items": _integer("int64", "Per replica."),
                 "recommended_replicas": _integer(

@@ -19,3 +19,11 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "batchd"}
 # The images a release ships, without their tag (the tag is the version).
 OPERATOR_IMAGE = "ghcr.io/batchd/batchd-operator"
 REPLICA_IMAGE = "ghcr.io/batchd/batchd-replica"
+ROUTER_IMAGE = "ghcr.io/batchd/batchd-router"
+
+# The replica pods' component label (the operator's pod template; the router's EndpointSlice watch).
+REPLICA_COMPONENT = {"app.kubernetes.io/component": "replica"}
+# The port the router serves clients, GET /held, health and /metrics on (container port named "http").
+ROUTER_PORT = 8080
+# The router pods' component label (the chart's template): the operator finds them by it.
+ROUTER_COMPONENT = {"app.kubernetes.io/component": "router"}

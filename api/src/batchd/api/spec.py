@@ -310,10 +310,15 @@ class AutoscalingSpec(_Strict):
     Load is the batch items a replica holds: waiting in its queue or inside the model. The
     operator reads it from every ready replica, asks for enough replicas that each holds about
     `target_ongoing_items`, and changes the count only when the ask has held for the delay.
+    With `min_replicas: 0` and the router installed, an idle deployment goes to zero replicas;
+    the router holds requests that arrive meanwhile, and the operator starts a replica for them.
     """
 
-    min_replicas: Annotated[int, Field(ge=1, le=10_000)] = 1
-    """The fewest replicas, however idle (at least 1: an idle replica is what notices new load)."""
+    min_replicas: Annotated[int, Field(ge=0, le=10_000)] = 1
+    """The fewest replicas, however idle. 0 lets an idle deployment scale to zero after
+    `scale_to_zero_delay_s`; requests that then arrive through the router wait (bounded in count
+    and time) while a replica starts, so the first answer takes the model's load time. Requests
+    sent to the deployment's own Service bypass the router and fail while it is at zero."""
 
     max_replicas: Annotated[int, Field(ge=1, le=10_000)]
     """The most replicas, however loaded."""
@@ -330,6 +335,13 @@ class AutoscalingSpec(_Strict):
     downscale_delay_s: Annotated[float, Field(ge=0, le=86_400)] = 300
     """How long fewer replicas must have been enough before any is removed: load that comes
     back within this never finds the replicas gone."""
+
+    scale_to_zero_delay_s: Annotated[float, Field(ge=0, le=86_400)] = 300
+    """With `min_replicas: 0`: how long the deployment must have been idle (no item on its
+    replicas and no request held by any router) before its last replica is removed. A cold start
+    costs the model's whole load time (often minutes for weights), so the default matches
+    `downscale_delay_s`, as Ray Serve's `downscale_to_zero_delay_s` does by default; Knative's
+    shorter 60 s window suits containers that start in seconds."""
 
     @model_validator(mode="after")
     def _min_at_most_max(self) -> Self:

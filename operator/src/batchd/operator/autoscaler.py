@@ -8,6 +8,13 @@ stabilization windows of Kubernetes' HPA: it rises to the *lowest* ask of the la
 the last `downscale_delay_s` (so load that returns within that never finds the replicas gone).
 Steady load that wobbles around a boundary therefore never flaps: the count can go up only when
 every recent ask was higher, and down only when every recent ask was lower.
+
+Scale to zero (Knative's activator and Ray Serve's `downscale_to_zero_delay_s`): the windows above
+never go below one replica. With `min_replicas: 0` the last replica goes only after the deployment
+has been idle, no item on its replicas and no request held by any router, for
+`scale_to_zero_delay_s`. At zero, requests wait in the routers, and any held request wakes the
+deployment at once, with no upscale delay (a held request is a client waiting):
+`max(1, ceil(held / target_ongoing_items))` replicas within the bounds.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ class Policy:
     target_ongoing_items: int
     upscale_delay_s: float
     downscale_delay_s: float
+    scale_to_zero_delay_s: float = 300.0
 
     @classmethod
     def of(cls, bd: BatchedDeployment) -> Policy | None:
@@ -41,10 +49,25 @@ class Policy:
             target,
             autoscaling.upscale_delay_s,
             autoscaling.downscale_delay_s,
+            autoscaling.scale_to_zero_delay_s,
         )
 
     def bounded(self, replicas: int) -> int:
         return max(self.min_replicas, min(self.max_replicas, replicas))
+
+
+@dataclass(frozen=True)
+class Held:
+    """What the routers hold for one deployment while it has no ready replica, summed over routers."""
+
+    requests: int = 0
+    oldest_s: float = 0.0  # how long the oldest of them has waited
+
+    def __add__(self, other: Held) -> Held:
+        return Held(self.requests + other.requests, max(self.oldest_s, other.oldest_s))
+
+
+NOTHING_HELD = Held()
 
 
 @dataclass(frozen=True)
@@ -70,28 +93,70 @@ class Autoscaler:
     def __init__(self) -> None:
         self._asks: collections.deque[tuple[float, int]] = collections.deque()  # (time, recommended)
         self._since: float | None = None  # first observation: windows shorter than this are incomplete
+        self._idle_since: float | None = None  # since when no item and no held request was seen
 
-    def decide(self, policy: Policy, current: int, load: int, ready: int, now: float) -> Decision:
-        """The count for `load` items over `ready` replicas observed at `now` (seconds, monotonic)."""
-        recommended = policy.bounded(math.ceil(load / policy.target_ongoing_items))
+    def decide(
+        self, policy: Policy, current: int, load: int, ready: int, now: float, held: Held = NOTHING_HELD
+    ) -> Decision:
+        """The count for `load` items over `ready` replicas, and the requests the routers `held`,
+        observed at `now` (seconds, monotonic).
+
+        Held requests count as load: each is at least one item waiting for a replica."""
+        demand = load + held.requests
+        wanted = math.ceil(demand / policy.target_ongoing_items)
+        recommended = policy.bounded(max(1, wanted))  # the windows never ask for zero
         if self._since is None:
             self._since = now
         self._asks.append((now, recommended))
         longest = max(policy.upscale_delay_s, policy.downscale_delay_s)
         while self._asks and self._asks[0][0] < now - longest:
             self._asks.popleft()
+        if demand:
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = now
 
-        seen = f"load {load} item(s) on {ready} ready replica(s), target {policy.target_ongoing_items} each"
         if current != policy.bounded(current):
             bound = "min_replicas" if current < policy.min_replicas else "max_replicas"
             return Decision(policy.bounded(current), recommended, f"{bound} is {policy.bounded(current)}")
+        if current == 0:
+            return self._wake(policy, held)
+        seen = f"load {load} item(s) on {ready} ready replica(s), target {policy.target_ongoing_items} each"
+        if held.requests:
+            seen += f", {held.requests} request(s) held by the routers"
         rise = self._held(now, policy.upscale_delay_s, min)
         if rise is not None and rise > current:
             return Decision(rise, recommended, f"{seen}: {rise} wanted for {policy.upscale_delay_s:g} s")
         fall = self._held(now, policy.downscale_delay_s, max)
         if fall is not None and fall < current:
             return Decision(fall, recommended, f"{seen}: {fall} enough for {policy.downscale_delay_s:g} s")
+        if current == 1 and self._idle_for(now, policy):
+            reason = (
+                f"idle for {policy.scale_to_zero_delay_s:g} s: no item on the replicas, "
+                "no request held by the routers"
+            )
+            return Decision(0, 0, reason)
         return Decision(current, recommended, "")
+
+    def unobserved(self) -> None:
+        """Replicas exist but none answered (starting, loading the model): not a sign of idleness,
+        so the scale-to-zero window starts again once they answer."""
+        self._idle_since = None
+
+    def _wake(self, policy: Policy, held: Held) -> Decision:
+        """At zero only a held request starts a replica, at once: someone is waiting for it."""
+        if not held.requests:
+            return Decision(0, 0, "")
+        replicas = policy.bounded(max(1, math.ceil(held.requests / policy.target_ongoing_items)))
+        reason = f"{held.requests} request(s) held by the routers, the oldest waited {held.oldest_s:.1f} s"
+        return Decision(replicas, replicas, reason)
+
+    def _idle_for(self, now: float, policy: Policy) -> bool:
+        """Whether the last replica may go: min_replicas 0 and idle for the whole delay (never
+        before this autoscaler has watched that long: `_idle_since` is at or after `_since`)."""
+        if policy.min_replicas > 0 or self._idle_since is None:
+            return False
+        return now - self._idle_since >= policy.scale_to_zero_delay_s
 
     def _held(self, now: float, window_s: float, pick: Callable[[Iterable[int]], int]) -> int | None:
         """The lowest (min) or highest (max) ask within the last `window_s`; None until this

@@ -14,7 +14,15 @@ from typing import Any
 import yaml
 
 from batchd.api.manifest import document
-from batchd.api.pod import CONFIG_DIR, CONFIG_KEY, CONFIG_PATH, MANAGED_BY, REPLICA_PORT, RUNTIME_UID
+from batchd.api.pod import (
+    CONFIG_DIR,
+    CONFIG_KEY,
+    CONFIG_PATH,
+    MANAGED_BY,
+    REPLICA_COMPONENT,
+    REPLICA_PORT,
+    RUNTIME_UID,
+)
 from batchd.api.spec import BATCHING_REVISION_ANNOTATION, BatchedDeployment
 from batchd.operator.settings import Settings
 
@@ -36,7 +44,7 @@ def selector_labels(name: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "batchd-replica",
         "app.kubernetes.io/instance": name,
-        "app.kubernetes.io/component": "replica",
+        **REPLICA_COMPONENT,
     }
 
 
@@ -255,14 +263,25 @@ def service(bd: BatchedDeployment) -> Manifest:
 
 
 def service_url(bd: BatchedDeployment, namespace: str, settings: Settings) -> str:
+    """Where clients reach the deployment (`status.url`): the router when it runs (the model name
+    in the path picks the deployment, and a deployment at zero wakes), else its own Service."""
+    if settings.routers_run:
+        return settings.router_url
     return f"http://{bd.metadata.name}.{namespace}.svc.{settings.cluster_domain}:{REPLICA_PORT}"
 
 
 def call_addresses(bd: BatchedDeployment, settings: Settings) -> dict[str, str]:
-    """alias -> the Service URL of the BatchedDeployment it names (`model.calls`), in the caller's
-    namespace. Pod to Service over HTTP, as any client calls a replica: nothing of the API server's
-    is involved (the replicas keep no service account token), so no RBAC is needed."""
+    """alias -> where the BatchedDeployment it names (`model.calls`, in the caller's namespace) is
+    reached. With the router: the router's path for that one deployment, so that every call is
+    balanced across the callee's replicas (a Service balances connections, and a handle keeps its
+    connections) and a callee at zero wakes. Without: the callee's Service. Pod to Service over
+    HTTP, as any client calls a replica: the replicas keep no service account token, no RBAC."""
     namespace = bd.metadata.namespace
+    if settings.routers_run and namespace:
+        return {
+            alias: f"{settings.router_url}/deployments/{namespace}/{name}"
+            for alias, name in bd.spec.model.calls.items()
+        }
     return {
         # Without a namespace (a manifest rendered on its own) the short name, which the pod's DNS
         # search path resolves in its own namespace.

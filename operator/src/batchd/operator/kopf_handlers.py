@@ -24,7 +24,7 @@ import aiohttp
 import kopf
 from prometheus_client import start_http_server
 
-from batchd.api.pod import MANAGED_BY
+from batchd.api.pod import MANAGED_BY, REPLICA_COMPONENT
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.operator.kubeapi import ApiError, KubeApi
 from batchd.operator.reconcile import InvalidSpec, Reconciler, owner_of
@@ -166,7 +166,7 @@ async def track_resource(
     memo.scaling_loop.ensure_running()
 
 
-@kopf.on.event("", "v1", "pods", labels={**MANAGED_BY, "app.kubernetes.io/component": "replica"})
+@kopf.on.event("", "v1", "pods", labels={**MANAGED_BY, **REPLICA_COMPONENT})
 async def track_replica_pod(
     namespace: str | None,
     name: str,

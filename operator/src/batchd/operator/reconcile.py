@@ -160,8 +160,14 @@ class Reconciler:
                 )
             else:
                 outcome, message = "success", ""
+                last_reason = str((old_status.get("autoscaling") or {}).get("last_scale_reason") or "")
                 conditions = status.conditions_from_deployment(
-                    deployment, desired=desired, generation=generation
+                    deployment,
+                    desired=desired,
+                    generation=generation,
+                    zero_reason=status.zero_reason(
+                        bd.spec.autoscaling is not None, self.settings.routers_run, last_reason
+                    ),
                 )
 
         old_status = body.get("status") or {}

@@ -5,7 +5,9 @@ then: records which batching revision the replicas run (`status.batching`, for l
 retuning), and with `spec.autoscaling` asks the autoscaler for a count and applies it: the
 least loaded pods are marked cheapest to delete before a scale-down (the ReplicaSet controller
 removes those first, and they drain like any pod on SIGTERM), the Deployment's replicas change,
-the status says why, and an event records it.
+the status says why, and an event records it. When routers run, the same poll reads what they
+hold (`routers`): a deployment at zero replicas wakes for a held request, and goes to zero only
+when nothing is held for it.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ import kopf
 
 from batchd.api.manifest import ManifestError, parse_manifest
 from batchd.operator import children, status
-from batchd.operator.autoscaler import Autoscaler, Decision, Policy
+from batchd.operator.autoscaler import NOTHING_HELD, Autoscaler, Decision, Held, Policy
 from batchd.operator.kubeapi import ApiError, object_path
 from batchd.operator.metrics import SCALES, forget_load, record_load, record_replicas
 from batchd.operator.reconcile import Reconciler
 from batchd.operator.replicas import DELETION_COST_ANNOTATION, ReplicaLoad, ReplicaPod, read_loads
+from batchd.operator.routers import list_router_pods, read_held
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +49,8 @@ class ScalingLoop:
     autoscalers: dict[Key, Autoscaler] = field(default_factory=dict)
     _loop_task: asyncio.Task[None] | None = None
     _seen_written: dict[Key, float] = field(default_factory=dict)  # when status.autoscaling last was
+    # What the routers held at the last poll; None when some router could not say.
+    held: dict[Key, Held] | None = field(default_factory=dict)
 
     def track(self, namespace: str, name: str, body: dict[str, Any] | None) -> None:
         """A resource as its watch saw it; None once it is deleted."""
@@ -85,22 +90,46 @@ class ScalingLoop:
         interval_s = self.reconciler.settings.replica_poll_interval_s
         while True:
             started = loop.time()
+            self.held = await self._read_routers()
             await asyncio.gather(*(self._poll_logged(key) for key in list(self.resources)))
             await asyncio.sleep(max(0.0, interval_s - (loop.time() - started)))
+
+    async def _read_routers(self) -> dict[Key, Held] | None:
+        """What the routers hold, per deployment: nothing when no router runs, None when they could
+        not all be read (then no deployment counts this poll as idle)."""
+        settings = self.reconciler.settings
+        if not settings.routers_run:
+            return {}
+        try:
+            pods = await list_router_pods(
+                self.reconciler.api, settings.router_namespace, settings.router_selector
+            )
+        except ApiError as error:
+            logger.warning("listing the router pods failed: %s", error)
+            return None
+        return await read_held(self.session, pods, settings.replica_poll_timeout_s)
 
     async def _poll_logged(self, key: Key) -> None:
         body = self.resources.get(key)
         if body is None:
             return
         try:
-            await self.poll(*key, body, list(self.pods.get(key, {}).values()))
+            if self.held is None:
+                self.autoscalers.setdefault(key, Autoscaler()).unobserved()
+            held = (self.held or {}).get(key, NOTHING_HELD)
+            await self.poll(*key, body, list(self.pods.get(key, {}).values()), held)
         except ApiError as error:  # the next poll tries again
             logger.warning("polling %s/%s failed: %s", *key, error)
         except Exception:  # one resource's trouble must not stop the loop for all the others
             logger.exception("polling %s/%s failed", *key)
 
     async def poll(
-        self, namespace: str, name: str, body: Mapping[str, Any], pods: Sequence[ReplicaPod]
+        self,
+        namespace: str,
+        name: str,
+        body: Mapping[str, Any],
+        pods: Sequence[ReplicaPod],
+        held: Held = NOTHING_HELD,
     ) -> Decision | None:
         """Read the replicas once and act on it; returns the autoscaler's decision, if it made one."""
         document = {key: body.get(key) for key in ("apiVersion", "kind", "metadata", "spec")}
@@ -121,11 +150,14 @@ class ScalingLoop:
         policy = Policy.of(bd)
         if policy is None:
             self.autoscalers.pop((namespace, name), None)
-        elif loads:  # no ready replica has said anything: nothing to decide on
+        else:
             current = old.get("desired_replicas")
             if not isinstance(current, int):
                 current = policy.bounded(bd.spec.num_replicas)
-            decision = await self._autoscale(namespace, name, body, current, policy, loads, updates)
+            if loads or held.requests or current == 0:
+                decision = await self._autoscale(namespace, name, body, current, policy, loads, held, updates)
+            else:  # replicas asked for, none has said anything yet: nothing to decide on
+                self.autoscalers.setdefault((namespace, name), Autoscaler()).unobserved()
         if updates:
             async with self.reconciler.locks[(namespace, name)]:
                 await self._patch_status(namespace, name, updates)
@@ -139,12 +171,13 @@ class ScalingLoop:
         current: int,
         policy: Policy,
         loads: list[ReplicaLoad],
+        held: Held,
         updates: dict[str, Any],
     ) -> Decision:
         load = sum(replica.items for replica in loads)
         old = body.get("status") or {}
         autoscaler = self.autoscalers.setdefault((namespace, name), Autoscaler())
-        decision = autoscaler.decide(policy, current, load, len(loads), time.monotonic())
+        decision = autoscaler.decide(policy, current, load, len(loads), time.monotonic(), held)
         record_load(namespace, name, load, decision.recommended)
 
         seen = {
@@ -152,6 +185,7 @@ class ScalingLoop:
             "ready_replicas": len(loads),
             "target_ongoing_items": policy.target_ongoing_items,
             "recommended_replicas": decision.recommended,
+            "held_requests": held.requests,
         }
         before = old.get("autoscaling") or {}
         key = (namespace, name)
@@ -186,7 +220,7 @@ class ScalingLoop:
         kopf.event(
             cast(kopf.Body, body),
             type="Normal",
-            reason="ScaledUp" if direction == "up" else "ScaledDown",
+            reason=scale_event_reason(current, decision.replicas),
             message=f"{current} -> {decision.replicas} replicas: {decision.reason}",
         )
         return decision
@@ -208,3 +242,12 @@ class ScalingLoop:
         await self.reconciler.api.merge_patch(
             self.reconciler.parent_path(namespace, name, "status"), {"status": updates}
         )
+
+
+def scale_event_reason(current: int, replicas: int) -> str:
+    """The event's reason: going to or coming back from zero are told apart from other scales."""
+    if replicas == 0:
+        return "ScaledToZero"
+    if current == 0:
+        return "ScaledFromZero"
+    return "ScaledUp" if replicas > current else "ScaledDown"

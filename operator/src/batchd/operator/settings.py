@@ -13,7 +13,7 @@ from pydantic_settings import NoDecode
 
 from batchd.api import __version__
 from batchd.api.environment import EnvironmentSettings
-from batchd.api.pod import REPLICA_IMAGE
+from batchd.api.pod import REPLICA_IMAGE, ROUTER_COMPONENT
 
 Port = Annotated[int, Field(ge=0, le=65535)]
 
@@ -48,6 +48,15 @@ class Settings(EnvironmentSettings):
     # at once): the status is for people and events, the metrics carry every poll, and 500
     # resources writing at every poll would be 100 API (etcd) writes a second.
     autoscaling_status_interval_s: PositiveFloat = 30.0
+    # The routers in front of the replicas (the chart's router Deployment), if they run: the
+    # Service URL clients and composing replicas call ("" = no router: status.url and model.calls
+    # name each deployment's own Service, and nothing wakes a deployment at zero replicas).
+    router_url: str = ""
+    # The namespace of the router pods, whose GET /held the scaling loop reads at every poll.
+    router_namespace: str = ""
+    # The label selector of the router pods in `router_namespace` (the chart's release adds its
+    # instance label, so that two releases never read each other's routers).
+    router_selector: str = ",".join(f"{key}={value}" for key, value in ROUTER_COMPONENT.items())
     # A directory that hf:// sources resolve to inside replicas (offline clusters); "" = the hub.
     model_mirror: str = ""
     # The cluster's DNS suffix, for the status URL.
@@ -56,6 +65,15 @@ class Settings(EnvironmentSettings):
     peering_name: str = ""
     # Where the kubeconfig is when running outside a cluster ("" = in-cluster service account).
     kubeconfig: str = Field(default="", validation_alias="KUBECONFIG", repr=False)
+
+    @property
+    def routers_run(self) -> bool:
+        return bool(self.router_url)
+
+    @field_validator("router_url")
+    @classmethod
+    def _no_trailing_slash(cls, value: str) -> str:
+        return value.rstrip("/")
 
     @field_validator("namespaces", mode="before")
     @classmethod

@@ -51,9 +51,14 @@ def _deployment_condition(deployment: dict[str, Any], type_: str) -> dict[str, A
 
 
 def conditions_from_deployment(
-    deployment: dict[str, Any] | None, *, desired: int, generation: int
+    deployment: dict[str, Any] | None,
+    *,
+    desired: int,
+    generation: int,
+    zero_reason: str = "num_replicas is 0",
 ) -> list[Condition]:
-    """Ready / Progressing / Degraded as a user reads them, from what the Deployment reports."""
+    """Ready / Progressing / Degraded as a user reads them, from what the Deployment reports;
+    `zero_reason` says why `desired` is 0."""
     if deployment is None:
         return [
             _condition("Ready", False, "DeploymentMissing", "the Deployment does not exist yet", generation),
@@ -71,7 +76,7 @@ def conditions_from_deployment(
     )
 
     if desired == 0:
-        ready_condition = _condition("Ready", False, "ScaledToZero", "num_replicas is 0", generation)
+        ready_condition = _condition("Ready", False, "ScaledToZero", zero_reason, generation)
     elif ready >= desired:
         ready_condition = _condition(
             "Ready", True, "AllReplicasReady", f"{ready}/{desired} replicas ready", generation
@@ -230,3 +235,15 @@ def build_status(
             "conditions": merge_conditions(old.get("conditions", []), conditions, now),
         }
     )
+
+
+def zero_reason(autoscaling: bool, routers_run: bool, last_scale_reason: str) -> str:
+    """Why a deployment has no replica, and what brings one back, for the Ready condition."""
+    if not autoscaling:
+        return "num_replicas is 0"
+    wake = (
+        "a request through the router starts a replica"
+        if routers_run
+        else "no router runs to hold requests: raise autoscaling.min_replicas to serve"
+    )
+    return f"scaled to zero ({last_scale_reason or 'min_replicas is 0'}); {wake}"
