@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 import socket
 import struct
 import threading
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,7 +21,7 @@ import pytest
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.testing.apiserver import ApiServer, selects
 from batchd.testing.manifests import manifest
-from batchd.testing.operator_runner import api_server
+from batchd.testing.operator_runner import api_server, eventually
 from batchd.testing.servers import ServerProcess, start_router, uvicorn_in_thread
 
 T = TypeVar("T")
@@ -84,21 +82,7 @@ class StandIn:
         self.server = server
         self.tmp_path = tmp_path
 
-    @staticmethod
-    async def eventually(
-        probe: Callable[[], T | Awaitable[T]], *, timeout_s: float = 15.0, what: str = "the condition"
-    ) -> T:
-        """Poll `probe` (plain or async) until it returns something truthy, in the test's loop so
-        that the emulator keeps serving meanwhile; fail after `timeout_s` saying what was awaited."""
-        deadline = time.monotonic() + timeout_s
-        last: Any = None
-        while time.monotonic() < deadline:
-            result = probe()
-            last = await result if inspect.isawaitable(result) else result
-            if last:
-                return last  # type: ignore[no-any-return]
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last seen: {last!r}")
+    eventually = staticmethod(eventually)
 
     @asynccontextmanager
     async def router(self, **settings: Any) -> AsyncIterator[ServerProcess]:

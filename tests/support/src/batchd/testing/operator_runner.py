@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,14 +33,18 @@ T = TypeVar("T")
 CR_PATH = "/apis/serving.batchd.dev/v1alpha1/namespaces/{ns}/batcheddeployments"
 
 
-async def eventually(probe: Callable[[], T], *, timeout_s: float = 15.0, what: str = "the condition") -> T:
-    """Poll `probe` until it returns something truthy; fail after `timeout_s` saying what was awaited."""
+async def eventually(
+    probe: Callable[[], T | Awaitable[T]], *, timeout_s: float = 15.0, what: str = "the condition"
+) -> T:
+    """Poll `probe` (plain or async) until it returns something truthy, in the test's loop so that
+    the emulator keeps serving meanwhile; fail after `timeout_s` saying what was awaited."""
     deadline = time.monotonic() + timeout_s
-    last: T | None = None
+    last: Any = None
     while time.monotonic() < deadline:
-        last = probe()
+        result = probe()
+        last = await result if inspect.isawaitable(result) else result
         if last:
-            return last
+            return last  # type: ignore[no-any-return]
         await asyncio.sleep(0.02)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last seen: {last!r}")
 
