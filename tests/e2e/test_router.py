@@ -322,7 +322,7 @@ async def test_requests_held_at_zero_replicas_wake_the_deployment_and_go_to_its_
         "min_replicas": 0,
         "max_replicas": 2,
         "target_ongoing_items": 4,
-        "scale_to_zero_delay_s": 1,
+        "scale_to_zero_delay_s": 60,
     }
     async with stack(tmp_path, **router_settings) as env, aiohttp.ClientSession() as client:
         await router_pod(env)

@@ -21,7 +21,7 @@ import pytest
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.testing.apiserver import ApiServer, selects
 from batchd.testing.manifests import manifest
-from batchd.testing.operator_runner import api_server, eventually
+from batchd.testing.operator_runner import api_server, call, eventually
 from batchd.testing.servers import ServerProcess, start_router, uvicorn_in_thread
 
 T = TypeVar("T")
@@ -98,15 +98,7 @@ class StandIn:
     async def _call(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json"
     ) -> Any:
-        response = await self.server.request(
-            method,
-            path,
-            data=json.dumps(body) if body is not None else None,
-            headers={"Content-Type": content_type},
-        )
-        document = await response.json()
-        assert 200 <= response.status < 300, document
-        return document
+        return await call(self.server, method, path, body, content_type)
 
     async def create_deployment(
         self, name: str, *, model: str | None = None, namespace: str = "default"

@@ -21,7 +21,7 @@ from batchd.testing.endpointslices import (
     desired_slices,
     slice_changes,
 )
-from batchd.testing.operator_runner import api_server, eventually
+from batchd.testing.operator_runner import api_server, call, eventually
 
 NS = "default"
 SERVICE_LABELS = {"app.kubernetes.io/name": "batchd-replica", "app.kubernetes.io/instance": "adder"}
@@ -124,16 +124,9 @@ def test_a_slice_with_the_same_ports_is_changed_in_place_and_leftovers_go() -> N
 
 
 async def _call(server: ApiServer, method: str, path: str, body: Any = None, patch: bool = False) -> Any:
-    content_type = "application/json-patch+json" if patch else "application/json"
-    response = await server.request(
-        method,
-        path,
-        data=json.dumps(body) if body is not None else None,
-        headers={"Content-Type": content_type},
+    return await call(
+        server, method, path, body, "application/json-patch+json" if patch else "application/json"
     )
-    document = await response.json()
-    assert 200 <= response.status < 300, document
-    return document
 
 
 def _slices(server: ApiServer) -> list[dict[str, Any]]:

@@ -168,6 +168,21 @@ def _watches(server: ApiServer) -> int:
     return sum(1 for call in server.calls if call == ("serving.batchd.dev", "batcheddeployments", "watch"))
 
 
+async def call(
+    server: ApiServer, method: str, path: str, body: Any = None, content_type: str = "application/json"
+) -> Any:
+    """One request as the test's own client; the answer's document, which must be a success."""
+    response = await server.request(
+        method,
+        path,
+        data=json.dumps(body) if body is not None else None,
+        headers={"Content-Type": content_type},
+    )
+    document = await response.json()
+    assert 200 <= response.status < 300, document
+    return document
+
+
 async def create(server: ApiServer, document: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
     response = await server.post(CR_PATH.format(ns=namespace), json=document)
     body: dict[str, Any] = await response.json()
