@@ -78,11 +78,11 @@ class StandIn:
     slice = staticmethod(endpoint_slice)
     selects = staticmethod(selects)
 
+    eventually = staticmethod(eventually)
+
     def __init__(self, server: ApiServer, tmp_path: Path) -> None:
         self.server = server
         self.tmp_path = tmp_path
-
-    eventually = staticmethod(eventually)
 
     @asynccontextmanager
     async def router(self, **settings: Any) -> AsyncIterator[ServerProcess]:
