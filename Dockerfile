@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
-# Two images from one file; `make images` builds both with the version from VERSION:
+# Three images from one file; `make images` builds them with the version from VERSION:
 #   docker build --target operator --build-arg VERSION=$(cat VERSION) -t ghcr.io/batchd/batchd-operator:$(cat VERSION) .
 #   docker build --target replica  --build-arg VERSION=$(cat VERSION) -t ghcr.io/batchd/batchd-replica:$(cat VERSION) .
+#   docker build --target router   --build-arg VERSION=$(cat VERSION) -t ghcr.io/batchd/batchd-router:$(cat VERSION) .
 # A CPU-only replica (about a fifth of the size): add --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
@@ -26,7 +27,8 @@ COPY VERSION ./
 COPY api api
 COPY operator operator
 COPY replica replica
-RUN pip wheel --no-deps --wheel-dir /wheels ./api ./operator ./replica
+COPY router router
+RUN pip wheel --no-deps --wheel-dir /wheels ./api ./operator ./replica ./router
 
 # The spec and the operator: no torch, no FastAPI.
 FROM base AS operator
@@ -57,3 +59,13 @@ USER 10001:10001
 EXPOSE 8000
 ENTRYPOINT ["batchd"]
 CMD ["serve", "/etc/batchd/manifest.yaml", "--host", "0.0.0.0", "--port", "8000"]
+
+# The spec and the router: no torch, no FastAPI (uvicorn serves its plain ASGI app).
+FROM base AS router
+LABEL org.opencontainers.image.title="batchd-router" \
+      org.opencontainers.image.description="Request router: picks a replica per request by load, holds requests at zero"
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir /wheels/batchd_api-*.whl /wheels/batchd_router-*.whl
+USER 10001:10001
+EXPOSE 8080
+ENTRYPOINT ["batchd-router"]

@@ -8,16 +8,37 @@ from __future__ import annotations
 
 import re
 from importlib.metadata import version
+from typing import Any
 
+import pytest
 import yaml
 
 from batchd.api import __version__
-from batchd.api.pod import MANAGED_BY, OPERATOR_IMAGE, REPLICA_IMAGE, REPLICA_PORT, RUNTIME_UID
+from batchd.api.pod import (
+    MANAGED_BY,
+    OPERATOR_IMAGE,
+    REPLICA_COMPONENT,
+    REPLICA_IMAGE,
+    REPLICA_PORT,
+    ROUTER_COMPONENT,
+    ROUTER_IMAGE,
+    ROUTER_PORT,
+    RUNTIME_UID,
+)
+from batchd.operator import children
 from batchd.operator.settings import Settings
+from batchd.router.settings import RouterSettings
 from batchd.testing import ROOT
 from batchd.testing.helm import CHART, only, render
 
-PROJECTS = ("batchd-api", "batchd-operator", "batchd-replica", "batchd-testing", "batchd-bench")
+PROJECTS = (
+    "batchd-api",
+    "batchd-operator",
+    "batchd-replica",
+    "batchd-router",
+    "batchd-testing",
+    "batchd-bench",
+)
 
 
 def test_one_version_everywhere() -> None:
@@ -31,7 +52,7 @@ def test_one_version_everywhere() -> None:
 
 def test_the_chart_runs_the_images_and_user_the_operator_expects() -> None:
     objects = render({"monitoring": {"enabled": True}})
-    pod = only(objects, "Deployment")["spec"]["template"]["spec"]
+    pod = component(objects, "Deployment", "operator")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     env = {item["name"]: item["value"] for item in container["env"]}
     assert container["image"] == f"{OPERATOR_IMAGE}:{__version__}"
@@ -40,6 +61,55 @@ def test_the_chart_runs_the_images_and_user_the_operator_expects() -> None:
     monitor = only(objects, "PodMonitor")["spec"]
     assert MANAGED_BY.items() <= monitor["selector"]["matchLabels"].items()
     assert monitor["podMetricsEndpoints"][0]["port"] == "http"
+
+
+def component(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return only(
+        [o for o in objects if o["metadata"]["labels"].get("app.kubernetes.io/component") == name], kind
+    )
+
+
+def test_chart_operator_router_and_dockerfile_agree_on_the_routers_port_image_and_labels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    objects = render({"monitoring": {"enabled": True}})
+    router = component(objects, "Deployment", "router")
+    pod = router["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    assert container["image"] == f"{ROUTER_IMAGE}:{__version__}"
+    assert {port["name"]: port["containerPort"] for port in container["ports"]} == {"http": ROUTER_PORT}
+    assert ROUTER_COMPONENT.items() <= pod["metadata"]["labels"].items()
+    assert RouterSettings().port == ROUTER_PORT
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["BATCHD_PORT"] == str(ROUTER_PORT)
+    # The operator finds these very pods, in this namespace, and tells clients this Service.
+    operator_env = {
+        item["name"]: item["value"]
+        for item in component(objects, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
+    }
+    for variable, value in operator_env.items():
+        monkeypatch.setenv(variable, value)
+    settings = Settings.from_env()
+    wanted = dict(term.split("=", 1) for term in settings.router_selector.split(","))
+    assert wanted.items() <= pod["metadata"]["labels"].items()
+    assert ROUTER_COMPONENT.items() <= wanted.items()
+    service = component(objects, "Service", "router")
+    assert (
+        settings.router_url == f"http://{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    )
+    assert settings.router_namespace == router["metadata"]["namespace"]
+    assert service["spec"]["ports"][0] == {
+        "name": "http",
+        "port": 80,
+        "targetPort": "http",
+        "protocol": "TCP",
+    }
+    # The router's EndpointSlice watch selects the replicas by the operator's component label.
+    assert REPLICA_COMPONENT.items() <= children.selector_labels("any").items()
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert f"EXPOSE {ROUTER_PORT}" in dockerfile.split("AS router", 1)[1]
 
 
 def test_the_dockerfile_agrees_on_user_and_port() -> None:

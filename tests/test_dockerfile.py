@@ -14,12 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from batchd.api.pod import CONFIG_PATH, REPLICA_PORT, RUNTIME_UID
+from batchd.api.pod import CONFIG_PATH, REPLICA_PORT, ROUTER_PORT, RUNTIME_UID
 from batchd.testing import ROOT
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 # What must never reach the operator image, directly or through the projects it installs.
 MODEL_STACK = ("torch", "transformers", "fastapi", "uvicorn")
+# What must never reach the router image: it serves a plain ASGI app with uvicorn.
+ROUTER_FORBIDDEN = ("torch", "transformers", "fastapi", "kopf")
 
 
 def stage(name: str) -> str:
@@ -37,7 +39,7 @@ def test_hadolint_finds_nothing() -> None:
     assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("target", ["operator", "replica"])
+@pytest.mark.parametrize("target", ["operator", "replica", "router"])
 def test_each_target_runs_as_the_non_root_user_the_pods_expect(target: str) -> None:
     text = stage(target)
     assert f"USER {RUNTIME_UID}:{RUNTIME_UID}" in text
@@ -47,9 +49,10 @@ def test_each_target_runs_as_the_non_root_user_the_pods_expect(target: str) -> N
 
 def test_only_shipped_projects_enter_the_build() -> None:
     copied = re.findall(r"^COPY (\S+) ", stage("build"), re.MULTILINE)
-    assert copied == ["VERSION", "api", "operator", "replica"]
+    assert copied == ["VERSION", "api", "operator", "replica", "router"]
     assert "/wheels/batchd_api-*.whl /wheels/batchd_operator-*.whl" in stage("operator")
     assert "/wheels/batchd_api-*.whl /wheels/batchd_replica-*.whl" in stage("replica")
+    assert "/wheels/batchd_api-*.whl /wheels/batchd_router-*.whl" in stage("router")
     assert "bench" not in DOCKERFILE.replace("benchmarks", "") and "tests" not in stage("build")
 
 
@@ -57,6 +60,18 @@ def test_only_shipped_projects_enter_the_build() -> None:
 def test_the_operator_image_carries_no_model_stack(project: str) -> None:
     dependencies = [re.split(r"[\s\[=<>;]", dependency)[0] for dependency in requires(project) or []]
     assert not [name for name in dependencies if name in MODEL_STACK], dependencies
+
+
+@pytest.mark.parametrize("project", ["batchd-api", "batchd-router"])
+def test_the_router_image_carries_no_model_stack(project: str) -> None:
+    dependencies = [re.split(r"[\s\[=<>;]", dependency)[0] for dependency in requires(project) or []]
+    assert not [name for name in dependencies if name in ROUTER_FORBIDDEN], dependencies
+
+
+def test_the_router_image_runs_the_router_on_its_port() -> None:
+    text = stage("router")
+    assert 'ENTRYPOINT ["batchd-router"]' in text
+    assert f"EXPOSE {ROUTER_PORT}" in text
 
 
 def test_the_replica_image_runs_what_the_operator_asks_of_it() -> None:
@@ -81,6 +96,7 @@ def test_the_wheels_the_images_install_build_and_hold_their_modules(tmp_path: Pa
             "./api",
             "./operator",
             "./replica",
+            "./router",
         ],
         cwd=ROOT,
         check=True,
@@ -92,10 +108,11 @@ def test_the_wheels_the_images_install_build_and_hold_their_modules(tmp_path: Pa
         f"batchd_api-{version}-py3-none-any.whl": "batchd/api/spec.py",
         f"batchd_operator-{version}-py3-none-any.whl": "batchd/operator/kopf_handlers.py",
         f"batchd_replica-{version}-py3-none-any.whl": "batchd/replica/cli.py",
+        f"batchd_router-{version}-py3-none-any.whl": "batchd/router/cli.py",
     }
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(expected)
     for wheel, module in expected.items():
         names = zipfile.ZipFile(tmp_path / wheel).namelist()
         assert module in names
-        # A namespace package: no project owns batchd/__init__.py, so the three install side by side.
+        # A namespace package: no project owns batchd/__init__.py, so they install side by side.
         assert "batchd/__init__.py" not in names

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from batchd.testing import ROOT
 
-COMPONENTS = ("api", "operator", "replica", "bench", "tests/support")
+COMPONENTS = ("api", "operator", "replica", "router", "bench", "tests/support")
 
 
 def test_the_standard_librarys_operator_is_importable_from_the_repository_root() -> None:

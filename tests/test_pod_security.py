@@ -9,7 +9,7 @@ from batchd.api.manifest import load_manifest, parse_manifest
 from batchd.operator import children
 from batchd.operator.settings import Settings
 from batchd.testing import ROOT
-from batchd.testing.helm import SCENARIOS, only, render
+from batchd.testing.helm import SCENARIOS, render
 from batchd.testing.manifests import manifest
 from batchd.testing.pod_security import restricted_violations
 
@@ -36,9 +36,13 @@ def test_replica_pods_are_restricted(name: str) -> None:
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_the_operator_pod_is_restricted(scenario: str) -> None:
-    template = only(render(SCENARIOS[scenario]), "Deployment")["spec"]["template"]
-    assert restricted_violations(template["spec"], template["metadata"]) == []
+def test_the_operator_and_router_pods_are_restricted(scenario: str) -> None:
+    deployments = [o for o in render(SCENARIOS[scenario]) if o["kind"] == "Deployment"]
+    components = sorted(d["metadata"]["labels"]["app.kubernetes.io/component"] for d in deployments)
+    assert components == ["operator", "router"]
+    for deployment in deployments:
+        template = deployment["spec"]["template"]
+        assert restricted_violations(template["spec"], template["metadata"]) == []
 
 
 def test_the_checker_refuses_what_the_standard_refuses() -> None:

@@ -47,8 +47,12 @@ def kinds(objects: list[dict[str, Any]]) -> list[str]:
 
 
 def pod_annotations(objects: list[dict[str, Any]]) -> dict[str, str]:
-    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
-    return deployment["spec"]["template"]["metadata"].get("annotations") or {}
+    """The pod annotations of the operator and the router, which agree on scraping."""
+    deployments = [o for o in objects if o["kind"] == "Deployment"]
+    assert len(deployments) == 2
+    annotations = [d["spec"]["template"]["metadata"].get("annotations") or {} for d in deployments]
+    assert annotations[0].get("prometheus.io/scrape") == annotations[1].get("prometheus.io/scrape")
+    return dict(annotations[0])
 
 
 def test_the_renderer_really_receives_the_api_versions() -> None:

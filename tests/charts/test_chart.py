@@ -20,6 +20,13 @@ from batchd.testing.apiserver import KUBERNETES_VERSIONS
 PROMETHEUS_OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor"}
 
 
+def operator(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """The one object of `kind` that belongs to the operator (the router has its own)."""
+    return only(
+        [o for o in objects if o["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"], kind
+    )
+
+
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_the_chart_lints_clean_in_strict_mode(scenario: str) -> None:
     report = helm.lint(str(CHART), SCENARIOS[scenario], strict=True)
@@ -41,10 +48,12 @@ def test_every_rendered_object_is_valid_kubernetes(scenario: str, version: str) 
 def test_defaults_install_cluster_wide_with_the_dockerfiles_images(monkeypatch: pytest.MonkeyPatch) -> None:
     objects = render()
     kinds = sorted(o["kind"] for o in objects)
+    # The operator's and the router's own of each, the dashboard, and the router's disruption budget.
     assert kinds == sorted(
-        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Service", "ServiceAccount"]
+        ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"] * 2
+        + ["ConfigMap", "PodDisruptionBudget"]
     )
-    container = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    container = operator(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     env = {item["name"]: item["value"] for item in container["env"]}
     assert container["image"] == "ghcr.io/batchd/batchd-operator:0.1.0"
     assert env["BATCHD_REPLICA_IMAGE"] == Settings().replica_image == "ghcr.io/batchd/batchd-replica:0.1.0"
@@ -57,7 +66,7 @@ def test_defaults_install_cluster_wide_with_the_dockerfiles_images(monkeypatch: 
 
 
 def test_the_operator_pod_is_hardened_and_probed() -> None:
-    pod = only(render(), "Deployment")["spec"]["template"]["spec"]
+    pod = operator(render(), "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -75,13 +84,13 @@ def test_watching_listed_namespaces_grants_nothing_cluster_wide(monkeypatch: pyt
     objects = render(SCENARIOS["namespaced-values"])
     kinds = [o["kind"] for o in objects]
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
-    roles = [o for o in objects if o["kind"] == "Role"]
+    roles = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "batchd"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     bindings = [o for o in objects if o["kind"] == "RoleBinding"]
     assert all(b["subjects"][0]["namespace"] == "batchd-system" for b in bindings)
     env = {
         e["name"]: e["value"]
-        for e in only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+        for e in operator(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     for variable, value in env.items():
         monkeypatch.setenv(variable, value)
@@ -89,14 +98,14 @@ def test_watching_listed_namespaces_grants_nothing_cluster_wide(monkeypatch: pyt
 
 
 def test_monitors_replace_scrape_annotations_and_select_the_replica_pods() -> None:
-    plain = only(render(), "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    plain = operator(render(), "Deployment")["spec"]["template"]["metadata"]["annotations"]
     assert plain["prometheus.io/scrape"] == "true" and plain["prometheus.io/port"] == "9090"
 
     objects = render(SCENARIOS["monitoring-values"])
-    annotations = only(objects, "Deployment")["spec"]["template"]["metadata"].get("annotations") or {}
+    annotations = operator(objects, "Deployment")["spec"]["template"]["metadata"].get("annotations") or {}
     assert "prometheus.io/scrape" not in annotations
-    service_monitor = only(objects, "ServiceMonitor")
-    service = only(objects, "Service")
+    service_monitor = operator(objects, "ServiceMonitor")
+    service = operator(objects, "Service")
     assert service_monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     pod_monitor = only(objects, "PodMonitor")
@@ -118,7 +127,7 @@ def test_the_dashboard_configmap_is_the_dashboard_file() -> None:
 
 def test_custom_values_reach_the_operator() -> None:
     values = SCENARIOS["custom-values"]
-    pod = only(render(values), "Deployment")["spec"]["template"]["spec"]
+    pod = operator(render(values), "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert container["image"] == "registry.example.com/ml/batchd-operator:0.1.0-rc1"
@@ -141,6 +150,11 @@ def test_custom_values_reach_the_operator() -> None:
         ({"healthPort": 0}, "healthPort"),
         ({"monitoring": {"interval": "soon"}}, "interval"),
         ({"serviceAccount": {"create": "true"}}, "create"),
+        ({"router": {"replicas": 2}}, "replicas"),
+        ({"router": {"replicaCount": 0}}, "replicaCount"),
+        ({"router": {"hold": {"timeoutSeconds": 0}}}, "timeoutSeconds"),
+        ({"router": {"hold": {"maxPerDeployment": "many"}}}, "maxPerDeployment"),
+        ({"router": {"enabled": "yes"}}, "enabled"),
     ],
 )
 def test_the_values_schema_refuses_bad_values_naming_them(values: dict[str, Any], named: str) -> None:
@@ -189,7 +203,9 @@ def test_every_value_is_commented_described_and_in_the_chart_readme() -> None:
             assert f"`{key}`" in readme, f"README.md does not name {key}"
         leaf = key.rsplit(".", 1)[-1]
         (index,) = [
-            i for i, line in enumerate(lines) if line.lstrip().startswith(f"{leaf}:") and _depth(lines, i) == key
+            i
+            for i, line in enumerate(lines)
+            if line.lstrip().startswith(f"{leaf}:") and _depth(lines, i) == key
         ]
         assert lines[index - 1].lstrip().startswith("#"), f"values.yaml: {key} has no comment"
 
@@ -209,9 +225,10 @@ def _depth(lines: list[str], index: int) -> str:
 
 def test_full_name_override_names_every_operator_resource() -> None:
     objects = render({"fullnameOverride": "inference-operator"})
-    names = {o["kind"]: o["metadata"]["name"] for o in objects if o["kind"] != "ConfigMap"}
-    assert all(name.startswith("inference-operator") for name in names.values()), names
-    assert names["Deployment"] == names["ServiceAccount"] == "inference-operator"
+    names = {(o["kind"], o["metadata"]["name"]) for o in objects if o["kind"] != "ConfigMap"}
+    assert all(name.startswith("inference-operator") for _, name in names), names
+    assert {("Deployment", "inference-operator"), ("ServiceAccount", "inference-operator")} <= names
+    assert ("Deployment", "inference-operator-router") in names
 
 
 def test_the_chart_icon_exists_where_chart_yaml_points() -> None:

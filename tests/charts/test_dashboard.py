@@ -80,7 +80,11 @@ def has_data(series: Series) -> bool:
 @pytest.fixture
 def generator(tmp_path: Path) -> Iterator[ServerProcess]:
     """A tiny GPT-2 replica (token-level batching), loading while the cluster comes up."""
-    gpt2 = {"task": "text-generation", "source": f"file://{build_gpt2(tmp_path / 'tiny-gpt2')}", "device": "cpu"}
+    gpt2 = {
+        "task": "text-generation",
+        "source": f"file://{build_gpt2(tmp_path / 'tiny-gpt2')}",
+        "device": "cpu",
+    }
     document = manifest("gpt2", gpt2, batching={"max_batch_size": 4})
     process = start_replica(write_manifest(tmp_path / "gpt2", document), tmp_path / "gpt2")
     try:
@@ -105,11 +109,17 @@ async def test_every_panel_returns_data_from_a_replica_under_load(
         await create(server, manifest("adder", autoscaling={"max_replicas": 2}, batching=batching))
         (url,) = await eventually(lambda: cluster.endpoints("adder"), timeout_s=60, what="a ready replica")
         await eventually(
-            lambda: "batchd_operator_replica_load{" in httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text,
+            lambda: (
+                "batchd_operator_replica_load{" in httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
+            ),
             what="the operator to export the load it read",
         )
         await asyncio.to_thread(generator.wait_ready, 180)
-        targets = [url.removeprefix("http://"), f"127.0.0.1:{metrics_port}", generator.url.removeprefix("http://")]
+        targets = [
+            url.removeprefix("http://"),
+            f"127.0.0.1:{metrics_port}",
+            generator.url.removeprefix("http://"),
+        ]
         with prometheus(targets, tmp_path / "prometheus") as prom:
             body = {"text_input": "Once upon a time", "parameters": {"max_tokens": 16}}
             async with (
@@ -118,7 +128,10 @@ async def test_every_panel_returns_data_from_a_replica_under_load(
             ):
                 for _ in range(3):  # a few bursts, so rates span more than one scrape
                     await asyncio.gather(
-                        *(client.post("/v1/models/adder:predict", json={"instances": [n]}) for n in range(24)),
+                        *(
+                            client.post("/v1/models/adder:predict", json={"instances": [n]})
+                            for n in range(24)
+                        ),
                         *(text.post("/v2/models/gpt2/generate", json=body) for _ in range(6)),
                     )
             empty: list[Any] = []

@@ -40,6 +40,16 @@ class Standin:
     held_reads: list[float] = field(default_factory=list)  # when each GET /held came
     port: int = 0
 
+    async def polled_for(self, seconds: float) -> None:
+        """Wait (bounded) until the operator's reads of /held from now on span `seconds`."""
+        since = len(self.held_reads)
+        await eventually(
+            lambda: (
+                len(self.held_reads) > since + 1 and self.held_reads[-1] - self.held_reads[since] > seconds
+            ),
+            what=f"reads of /held over {seconds} s",
+        )
+
     async def serve_held(self, _: aiohttp.web.Request) -> aiohttp.web.Response:
         self.held_reads.append(time.monotonic())
         if self.held_status != 200:
@@ -103,6 +113,16 @@ def ready_condition(server: ApiServer, name: str) -> dict[str, Any]:
     return {}
 
 
+async def scaled_to_zero(server: ApiServer, name: str) -> dict[str, Any]:
+    """The Ready condition, once it says the deployment is at zero (bounded wait)."""
+    return await eventually(
+        lambda: (
+            ready_condition(server, name).get("reason") == "ScaledToZero" and ready_condition(server, name)
+        ),
+        what=f"{name}: Ready=False ScaledToZero",
+    )
+
+
 def to_zero(name: str, **autoscaling: Any) -> dict[str, Any]:
     spec = {"min_replicas": 0, "max_replicas": 3, "target_ongoing_items": 4, "scale_to_zero_delay_s": DELAY_S}
     return manifest(name, {"handler": "m:C"}, autoscaling={**spec, **autoscaling})
@@ -135,21 +155,20 @@ async def test_an_idle_deployment_goes_to_zero_after_the_delay_and_a_held_reques
         await eventually(lambda: replicas(server, "idle") == 0, what="scaled to zero")
         assert time.monotonic() - since >= DELAY_S  # idle for the whole delay first
         # Kopf posts events in the background: wait for it, bounded.
-        (message,) = await eventually(lambda: events(server, "ScaledToZero"), what="the ScaledToZero event")
-        assert (
-            message
-            == "1 -> 0 replicas: idle for 1 s: no item on the replicas, no request held by the routers"
+        # Two events: the scale, and the Ready condition's transition.
+        said = await eventually(
+            lambda: len(events(server, "ScaledToZero")) == 2 and events(server, "ScaledToZero"),
+            what="the ScaledToZero events",
         )
+        assert sorted(said) == [
+            "1 -> 0 replicas: idle for 1 s: no item on the replicas, no request held by the routers",
+            "Ready=False: scaled to zero (idle for 1 s: no item on the replicas, no request held by the "
+            "routers); a request through the router starts a replica",
+        ]
         resource = server.get_object("serving.batchd.dev/batcheddeployments", NS, "idle") or {}
         assert resource["status"]["url"] == ROUTER_URL
         assert resource["status"]["autoscaling"]["last_scale_reason"].startswith("idle for 1 s")
-        condition = await eventually(
-            lambda: (
-                ready_condition(server, "idle").get("reason") == "ScaledToZero"
-                and ready_condition(server, "idle")
-            ),
-            what="Ready=False ScaledToZero",
-        )
+        condition = await scaled_to_zero(server, "idle")
         assert "a request through the router starts a replica" in condition["message"]
 
         # The ReplicaSet removes the pod; then six requests arrive at the router and wait.
@@ -174,15 +193,8 @@ async def test_requests_held_for_a_deployment_keep_it_from_going_to_zero(tmp_pat
         ]
         await create(server, to_zero("busy"))
         await ready_pod(server, NS, "busy-1", children.labels("busy"), fake.port)
-        since = len(fake.held_reads)
         # Polls spanning twice the delay, all seeing a held request: still one replica.
-        await eventually(
-            lambda: (
-                len(fake.held_reads) > since + 1
-                and fake.held_reads[-1] - fake.held_reads[since] > 2 * DELAY_S
-            ),
-            what="polls over twice the delay",
-        )
+        await fake.polled_for(2 * DELAY_S)
         assert replicas(server, "busy") == 1 and not events(server, "ScaledToZero")
         fake.held = []
         await eventually(lambda: replicas(server, "busy") == 0, what="scaled to zero once nothing is held")
@@ -193,14 +205,7 @@ async def test_a_router_that_cannot_say_what_it_holds_keeps_the_last_replica(tmp
         fake.held_status = 500
         await create(server, to_zero("unsure"))
         await ready_pod(server, NS, "unsure-1", children.labels("unsure"), fake.port)
-        since = len(fake.held_reads)
-        await eventually(
-            lambda: (
-                len(fake.held_reads) > since + 1
-                and fake.held_reads[-1] - fake.held_reads[since] > 2 * DELAY_S
-            ),
-            what="polls over twice the delay",
-        )
+        await fake.polled_for(2 * DELAY_S)
         assert replicas(server, "unsure") == 1
         fake.held_status = 200
         await eventually(
@@ -218,13 +223,7 @@ async def test_without_a_router_nothing_wakes_so_the_status_says_to_raise_min_re
                 "cold", {"handler": "m:C"}, num_replicas=0, autoscaling={"min_replicas": 0, "max_replicas": 2}
             ),
         )
-        condition = await eventually(
-            lambda: (
-                ready_condition(server, "cold").get("reason") == "ScaledToZero"
-                and ready_condition(server, "cold")
-            ),
-            what="Ready=False ScaledToZero",
-        )
+        condition = await scaled_to_zero(server, "cold")
         assert "no router runs to hold requests" in condition["message"]
         resource = server.get_object("serving.batchd.dev/batcheddeployments", NS, "cold") or {}
         assert resource["status"]["url"].startswith("http://cold.default.svc")

@@ -71,3 +71,45 @@ calls recorded in the operator's end-to-end tests): nothing more.
   resources: ["events"]
   verbs: ["create"]
 {{- end }}
+
+{{/* The router's resources: the release's full name with a -router suffix, cut to 63 characters. */}}
+{{- define "batchd.routerFullname" -}}
+{{- printf "%s-router" (include "batchd.fullname" . | trunc 56 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The router pods' selector; the operator finds them by these labels (BATCHD_ROUTER_SELECTOR). */}}
+{{- define "batchd.routerSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "batchd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: router
+{{- end }}
+
+{{- define "batchd.routerLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "batchd.routerSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: batchd
+{{- end }}
+
+{{/* The URL clients and composing replicas call: the router's Service. */}}
+{{- define "batchd.routerUrl" -}}
+{{- printf "http://%s.%s.svc" (include "batchd.routerFullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/* The router's own (Cluster)Role rules: exactly batchd.router.rbac.RULES (tests/charts/test_router.py). */}}
+{{- define "batchd.routerRbacRules" -}}
+- apiGroups: ["serving.batchd.dev"]
+  resources: ["batcheddeployments"]
+  verbs: ["list", "watch"]
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list", "watch"]
+{{- end }}
+
+{{/* Whether the operator needs a Role to list the router pods: only when it watches listed
+namespaces and the release's is not among them (a ClusterRole or a watched namespace already
+lets it list pods there). */}}
+{{- define "batchd.operatorReadsRoutersByRole" -}}
+{{- if and .Values.router.enabled .Values.rbac.create .Values.watchNamespaces (not (has .Release.Namespace .Values.watchNamespaces)) }}true{{ end }}
+{{- end }}

@@ -74,17 +74,29 @@ async def read_loads(
 
 
 async def _read(session: aiohttp.ClientSession, pod: ReplicaPod, timeout_s: float) -> ReplicaLoad | None:
+    body = await read_json(session, pod, "/load", timeout_s)
     try:
-        async with session.get(
-            f"http://{pod.ip}:{pod.port}/load", timeout=aiohttp.ClientTimeout(total=timeout_s)
-        ) as response:
-            if response.status != 200:
-                return None
-            body = await response.json()
-        if not body.get("ready"):
+        if body is None or not body.get("ready"):
             return None
         return ReplicaLoad(
             pod, int(body["queued_items"]) + int(body["running_items"]), int(body["batching_revision"])
         )
-    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None  # a replica that cannot say is not counted; the next poll asks again
+
+
+async def read_json(
+    session: aiohttp.ClientSession, pod: ReplicaPod, path: str, timeout_s: float
+) -> dict[str, Any] | None:
+    """`GET path` on the pod's own address: the JSON object it answers with 200, else None (no
+    answer within `timeout_s`, another status, not a JSON object)."""
+    try:
+        async with session.get(
+            f"http://{pod.ip}:{pod.port}{path}", timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as response:
+            if response.status != 200:
+                return None
+            body = await response.json()
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    return body if isinstance(body, dict) else None

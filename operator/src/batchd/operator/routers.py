@@ -19,7 +19,7 @@ import aiohttp
 
 from batchd.operator.autoscaler import Held
 from batchd.operator.kubeapi import KubeApi, object_path
-from batchd.operator.replicas import ReplicaPod, replica_pod
+from batchd.operator.replicas import ReplicaPod, read_json, replica_pod
 
 Key = tuple[str, str]  # (namespace, name) of a BatchedDeployment
 
@@ -68,20 +68,9 @@ async def read_held(
 ) -> dict[Key, Held] | None:
     """What every serving router holds; None when one of them did not answer within `timeout_s`:
     it may hold requests, so no deployment may count this poll as idle."""
-    answers = await asyncio.gather(*(_read(session, pod, timeout_s) for pod in pods if pod.serving))
+    answers = await asyncio.gather(
+        *(read_json(session, pod, "/held", timeout_s) for pod in pods if pod.serving)
+    )
     if any(answer is None for answer in answers):
         return None
     return held_per_deployment([answer for answer in answers if answer is not None])
-
-
-async def _read(session: aiohttp.ClientSession, pod: ReplicaPod, timeout_s: float) -> dict[str, Any] | None:
-    try:
-        async with session.get(
-            f"http://{pod.ip}:{pod.port}/held", timeout=aiohttp.ClientTimeout(total=timeout_s)
-        ) as response:
-            if response.status != 200:
-                return None
-            body = await response.json()
-    except (aiohttp.ClientError, TimeoutError, ValueError):
-        return None
-    return body if isinstance(body, dict) else None

@@ -98,8 +98,10 @@ class ScalingLoop:
         """What the routers hold, per deployment: nothing when no router runs, None when they could
         not all be read (then no deployment counts this poll as idle)."""
         settings = self.reconciler.settings
-        if not settings.routers_run:
-            return {}
+        if not settings.routers_run or not any(
+            body.get("spec", {}).get("autoscaling") for body in self.resources.values()
+        ):
+            return {}  # only the autoscaler acts on what is held
         try:
             pods = await list_router_pods(
                 self.reconciler.api, settings.router_namespace, settings.router_selector
