@@ -4,9 +4,10 @@
   nests, from their docstrings and field descriptions (name, type, default, description,
   constraints). A spec field without a description stops the build, naming the field.
 - `<!-- generate: status -->` becomes the tables of the status schema in the generated CRD.
-- `<!-- generate: replica-metrics -->`, `<!-- generate: generation-metrics -->` and
-  `<!-- generate: operator-metrics -->` become the metric families that a replica and the
-  operator register with prometheus-client: name as scraped, type, labels, help text.
+- `<!-- generate: replica-metrics -->`, `<!-- generate: generation-metrics -->`,
+  `<!-- generate: operator-metrics -->` and `<!-- generate: router-metrics -->` become the metric
+  families that a replica, the operator and the router register with prometheus-client: name as
+  scraped, type, labels, help text.
 
 The hooks also put a few repository files into the site where the pages link to them (the README
 as the home page, examples, raw benchmark results and charts, the dashboard, the CRD), so those
@@ -296,14 +297,25 @@ def _families(registry: Any) -> list[tuple[str, str, dict[str, list[str]], str]]
 
 
 def operator_metrics() -> str:
-    from prometheus_client.metrics import MetricWrapperBase
-
     from batchd.operator import metrics
 
+    return _metric_table(_declared(vars(metrics).values()))
+
+
+def router_metrics() -> str:
+    from batchd.router.metrics import RouterMetrics
+
+    return _metric_table(_declared(vars(RouterMetrics()).values()))
+
+
+def _declared(values: Any) -> list[tuple[str, str, dict[str, list[str]], str]]:
+    """The rows of every metric among `values`, labelled or not, before any series exists."""
+    from prometheus_client.metrics import MetricWrapperBase
+
     rows: list[tuple[str, str, dict[str, list[str]], str]] = []
-    for value in vars(metrics).values():
+    for value in values:
         if isinstance(value, MetricWrapperBase):
-            # A gauge per resource has no series before the first resource: its label names are
+            # A metric per resource has no series before the first resource: its label names are
             # known only to the metric (prometheus-client keeps them private).
             names: tuple[str, ...] = value._labelnames
             for family in value.collect():
@@ -313,7 +325,7 @@ def operator_metrics() -> str:
                         if label in labels and seen not in labels[label]:
                             labels[label].append(seen)
                 rows.append((family.name + _SUFFIX[family.type], family.type, labels, family.documentation))
-    return _metric_table(rows)
+    return rows
 
 
 def _metric_table(rows: list[tuple[str, str, dict[str, list[str]], str]]) -> str:
@@ -323,7 +335,7 @@ def _metric_table(rows: list[tuple[str, str, dict[str, list[str]], str]]) -> str
     for name, kind, labels, help_text in rows:
         described = []
         for label, values in labels.items():
-            fixed = label in ("deployment", "model", "namespace") or not values
+            fixed = label in ("deployment", "model", "namespace", "replica") or not values
             described.append(f"`{label}`" if fixed else f"`{label}`: " + ", ".join(f"`{v}`" for v in values))
         lines.append(
             f"| `{name}` | {_TYPE_NOTE.get(kind, kind)} | {'; '.join(described)} | {_cell(help_text)} |"
@@ -337,4 +349,5 @@ GENERATORS = {
     "replica-metrics": replica_metrics,
     "generation-metrics": generation_metrics,
     "operator-metrics": operator_metrics,
+    "router-metrics": router_metrics,
 }

@@ -78,11 +78,20 @@ def test_the_site_builds_strictly_with_the_readme_as_its_home_page(site: Path) -
     assert 'href="getting-started/"' in home and "docs/getting-started" not in home
 
 
+PERFORMANCE_CHARTS = {
+    "adaptive": ("adaptive.png",),
+    "autoscaling": ("autoscaling.png",),
+    "generation": ("generation.png",),
+    "router": ("router-keepalive.png", "router-zero.png"),
+}
+
+
 def test_the_performance_pages_show_the_benchmark_charts(site: Path) -> None:
-    for chart in ("adaptive.png", "autoscaling.png", "generation.png"):
-        assert (site / "bench" / "results" / chart).is_file(), chart
-    pages = "".join(_page(site, f"performance/{name}") for name in ("adaptive", "autoscaling", "generation"))
-    assert pages.count('<img alt="') >= 3 and "bench/results/adaptive.png" in pages
+    for page, charts in PERFORMANCE_CHARTS.items():
+        html = _page(site, f"performance/{page}")
+        for chart in charts:
+            assert (site / "bench" / "results" / chart).is_file(), chart
+            assert f'src="../../bench/results/{chart}"' in html, (page, chart)
 
 
 def _spec_fields(model: type[BaseModel], path: str) -> list[tuple[str, str]]:
@@ -121,26 +130,31 @@ def test_a_spec_field_without_a_description_stops_the_build_naming_it() -> None:
         _hooks().spec_reference(Spec)
 
 
-def test_the_metrics_page_lists_every_family_the_replica_and_the_operator_export(site: Path) -> None:
+def test_the_metrics_page_lists_every_family_the_replica_the_operator_and_the_router_export(
+    site: Path,
+) -> None:
     from prometheus_client import CollectorRegistry
 
     from batchd.operator import metrics as operator_metrics
     from batchd.replica.metrics import GenerationMetrics, ReplicaMetrics
+    from batchd.router.metrics import RouterMetrics
 
     registry = CollectorRegistry()
     ReplicaMetrics("d", "m", registry)
     GenerationMetrics(registry, "d", "m")
     suffix = {"counter": "_total"}
     names = {family.name + suffix.get(family.type, "") for family in registry.collect()}
+    declared = [*vars(operator_metrics).values(), *vars(RouterMetrics()).values()]
     names |= {
         family.name + suffix.get(family.type, "")
-        for value in vars(operator_metrics).values()
+        for value in declared
         if hasattr(value, "collect") and hasattr(value, "_name")
         for family in value.collect()
     }
     page = _page(site, "operations/metrics")
     assert {name for name in names if f"<code>{name}</code>" not in page} == set()
     assert any(name.startswith("batchd_operator_") for name in names)
+    assert "batchd_router_held_requests" in names
 
 
 MANIFESTS = [
@@ -236,7 +250,7 @@ def test_every_spec_and_status_field_named_exists_in_the_crd() -> None:
     assert named - known == set()
 
 
-def test_every_metric_named_is_one_the_replica_or_the_operator_exports(site: Path) -> None:
+def test_every_metric_named_is_one_the_replica_the_operator_or_the_router_exports(site: Path) -> None:
     page = _text(_page(site, "operations/metrics"))
     exported = set(re.findall(r"\bbatchd_\w+", page))
     named = {name.removesuffix("_bucket") for name in _named(r"\b(batchd_[a-z_]+)")}
@@ -247,10 +261,10 @@ def test_every_environment_variable_named_is_a_setting() -> None:
     from batchd.api.environment import variable_of
     from batchd.operator.settings import Settings
     from batchd.replica.settings import ReplicaSettings
+    from batchd.router.settings import RouterSettings
 
-    settings = {
-        variable_of(kind, field) for kind in (ReplicaSettings, Settings) for field in kind.model_fields
-    }
+    kinds = (ReplicaSettings, Settings, RouterSettings)
+    settings = {variable_of(kind, field) for kind in kinds for field in kind.model_fields}
     named = _named(r"\b(BATCHD_[A-Z_]+[A-Z])\b")
     assert named - settings == set()
     reference = (ROOT / "docs" / "reference" / "settings.md").read_text()

@@ -123,16 +123,17 @@ async def scaled_to_zero(server: ApiServer, name: str) -> dict[str, Any]:
     )
 
 
-def to_zero(name: str, **autoscaling: Any) -> dict[str, Any]:
+def to_zero(name: str, num_replicas: int = 1, **autoscaling: Any) -> dict[str, Any]:
     spec = {"min_replicas": 0, "max_replicas": 3, "target_ongoing_items": 4, "scale_to_zero_delay_s": DELAY_S}
-    return manifest(name, {"handler": "m:C"}, autoscaling={**spec, **autoscaling})
+    return manifest(name, {"handler": "m:C"}, num_replicas=num_replicas, autoscaling={**spec, **autoscaling})
 
 
 @contextlib.asynccontextmanager
-async def stack(tmp_path: Path) -> AsyncIterator[tuple[ApiServer, Standin]]:
+async def stack(tmp_path: Path, *, poll_s: float = POLL_S) -> AsyncIterator[tuple[ApiServer, Standin]]:
     async with api_server(tmp_path) as server, standin() as fake:
         settings = {
-            "replica_poll_interval_s": POLL_S,
+            "replica_poll_interval_s": poll_s,
+            "wake_poll_interval_s": POLL_S,
             "autoscaling_status_interval_s": POLL_S,
             "router_url": ROUTER_URL,
             "router_namespace": ROUTER_NS,
@@ -227,3 +228,16 @@ async def test_without_a_router_nothing_wakes_so_the_status_says_to_raise_min_re
         assert "no router runs to hold requests" in condition["message"]
         resource = server.get_object("serving.batchd.dev/batcheddeployments", NS, "cold") or {}
         assert resource["status"]["url"].startswith("http://cold.default.svc")
+
+
+async def test_a_deployment_at_zero_wakes_between_full_polls(tmp_path: Path) -> None:
+    # Full polls a minute apart: only the routers' wake reads can start the replica in time.
+    async with stack(tmp_path, poll_s=60.0) as (server, fake):
+        await create(server, to_zero("cold", num_replicas=0))
+        await scaled_to_zero(server, "cold")
+        fake.held = [
+            {"namespace": NS, "name": "cold", "model": "cold", "held_requests": 1, "oldest_held_s": 0.2}
+        ]
+        await eventually(lambda: replicas(server, "cold") == 1, what="woken before the next full poll")
+        (woke,) = await eventually(lambda: events(server, "ScaledFromZero"), what="the ScaledFromZero event")
+        assert woke.startswith("0 -> 1 replicas: 1 request(s) held by the routers")

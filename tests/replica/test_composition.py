@@ -164,6 +164,8 @@ async def test_an_overloaded_callee_gives_the_caller_503_with_retry_after_naming
         await asyncio.gather(busy, queued)
     assert refused.status_code == 503, refused.text
     assert int(refused.headers["retry-after"]) >= 1
+    # The composer had accepted the request: a router must not send it to another replica.
+    assert "batchd-refused" not in refused.headers
     error = refused.json()["error"]
     assert "callee 'tight' (BatchedDeployment 'tight') answered 503: queue full" in error, error
     assert elapsed < 1.0  # refused at once, not after waiting
@@ -192,6 +194,7 @@ async def test_an_unreachable_callee_gives_the_caller_503_naming_it(stack: Stack
         answer = await call(client, stack, to="nowhere", n=1)
     assert time.monotonic() - started < 1.0
     assert answer.status_code == 503 and "retry-after" in answer.headers
+    assert "batchd-refused" not in answer.headers  # accepted before the callee failed
     error = answer.json()["error"]
     assert f"callee 'nowhere' (BatchedDeployment 'ghost') unreachable at {stack.nowhere}" in error, error
 

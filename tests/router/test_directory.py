@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from batchd.router.app import DirectoryEvents
-from batchd.router.directory import DeploymentRef, Directory, ready_replicas
+from batchd.router.deadlines import answer_bound_s
+from batchd.router.directory import DeploymentRef, Directory, ready_replicas, request_timeout_of
 from batchd.router.errors import AmbiguousModel, UnknownModel
 from batchd.router.holding import Holds
 from batchd.router.metrics import RouterMetrics
+from batchd.router.settings import RouterSettings
 
 
 def bd(name: str, model: str | None = None, namespace: str = "default") -> dict[str, Any]:
@@ -134,3 +137,21 @@ def test_a_replica_that_leaves_has_its_idle_connections_closed() -> None:
     directory.put_slice(endpoint_slice("adder", [("10.0.0.1", True), ("10.0.0.2", True)]))
     directory.put_slice(endpoint_slice("adder", [("10.0.0.2", True)]))
     assert pool.forgotten == ["10.0.0.1:8000"]
+
+
+def test_a_deployments_request_timeout_is_read_from_its_spec_or_the_specs_default() -> None:
+    directory = Directory()
+    quick = bd("quick")
+    quick["spec"]["batching"] = {"request_timeout_s": 2.5}
+    directory.put_deployment(quick)
+    directory.put_deployment(bd("plain"))
+    assert directory.request_timeout_s(DeploymentRef("default", "quick")) == 2.5
+    assert directory.request_timeout_s(DeploymentRef("default", "plain")) == 30.0  # the spec's default
+    assert request_timeout_of(bd("plain")) == 30.0
+
+
+def test_a_replicas_answer_is_waited_for_request_timeout_and_a_margin_or_the_time_left() -> None:
+    settings = RouterSettings(answer_margin_s=1.0)
+    assert answer_bound_s(30.0, settings, None) == 31.0
+    assert answer_bound_s(30.0, settings, time.monotonic() + 5) == pytest.approx(5, abs=0.5)
+    assert answer_bound_s(30.0, settings, time.monotonic() - 1) == 0.0

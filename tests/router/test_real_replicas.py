@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from batchd.testing.manifests import manifest
-from batchd.testing.servers import ServerProcess, start_replica, write_manifest
+from batchd.testing.servers import ServerProcess, running, start_replica, write_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -118,3 +118,46 @@ async def test_a_replica_killed_mid_load_loses_only_what_it_had_accepted(
         r'^batchd_router_retries_total\{[^}]*reason="unreachable"[^}]*\} (\S+)$', metrics, re.M
     )
     assert retried and float(retried[0]) >= 1
+
+
+async def test_a_request_a_full_replica_refused_is_answered_by_another(stand_in: Any, tmp_path: Path) -> None:
+    """`full` holds one batch and one queued item for seconds; `free` answers at once. The router
+    learns no load from `GET /load` in this test (polled once an hour), so about half the requests
+    go to `full` first: it refuses each with `batchd-refused`, and the router sends it to `free`."""
+    full_model = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 5.0}}
+    one_at_a_time = {"max_batch_size": 1, "max_queued_requests": 1, "batch_wait_timeout_s": 0}
+    full_path = write_manifest(tmp_path / "full", manifest("slow", full_model, batching=one_at_a_time))
+    free_path = write_manifest(tmp_path / "free", manifest("slow", {**SLOW, "init_kwargs": {"delay_s": 0}}))
+    full, free = (
+        start_replica(path, tmp_path / "logs", name=path.parent.name) for path in (full_path, free_path)
+    )
+    with running([full, free]):
+        await add_replicas(stand_in, [full, free])
+        async with (
+            stand_in.router(load_poll_interval_s=3600) as router,
+            httpx.AsyncClient(timeout=30) as client,
+        ):
+            direct = f"{full.url}/v1/models/slow:predict"
+            busy = [asyncio.ensure_future(client.post(direct, json={"instances": [n]})) for n in range(2)]
+            await stand_in.eventually(lambda: load(full)["queued_items"] == 1, what="full's queue full")
+            answers = [
+                await client.post(URL.format(router=router.url), json={"instances": [n]}) for n in range(10)
+            ]
+            metrics = (await client.get(f"{router.url}/metrics")).text
+            await asyncio.gather(*busy)
+        full_metrics = full.metrics()
+    assert [(answer.status_code, answer.json()) for answer in answers] == [
+        (200, {"predictions": [n + 1]}) for n in range(10)
+    ]
+    retried = re.findall(r'^batchd_router_retries_total\{[^}]*reason="refused"[^}]*\} (\S+)$', metrics, re.M)
+    # Each request drew `full` first with even odds: none doing so in ten is a 1-in-1024 chance.
+    assert retried and float(retried[0]) >= 1, metrics
+    refused_by_full = re.findall(
+        r'^batchd_rejections_total\{[^}]*reason="queue_full"[^}]*\} (\S+)$', full_metrics, re.M
+    )
+    assert float(refused_by_full[0]) == float(retried[0])  # each refusal retried once, none twice
+
+
+def load(replica: ServerProcess) -> dict[str, Any]:
+    answer: dict[str, Any] = httpx.get(f"{replica.url}/load", timeout=5).json()
+    return answer

@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import time
 from typing import Any
 
 import aiohttp
 
+from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.router.rbac import rbac_rules
+from batchd.testing.manifests import manifest
 
 PREDICT = "/v1/models/{model}:predict"
 
@@ -208,3 +211,28 @@ async def test_a_replica_that_closes_after_answering_gets_a_new_connection(stand
     assert [status for status, _ in answers] == [200] * 30
     assert closing.received == 30
     assert "batchd_router_retries_total{" not in metrics  # each went on a fresh connection, first time
+
+
+async def test_a_replica_that_does_not_answer_is_a_504_past_its_request_timeout(
+    stand_in: Any, fakes: Any
+) -> None:
+    hanging = fakes("hang")
+    document = manifest("adder", batching={"request_timeout_s": 0.5})
+    await stand_in._call("POST", f"/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}", document)
+    await stand_in.put_slice(stand_in.slice("adder", [hanging.address]))
+    async with stand_in.router(answer_margin_s=0.2) as router, aiohttp.ClientSession() as client:
+        url = router.url + PREDICT.format(model="adder")
+        started = time.monotonic()
+        async with client.post(url, json={"instances": [1]}) as response:
+            waited = time.monotonic() - started
+            error = (await response.json())["error"]
+            assert response.status == 504, error
+        assert 0.7 <= waited < 5  # request_timeout_s + answer_margin_s, not the client's patience
+        assert f"replica {hanging.address} of default/adder did not answer within 0.7 s" in error
+        # The client's own time left is the bound when it is shorter.
+        started = time.monotonic()
+        async with client.post(url, json={"instances": [1]}, headers={"batchd-timeout-s": "0.2"}) as response:
+            assert response.status == 504
+        assert time.monotonic() - started < 0.6
+        await stand_in.eventually(lambda: hanging.left == 2, what="the replica to see the router leave")
+    assert hanging.received == 2  # each sent once, never again

@@ -85,14 +85,37 @@ class ScalingLoop:
         await self.session.close()
 
     async def run(self) -> None:
-        """Every poll interval, look at every resource at once (their replicas answer in parallel)."""
+        """Every poll interval, look at every resource at once (their replicas answer in parallel);
+        in between, while some resource is at zero replicas, read the routers every wake interval
+        and poll at once each resource at zero that a router holds a request for: a cold start
+        should not wait for the next full poll."""
         loop = asyncio.get_running_loop()
-        interval_s = self.reconciler.settings.replica_poll_interval_s
+        settings = self.reconciler.settings
+        next_full = loop.time()
         while True:
-            started = loop.time()
-            self.held = await self._read_routers()
-            await asyncio.gather(*(self._poll_logged(key) for key in list(self.resources)))
-            await asyncio.sleep(max(0.0, interval_s - (loop.time() - started)))
+            if loop.time() >= next_full:
+                next_full = loop.time() + settings.replica_poll_interval_s
+                self.held = await self._read_routers()
+                await asyncio.gather(*(self._poll_logged(key) for key in list(self.resources)))
+            elif asleep := self._at_zero():
+                held = await self._read_routers()
+                woken = [key for key in asleep if held and held.get(key, NOTHING_HELD).requests]
+                if woken and held is not None:
+                    self.held = {**(self.held or {}), **{key: held[key] for key in woken}}
+                    await asyncio.gather(*(self._poll_logged(key) for key in woken))
+            wait_s = next_full - loop.time()
+            if self._at_zero():
+                wait_s = min(wait_s, settings.wake_poll_interval_s)
+            await asyncio.sleep(max(0.0, wait_s))
+
+    def _at_zero(self) -> list[Key]:
+        """The autoscaled resources whose replicas the operator last set to zero."""
+        return [
+            key
+            for key, body in self.resources.items()
+            if (body.get("status") or {}).get("desired_replicas") == 0
+            and (body.get("spec") or {}).get("autoscaling")
+        ]
 
     async def _read_routers(self) -> dict[Key, Held] | None:
         """What the routers hold, per deployment: nothing when no router runs, None when they could

@@ -44,6 +44,11 @@ class Settings(EnvironmentSettings):
     replica_poll_interval_s: PositiveFloat = 5.0
     # Seconds a replica has to answer one read; one that does not is left out of that decision.
     replica_poll_timeout_s: PositiveFloat = 1.0
+    # Seconds between two reads of the routers' GET /held while some deployment is at zero
+    # replicas (between full polls): a cold start's first request waits half of it on average on
+    # top of the model's load time, and one LIST of router pods plus one small read per router
+    # each second costs little.
+    wake_poll_interval_s: PositiveFloat = 1.0
     # Seconds between two writes of what the autoscaler saw to status.autoscaling (a scale writes
     # at once): the status is for people and events, the metrics carry every poll, and 500
     # resources writing at every poll would be 100 API (etcd) writes a second.

@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from batchd.api.headers import REFUSED_HEADER
+
 
 class QueueFull(Exception):
     """The queue cannot take the request's items; the client should retry later."""
@@ -95,6 +97,9 @@ class ErrorAnswer:
     outcome: str  # the `outcome` label of batchd_requests_total
     rejection: str | None = None  # the `reason` label of batchd_rejections_total, if refused up front
     retry: bool = False  # send Retry-After
+    # Refused before the request was accepted: nothing of it reached the batcher, so another
+    # replica may take it (the answer says `batchd-refused: <rejection>`, which a router retries).
+    refused: bool = False
 
 
 # The first entry whose class matches wins: order from specific to general.
@@ -102,15 +107,16 @@ ERROR_TABLE: tuple[tuple[type[BaseException], ErrorAnswer], ...] = (
     (InvalidInput, ErrorAnswer(400, "invalid", rejection="invalid")),
     (UnknownModel, ErrorAnswer(404, "invalid", rejection="invalid")),
     (TooLarge, ErrorAnswer(413, "rejected", rejection="too_large")),
-    (QueueFull, ErrorAnswer(503, "rejected", rejection="queue_full", retry=True)),
-    (Draining, ErrorAnswer(503, "rejected", rejection="draining", retry=True)),
-    (NotReady, ErrorAnswer(503, "rejected", retry=True)),
-    (Stalled, ErrorAnswer(503, "rejected", rejection="stalled", retry=True)),
+    (QueueFull, ErrorAnswer(503, "rejected", rejection="queue_full", retry=True, refused=True)),
+    (Draining, ErrorAnswer(503, "rejected", rejection="draining", retry=True, refused=True)),
+    (NotReady, ErrorAnswer(503, "rejected", rejection="not_ready", retry=True, refused=True)),
+    (Stalled, ErrorAnswer(503, "rejected", rejection="stalled", retry=True, refused=True)),
     (DeadlineExceeded, ErrorAnswer(504, "timeout")),
     (ClientDisconnected, ErrorAnswer(499, "cancelled")),
     (asyncio.CancelledError, ErrorAnswer(499, "cancelled")),
     (BatchSizeMismatch, ErrorAnswer(500, "error")),
     # A callee's failure is passed on as the same kind of failure, its message naming the callee.
+    # Never `refused`: the request was accepted (and its batch ran) before the callee failed.
     (CalleeOverloaded, ErrorAnswer(503, "rejected", retry=True)),
     (CalleeUnavailable, ErrorAnswer(503, "rejected", retry=True)),
     (CalleeTimeout, ErrorAnswer(504, "timeout")),
@@ -141,12 +147,15 @@ class HttpError:
 
 
 def http_error(error: BaseException) -> HttpError:
-    """The HTTP answer for an error: status, Retry-After where a retry makes sense, and the message."""
+    """The HTTP answer for an error: status, Retry-After where a retry makes sense, `batchd-refused`
+    where the request was refused before it was accepted, and the message."""
     answer = answer_for(error)
     headers = [(b"content-type", b"application/json")]
     if answer.retry:
         retry_after = error.retry_after_s if isinstance(error, (QueueFull, CalleeOverloaded)) else 1.0
         headers.append((b"retry-after", str(max(1, round(retry_after))).encode()))
+    if answer.refused and answer.rejection is not None:
+        headers.append((REFUSED_HEADER, answer.rejection.encode()))
     return HttpError(answer.status, headers, {"error": describe(error)})
 
 

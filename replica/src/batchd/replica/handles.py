@@ -18,8 +18,17 @@ callee never holds the composer's model past its requests. What comes back:
 its own 504) and `CalleeError` (anything else it answered). Left uncaught, they answer the
 composer's client 503 + Retry-After, 503 + Retry-After, 504 and 500 (`errors`).
 
-Where each callee is: in a pod, the operator passes its Service URL in `BATCHD_CALLS`; locally,
-`batchd serve --call embedder=http://127.0.0.1:8001` points an alias at another local replica.
+Where each callee is: in a pod, the operator passes its Service URL (or the router's) in
+`BATCHD_CALLS`; locally, `batchd serve --call embedder=http://127.0.0.1:8001` points an alias at
+another local replica. Through a router, the model name in the path picks the callee deployment:
+the handle reads the callee's model name from `GET /v1/models`, which a router does not answer
+(it serves many models), so there the name is the callee deployment's, the default model name.
+
+A call is sent again at most once, and only when nothing of it can have been computed: the
+connection could not be opened or was closed before any answer (a keep-alive connection closed
+as the call went out), or the callee refused it before accepting it (`batchd-refused`: full
+queue, draining, loading; a new connection may reach another replica). A router keeps that mark
+to itself once it has retried, so a call through a router is never sent twice on its account.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from batchd.api.headers import REFUSED_HEADER
 from batchd.replica.deadlines import seconds_left
 from batchd.replica.errors import CalleeError, CalleeOverloaded, CalleeTimeout, CalleeUnavailable
 from batchd.replica.results import plain
@@ -57,6 +67,10 @@ DEFAULT_TIMEOUT_S = 30.0
 # (within their deadline). Enough for max_concurrent_batches batches of a few dozen calls each.
 MAX_CONNECTIONS = 256
 _JSON = {"Content-Type": "application/json"}
+_REFUSED = REFUSED_HEADER.decode()
+# Failures before any answer came: nothing was sent, or a keep-alive connection was closed by the
+# callee as the call went out (nothing read it). Anything later may have been computed.
+_NOTHING_ANSWERED = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError)
 
 
 class CallClient:
@@ -180,20 +194,20 @@ class DeploymentHandle:
                     f"{self.url}/v1/models/{name}:predict", data=body, headers=_JSON
                 ) as response:
                     status, payload = response.status, await response.read()
-                    closing = response.headers.get("Connection", "").lower() == "close"
+                    refused = _REFUSED in response.headers
                     retry_after = response.headers.get("Retry-After")
             except aiohttp.ClientError as error:
-                # A keep-alive connection the callee closed as this call went out, or a replica
-                # that just went away: once more, on a new connection the Service may route elsewhere.
-                if final:
+                # Once more, on a new connection the Service may route elsewhere, if nothing of
+                # the call can have reached the model.
+                if final or not isinstance(error, _NOTHING_ANSWERED):
                     raise self._error(
                         CalleeUnavailable, f"unreachable at {self.url}: {_reason(error)}"
                     ) from None
                 continue
             if status == 200:
                 return self._predictions(payload, len(items))
-            if not final and status == 503 and closing:
-                continue  # a draining replica: a new connection goes to another one
+            if not final and status == 503 and refused:
+                continue  # refused before accepting (a full or draining replica): another may take it
             if not final and status == 404:
                 self._model_name = None  # the callee's model was renamed: read its name again
                 continue
@@ -204,6 +218,9 @@ class DeploymentHandle:
         """The callee's model name (`GET /v1/models`), which its inference URLs carry."""
         async with session.get(f"{self.url}/v1/models") as response:
             payload = await response.read()
+            if response.status == 404:  # a router: the deployment's name is its default model name
+                self._model_name = self.deployment
+                return self.deployment
             if response.status != 200:
                 raise self._failure(response.status, payload, response.headers.get("Retry-After"))
         try:

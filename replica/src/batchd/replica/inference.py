@@ -10,23 +10,35 @@ convenience matters more than microseconds.
 What every inference request goes through, whatever its protocol: read the body (bounded),
 hand it to the endpoint's handler (which decodes it into items, queues them and waits for the
 results, bounded by `request_timeout_s` and given up when the client disconnects), send the
-answer, count the outcome.
+answer, count the outcome. A request that says how long its client still waits
+(`batchd-timeout-s`, set by the router to the time left) is bounded by the shorter of that and
+`request_timeout_s`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from contextlib import aclosing
+from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
 from functools import partial
 from typing import Any
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from batchd.api.headers import TIMEOUT_HEADER, parse_timeout_s
 from batchd.api.routes import RouteTable
 from batchd.replica.endpoints import BinaryAnswer, Call, Endpoint, Streaming
-from batchd.replica.errors import ClientDisconnected, TooLarge, answer_for, describe, http_error
+from batchd.replica.errors import (
+    ClientDisconnected,
+    DeadlineExceeded,
+    InvalidInput,
+    TooLarge,
+    answer_for,
+    describe,
+    http_error,
+)
 from batchd.replica.replica import Replica
 
 logger = logging.getLogger(__name__)
@@ -63,10 +75,11 @@ class InferenceRoutes:
         started = time.perf_counter()
         replica.inflight += 1
         try:
-            body = await _read_body(receive, self._max_body)
-            payload = await endpoint.answer(
-                Call(replica, found.model_name, body, scope, partial(_disconnected, receive))
-            )
+            async with _client_deadline(scope):
+                body = await _read_body(receive, self._max_body)
+                payload = await endpoint.answer(
+                    Call(replica, found.model_name, body, scope, partial(_disconnected, receive))
+                )
         except Exception as error:
             answer = answer_for(error)
             replica.metrics.request_done(answer.outcome, time.perf_counter() - started)
@@ -93,17 +106,17 @@ class InferenceRoutes:
         outcome = "success"
         sending = False
         try:
-            body = await _read_body(receive, self._max_body)
-            call = Call(replica, name, body, scope, partial(_disconnected, receive))
-            async with aclosing(streaming.events(call)) as events:
-                async for chunk in events:
-                    if not sending:
-                        await send(
-                            {"type": "http.response.start", "status": 200, "headers": streaming.headers}
-                        )
-                        sending = True
-                    if chunk:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            async with _client_deadline(scope):
+                body = await _read_body(receive, self._max_body)
+                call = Call(replica, name, body, scope, partial(_disconnected, receive))
+                async with aclosing(streaming.events(call)) as events:
+                    async for chunk in events:
+                        if not sending:
+                            headers = streaming.headers
+                            await send({"type": "http.response.start", "status": 200, "headers": headers})
+                            sending = True
+                        if chunk:
+                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
         except Exception as error:
             answer = answer_for(error)
@@ -119,6 +132,43 @@ class InferenceRoutes:
         finally:
             replica.inflight -= 1
             replica.metrics.request_done(outcome, time.perf_counter() - started)
+
+
+def client_timeout_s(headers: list[tuple[bytes, bytes]]) -> float | None:
+    """Seconds the client still waits (`batchd-timeout-s`), None when it did not say; InvalidInput
+    (a 400) naming the header and the value when that is no positive number of seconds."""
+    for name, value in headers:
+        if name == TIMEOUT_HEADER:
+            try:
+                return parse_timeout_s(value)
+            except ValueError as error:
+                raise InvalidInput(str(error)) from None
+    return None
+
+
+class _ClientDeadline:
+    """Gives up on the request once the client's `batchd-timeout-s` has passed (a 504, or the last
+    event of a stream); the batcher bounds it by `request_timeout_s` meanwhile, so the shorter wins.
+    Cancelling the handler drops the request's items before they reach the model."""
+
+    __slots__ = ("_timeout",)
+
+    def __init__(self, seconds: float) -> None:
+        self._timeout = asyncio.timeout(seconds)
+
+    async def __aenter__(self) -> None:
+        await self._timeout.__aenter__()
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        try:
+            await self._timeout.__aexit__(kind, error, tb)
+        except TimeoutError:
+            raise DeadlineExceeded(f"{TIMEOUT_HEADER.decode()} passed before the model answered") from None
+
+
+def _client_deadline(scope: Scope) -> AbstractAsyncContextManager[None]:
+    seconds = client_timeout_s(scope["headers"])
+    return nullcontext() if seconds is None else _ClientDeadline(seconds)
 
 
 async def _disconnected(receive: Receive) -> None:

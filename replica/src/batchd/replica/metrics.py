@@ -17,7 +17,7 @@ BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 OUTCOMES = ("success", "error", "timeout", "rejected", "invalid", "cancelled")
-REJECTION_REASONS = ("queue_full", "draining", "stalled", "too_large", "invalid")
+REJECTION_REASONS = ("queue_full", "draining", "stalled", "not_ready", "too_large", "invalid")
 # Outcomes of reading a changed manifest (live retuning): applied, refused as invalid, or a change
 # only a new pod can make (the operator rolls the pods for those).
 RELOAD_OUTCOMES = ("applied", "invalid", "needs_restart")

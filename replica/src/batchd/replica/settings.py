@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, PositiveFloat, PositiveInt, field_validator
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
 from pydantic_settings import NoDecode
 
 from batchd.api.environment import EnvironmentSettings
@@ -30,6 +30,16 @@ class ReplicaSettings(EnvironmentSettings):
     # On SIGTERM: how long accepted requests get to finish before the process exits anyway (seconds).
     # The pod's terminationGracePeriodSeconds must be longer.
     drain_timeout_s: PositiveFloat = 60.0
+    # A keep-alive connection ends after this many requests or this age (seconds, jittered by a
+    # tenth per connection); 0 = no bound. The answer past the bound says `Connection: close` and
+    # the connection closes once it is complete, so clients that bypass the router (kube-proxy
+    # balances connections, not requests) spread over a scaled-up deployment within
+    # `keepalive_max_age_s`. 5 s keeps that within the time a new replica takes to be counted
+    # ready; one new connection per client connection every 5 s (a TCP handshake on loopback or a
+    # pod network, ~0.1 ms) or every 1000 requests (nginx's `keepalive_requests` default) costs
+    # no measurable throughput.
+    keepalive_max_requests: NonNegativeInt = 1000
+    keepalive_max_age_s: NonNegativeFloat = 5.0
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # How often the mounted manifest is read for live retuning (seconds); a stat and a small read.
     config_poll_s: PositiveFloat = 1.0

@@ -15,6 +15,7 @@ import uvicorn
 
 from batchd.api.environment import SettingsError
 from batchd.router.app import create_app
+from batchd.router.server import FINISH_S, RouterServer
 from batchd.router.settings import RouterSettings
 
 UVICORN_OPTIONS: dict[str, Any] = {
@@ -49,15 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    app = create_app(settings)
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
         access_log=args.access_log,
+        timeout_graceful_shutdown=FINISH_S,
         **UVICORN_OPTIONS,
     )
-    server = uvicorn.Server(config)
+    server = RouterServer(config, app.router, app.holds, settings.drain_timeout_s)
     try:
         server.run()
     except KeyboardInterrupt:

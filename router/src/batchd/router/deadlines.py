@@ -9,12 +9,11 @@ the two.
 
 from __future__ import annotations
 
-import math
 import time
 
+from batchd.api.headers import TIMEOUT_HEADER, parse_timeout_s
 from batchd.router.errors import BadRequest
-
-TIMEOUT_HEADER = b"batchd-timeout-s"
+from batchd.router.settings import RouterSettings
 
 
 def deadline_of(headers: list[tuple[bytes, bytes]]) -> float | None:
@@ -23,18 +22,20 @@ def deadline_of(headers: list[tuple[bytes, bytes]]) -> float | None:
     for name, value in headers:
         if name.lower() == TIMEOUT_HEADER:
             try:
-                seconds = float(value)
-            except ValueError:
-                seconds = math.nan
-            if not seconds > 0 or math.isinf(seconds):
-                raise BadRequest(
-                    f"header {TIMEOUT_HEADER.decode()}: expected a positive number of seconds, "
-                    f"got {value.decode('latin-1')!r}"
-                )
-            return time.monotonic() + seconds
+                return time.monotonic() + parse_timeout_s(value)
+            except ValueError as error:
+                raise BadRequest(str(error)) from None
     return None
 
 
 def remaining_header(deadline: float) -> bytes:
     """The header line that tells the replica the time left (milliseconds are precise enough)."""
     return b"%b: %.3f\r\n" % (TIMEOUT_HEADER, max(0.001, deadline - time.monotonic()))
+
+
+def answer_bound_s(request_timeout_s: float, settings: RouterSettings, deadline: float | None) -> float:
+    """Seconds to wait for a replica's answer to start: the deployment's `request_timeout_s` (after
+    which the replica answers its own 504) plus `answer_margin_s` for that answer to arrive, or
+    the time the client has left when that is shorter. The router then answers 504 itself."""
+    bound = request_timeout_s + settings.answer_margin_s
+    return bound if deadline is None else max(0.0, min(bound, deadline - time.monotonic()))

@@ -12,12 +12,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from batchd.api.spec import BatchingSpec
 from batchd.router.errors import AmbiguousModel, UnknownModel
 
 # The label the EndpointSlice controller puts on each slice of a Service.
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 # The Service port a replica serves on (the operator names it so, see operator/children.py).
 PORT_NAME = "http"
+DEFAULT_REQUEST_TIMEOUT_S = float(BatchingSpec.model_fields["request_timeout_s"].default)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -38,6 +40,14 @@ def model_of(deployment: Mapping[str, Any]) -> tuple[DeploymentRef, str]:
     ref = DeploymentRef(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
     model = ((deployment.get("spec") or {}).get("model") or {}).get("name") or ref.name
     return ref, str(model)
+
+
+def request_timeout_of(deployment: Mapping[str, Any]) -> float:
+    """How long a replica of the deployment works on a request before its own 504
+    (`spec.batching.request_timeout_s`, the spec's default when unset)."""
+    batching = (deployment.get("spec") or {}).get("batching") or {}
+    value = batching.get("request_timeout_s")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else DEFAULT_REQUEST_TIMEOUT_S
 
 
 def service_of(endpoint_slice: Mapping[str, Any]) -> DeploymentRef | None:
@@ -81,6 +91,7 @@ class Directory:
     def __init__(self, listener: Listener | None = None) -> None:
         self.listener = listener
         self._models: dict[DeploymentRef, str] = {}
+        self._timeouts: dict[DeploymentRef, float] = {}
         self._by_model: dict[str, set[DeploymentRef]] = {}
         self._slices: dict[tuple[str, str], tuple[DeploymentRef, tuple[str, ...]]] = {}
         self._replicas: dict[DeploymentRef, tuple[str, ...]] = {}
@@ -99,6 +110,9 @@ class Directory:
     def replicas(self, ref: DeploymentRef) -> tuple[str, ...]:
         return self._replicas.get(ref, ())
 
+    def request_timeout_s(self, ref: DeploymentRef) -> float:
+        return self._timeouts.get(ref, DEFAULT_REQUEST_TIMEOUT_S)
+
     def model(self, ref: DeploymentRef) -> str | None:
         return self._models.get(ref)
 
@@ -115,6 +129,7 @@ class Directory:
         if previous is not None and previous != model:
             self._by_model.get(previous, set()).discard(ref)
         self._models[ref] = model
+        self._timeouts[ref] = request_timeout_of(deployment)
         self._by_model.setdefault(model, set()).add(ref)
 
     def delete_deployment(self, deployment: Mapping[str, Any]) -> None:
@@ -171,6 +186,7 @@ class Directory:
 
     def _forget(self, ref: DeploymentRef) -> None:
         model = self._models.pop(ref, None)
+        self._timeouts.pop(ref, None)
         if model is None:
             return
         refs = self._by_model.get(model, set())

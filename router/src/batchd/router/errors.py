@@ -23,7 +23,8 @@ class BadRequest(RouterError):
 
 
 class DeadlineExceeded(RouterError):
-    """The time the client gave the request (`batchd-timeout-s`) passed before it could be sent."""
+    """The time the client gave the request (`batchd-timeout-s`) passed before it could be sent, or
+    a replica did not answer within its deployment's `request_timeout_s` (plus a margin)."""
 
 
 class NoRoute(RouterError):

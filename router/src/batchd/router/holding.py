@@ -60,6 +60,9 @@ class Holds:
         except UnknownModel:
             outcome = "deleted"
             raise
+        except HoldRefused:
+            outcome = "shutdown"  # refused before its time: the router's drain bound passed
+            raise
         except asyncio.CancelledError:
             outcome = "cancelled"  # the client went away, or its deadline passed
             raise
@@ -88,6 +91,18 @@ class Holds:
                 future.set_exception(
                     UnknownModel(f"model {model!r}: its BatchedDeployment {ref} was deleted")
                 )
+
+    def refuse_all(self, why: str) -> None:
+        """Every held request, of every deployment, gets a 503 with Retry-After saying `why`."""
+        for waiting in self._waiting.values():
+            for future in waiting.futures:
+                if not future.done():
+                    future.set_exception(HoldRefused(f"model {waiting.model!r}: {why}"))
+
+    @property
+    def count(self) -> int:
+        """Requests held now, over every deployment."""
+        return sum(len(waiting.futures) for waiting in self._waiting.values())
 
     def snapshot(self) -> list[dict[str, object]]:
         """What is held, per deployment: the operator's signal to start a first replica."""

@@ -53,7 +53,7 @@ class RouterMetrics:
         self.holds = Counter(
             "batchd_router_holds",
             "How holds ended: `released` (a replica came), `timeout`, `full` (none held), `deleted`, "
-            "`cancelled` (the client left or its deadline passed).",
+            "`cancelled` (the client left or its deadline passed), `shutdown` (the router's drain ended).",
             [*DEPLOYMENT, "outcome"],
             registry=r,
         )

@@ -1,6 +1,7 @@
 """The router's ASGI application: each inference request to a replica of its model's deployment.
 
-Per request: the model name from the path picks the deployment (`directory`); with no ready
+Per request: the model name from the path (or the JSON body, see `naming`) picks the deployment
+(`directory`); with no ready
 replica the request is held (`holding`); otherwise the better of two random replicas by load
 (`picker`, `loads`) gets it, streamed through (`upstream`). A replica that refused it before
 accepting it, or that could not be reached at all, makes way for one other replica; nothing a
@@ -19,9 +20,12 @@ from collections.abc import Callable
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from batchd.router.deadlines import TIMEOUT_HEADER, deadline_of, remaining_header
+from batchd.api.headers import TIMEOUT_HEADER
+from batchd.api.routes import RouteMatch
+from batchd.router.deadlines import answer_bound_s, deadline_of, remaining_header
 from batchd.router.directory import DeploymentRef, Directory
 from batchd.router.errors import (
+    BadRequest,
     DeadlineExceeded,
     HoldRefused,
     NoRoute,
@@ -34,7 +38,7 @@ from batchd.router.errors import (
 from batchd.router.holding import Holds
 from batchd.router.loads import Loads
 from batchd.router.metrics import RouterMetrics
-from batchd.router.paths import model_in_path
+from batchd.router.naming import model_in_body, routed
 from batchd.router.picker import pick
 from batchd.router.settings import RouterSettings
 from batchd.router.upstream import (
@@ -54,7 +58,9 @@ from batchd.router.upstream import (
 logger = logging.getLogger(__name__)
 
 _JSON = [(b"content-type", b"application/json")]
-ROUTES_HELP = "POST /v1/models/NAME:predict, /v2/models/NAME/infer, /v2/models/NAME/generate(_stream)"
+ROUTES_HELP = (
+    "the inference routes that name a model (POST /v1/models/NAME:predict, /v2/models/NAME/infer, ...)"
+)
 
 
 class Router:
@@ -79,19 +85,40 @@ class Router:
         self.metrics = metrics
         self.synced = synced
         self.rng = rng or random.Random()
+        self.draining = False  # from SIGTERM on: unready, and every answer says Connection: close
+        self.inflight = 0  # inference requests being routed or held now
+
+    def begin_draining(self) -> None:
+        """Turn unready at once; requests that still arrive on open connections are routed, and
+        their answers tell the client to leave (see `server`)."""
+        self.draining = True
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         method, path = scope["method"], scope["path"]
-        model = model_in_path(method, path)
-        if model is None:
+        if self.draining:
+            send = _closing(send)
+        found = routed(method, path)
+        if found is None:
             await self._own(method, path, send)
             return
-        ref: DeploymentRef | None = None
+        self.inflight += 1
         try:
+            await self._inference(found, scope, receive, send)
+        finally:
+            self.inflight -= 1
+
+    async def _inference(self, found: RouteMatch, scope: Message, receive: Receive, send: Send) -> None:
+        ref: DeploymentRef | None = None
+        received: list[Message] = []
+        try:
+            model = found.model_name
+            if model is None:
+                assert found.route.model_field is not None  # see `routed`
+                model = await self._model_in_body(found.route.model_field, receive, received)
             if not self.synced():
                 raise NotSynced("the router has not yet read the deployments from the API server")
             ref = self.directory.resolve(model)
-            status = await self._route(ref, model, scope, receive, send)
+            status = await self._route(ref, model, scope, receive, send, received)
         except RouterError as error:
             answer = http_answer(error, self.settings)
             status = answer.status
@@ -102,13 +129,30 @@ class Router:
         if ref is not None:
             self.metrics.requests.labels(ref.namespace, ref.name, f"{status // 100}xx").inc()
 
+    async def _model_in_body(self, field: str, receive: Receive, received: list[Message]) -> str:
+        """The model a JSON body names in `field`, reading the body into `received` no further
+        than a retry keeps it anyway (`retry_body_max_bytes`)."""
+        limit = self.settings.retry_body_max_bytes
+        await self._read_ahead(receive, received, limit)
+        if received[-1]["type"] == "http.disconnect":
+            raise ClientGone
+        if received[-1].get("more_body", False):
+            raise BadRequest(f"request body: larger than {limit} bytes, so the router cannot read {field!r}")
+        return model_in_body(b"".join(message.get("body", b"") for message in received), field)
+
     async def _route(
-        self, ref: DeploymentRef, model: str, scope: Message, receive: Receive, send: Send
+        self,
+        ref: DeploymentRef,
+        model: str,
+        scope: Message,
+        receive: Receive,
+        send: Send,
+        received: list[Message],
     ) -> int:
+        """`received`: what was read of the request so far (the body, when the model is named in it)."""
         deadline = deadline_of(scope["headers"])
-        received: list[Message] = []
         if not self.directory.replicas(ref):
-            received = await self._hold(ref, model, receive, deadline)
+            await self._hold(ref, model, receive, deadline, received)
         if not received:
             received.append(await receive())
         if received[-1]["type"] == "http.disconnect":
@@ -157,12 +201,20 @@ class Router:
                 if deadline <= time.monotonic():
                     raise DeadlineExceeded(f"model {model!r}: the request's {TIMEOUT_HEADER.decode()} passed")
                 extra = remaining_header(deadline)
+            answer_within_s = answer_bound_s(self.directory.request_timeout_s(ref), self.settings, deadline)
             self.loads.begin(replica)
             try:
                 try:
-                    response = await self.upstream.send(
-                        replica, scope["method"], target, headers, body, extra, watch
-                    )
+                    async with asyncio.timeout(answer_within_s):
+                        response = await self.upstream.send(
+                            replica, scope["method"], target, headers, body, extra, watch
+                        )
+                except TimeoutError:
+                    raise DeadlineExceeded(
+                        f"model {model!r}: replica {replica} of {ref} did not answer within "
+                        f"{answer_within_s:.3g} s (its request_timeout_s, or the request's "
+                        f"{TIMEOUT_HEADER.decode()}); not sent again"
+                    ) from None
                 except ConnectFailed as error:
                     if watch is not None and watch.left:
                         raise ClientGone from None
@@ -203,14 +255,18 @@ class Router:
         return any(replica not in tried for replica in self.directory.replicas(ref))
 
     async def _hold(
-        self, ref: DeploymentRef, model: str, receive: Receive, deadline: float | None
-    ) -> list[Message]:
-        """Wait for a first replica of `ref`, reading the body meanwhile (up to what a retry may
-        keep) so that a client that leaves stops waiting; what was read of the body comes back."""
+        self,
+        ref: DeploymentRef,
+        model: str,
+        receive: Receive,
+        deadline: float | None,
+        received: list[Message],
+    ) -> None:
+        """Wait for a first replica of `ref`, reading the body meanwhile into `received` (up to
+        what a retry may keep) so that a client that leaves stops waiting."""
         timeout_s = self.settings.hold_timeout_s
         if deadline is not None:
             timeout_s = min(timeout_s, deadline - time.monotonic())
-        received: list[Message] = []
         held = asyncio.ensure_future(self.holds.wait(ref, model, timeout_s))
         watching = asyncio.ensure_future(self._watch_client(receive, received))
         try:
@@ -230,19 +286,24 @@ class Router:
             for task in (held, watching):
                 task.cancel()
             await asyncio.gather(held, watching, return_exceptions=True)
-        return received
 
     async def _watch_client(self, receive: Receive, received: list[Message]) -> None:
         """Read the body into `received`; then the next message can only say the client left."""
-        size = 0
-        while True:
+        limit = self.settings.retry_body_max_bytes
+        if not _read_all(received):
+            await self._read_ahead(receive, received, limit)
+        if _read_all(received) and received[-1]["type"] != "http.disconnect":
+            received.append(await receive())
+
+    @staticmethod
+    async def _read_ahead(receive: Receive, received: list[Message], limit: int) -> None:
+        """Read the body into `received` until it is complete, the client left, or more than
+        `limit` bytes are in: the rest streams once a replica is there."""
+        size = sum(len(message.get("body", b"")) for message in received)
+        while not _read_all(received) and size <= limit:
             message = await receive()
             received.append(message)
-            if message["type"] == "http.disconnect":
-                return
             size += len(message.get("body", b""))
-            if size > self.settings.retry_body_max_bytes:
-                return  # read no more ahead: the rest streams once a replica is there
 
     def _pick(self, ref: DeploymentRef, tried: list[str]) -> str | None:
         replicas = self.directory.replicas(ref)
@@ -263,13 +324,31 @@ class Router:
         elif method == "GET" and path == "/healthz":
             await _send(send, 200, b'{"live":true}', _JSON)
         elif method == "GET" and path == "/readyz":
-            ready = self.synced()
+            ready = self.synced() and not self.draining
             await _send(send, 200 if ready else 503, orjson.dumps({"ready": ready}), _JSON)
         else:
             answer = http_answer(
                 NoRoute(f"no route for {method} {path}; the router forwards {ROUTES_HELP}"), self.settings
             )
             await _send(send, answer.status, answer.body, answer.headers)
+
+
+def _closing(send: Send) -> Send:
+    """`send`, with `Connection: close` on the answer: the client reconnects, to another router."""
+
+    async def send_closing(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+        await send(message)
+
+    return send_closing
+
+
+def _read_all(received: list[Message]) -> bool:
+    """Whether `received` holds the whole body, or the client's leaving."""
+    return bool(received) and (
+        received[-1]["type"] == "http.disconnect" or not received[-1].get("more_body", False)
+    )
 
 
 async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:

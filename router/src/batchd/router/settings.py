@@ -24,6 +24,11 @@ class RouterSettings(EnvironmentSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=ROUTER_PORT, ge=0, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # On SIGTERM: how long requests in flight and held get to finish before held ones are refused
+    # (503 + Retry-After) and the router exits (seconds). As long as a hold may last, so that a
+    # rollout during a cold start loses nothing; the pod's terminationGracePeriodSeconds must be
+    # longer (by the router's FINISH_S, 5 s, at least).
+    drain_timeout_s: PositiveFloat = 30.0
     # Namespaces whose BatchedDeployments are routed to, comma-separated; empty = the whole cluster
     # (then the router needs a ClusterRole, see `rbac`).
     namespaces: Annotated[tuple[str, ...], NoDecode] = ()
@@ -60,6 +65,10 @@ class RouterSettings(EnvironmentSettings):
     upstream_keepalive_s: PositiveFloat = 30.0
     # Seconds to open a connection to a replica; one that cannot be reached is tried no longer.
     upstream_connect_timeout_s: PositiveFloat = 2.0
+    # A replica's answer is waited for the deployment's `request_timeout_s` plus this (seconds),
+    # then 504: the replica answers its own 504 at `request_timeout_s`, this is the time for that
+    # answer to arrive, so a replica that hangs (or a partition) holds no client forever.
+    answer_margin_s: PositiveFloat = 1.0
 
     @field_validator("namespaces", mode="before")
     @classmethod

@@ -13,8 +13,8 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from batchd.api.headers import REFUSED_HEADER, TIMEOUT_HEADER
 from batchd.router.connections import ConnectFailed, Connection, Pool, SendFailed
-from batchd.router.deadlines import TIMEOUT_HEADER
 from batchd.router.settings import RouterSettings
 
 __all__ = ["Answer", "Body", "ClientGone", "ClientWatch", "ConnectFailed", "SendFailed", "Upstream", "relay"]
@@ -24,9 +24,6 @@ Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-# Set by a replica on a 503 for a request it did not accept (queue full, draining, stalled,
-# loading): its value is the reason. Nothing of the request was computed; another replica may take it.
-REFUSED_HEADER = b"batchd-refused"
 # Headers of one connection, not of the request or the answer (RFC 9110 7.6.1), and `host`: the
 # router writes its own for its own connection.
 HOP_BY_HOP = frozenset(
@@ -45,6 +42,9 @@ HOP_BY_HOP = frozenset(
 )
 # Of a request, the router also writes the body's framing and the time left (see deadlines).
 _NOT_FORWARDED = HOP_BY_HOP | {b"content-length", TIMEOUT_HEADER}
+# Of an answer, the router keeps a refusal's mark to itself: it has retried what could be retried,
+# so a client (a composer's handle) must not send the request again on its account.
+_NOT_RELAYED = HOP_BY_HOP | {REFUSED_HEADER}
 # Answers up to this size with a Content-Length go to the client in one write; larger ones, and
 # streams, go piece by piece as they come.
 WHOLE_ANSWER_MAX_BYTES = 64 * 1024
@@ -140,7 +140,8 @@ class Answer:
     def __init__(self, pool: Pool, replica: str, connection: Connection) -> None:
         self._pool, self._replica, self._connection = pool, replica, connection
         self.status = connection.status
-        self.headers = [(name, value) for name, value in connection.headers if name not in HOP_BY_HOP]
+        self.headers = [(name, value) for name, value in connection.headers if name not in _NOT_RELAYED]
+        self._refused = any(name == REFUSED_HEADER for name, _ in connection.headers)
         self.content_length = next(
             (int(value) for name, value in connection.headers if name == b"content-length"), None
         )
@@ -149,7 +150,7 @@ class Answer:
 
     def refused(self) -> bool:
         """The replica refused the request before accepting it: it may go to another replica."""
-        return self.status == 503 and any(name == REFUSED_HEADER for name, _ in self.headers)
+        return self.status == 503 and self._refused
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self._connection.body()])

@@ -1,6 +1,8 @@
 """A trivial adder in raw ASGI: the cheapest upstream there is, so that what is measured is the router.
 
-`uvicorn trivial_adder:app --app-dir router/benchmarks --loop uvloop --http httptools`
+    uvicorn batchd.bench.router.trivial_adder:app --loop uvloop --http httptools
+
+It answers `GET /load` as an idle, ready replica does, so the router's load poller reads it too.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Any
 import orjson
 
 _HEADERS = [(b"content-type", b"application/json")]
+_IDLE = b'{"ready": true, "queued_items": 0, "running_items": 0}'
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -21,7 +24,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         body += message.get("body", b"")
         more = message.get("more_body", False)
     if scope["path"] == "/load":
-        answer = b'{"ready": true, "queued_items": 0, "running_items": 0}'
+        answer = _IDLE
     else:
         answer = orjson.dumps({"predictions": [n + 1 for n in orjson.loads(body)["instances"]]})
     await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})

@@ -1,0 +1,35 @@
+"""The HTTP headers the router and the replicas speak to each other, named once.
+
+Both sides import these names, so a replica's refusal and a router's retry, or a router's time
+left and a replica's deadline, can never disagree on spelling. Header names are lower-case
+bytes, the way ASGI servers hand them over.
+"""
+
+from __future__ import annotations
+
+import math
+
+# Set by a replica on a 503 for a request it refused before accepting it (queue full, draining,
+# stalled, loading); the value is the reason. Nothing of the request reached the batcher, so a
+# router may send it to another replica. Never set once a request was accepted.
+REFUSED_HEADER = b"batchd-refused"
+
+# Seconds the client still waits for its answer. A client may set it; the router holds a request
+# no longer than that and replaces it with the time left when it forwards the request; a replica
+# bounds the request by the shorter of this and its `request_timeout_s`.
+TIMEOUT_HEADER = b"batchd-timeout-s"
+
+
+def parse_timeout_s(value: bytes) -> float:
+    """The seconds a `batchd-timeout-s` value names; ValueError naming the header and the value
+    unless it is a positive, finite number."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not seconds > 0 or math.isinf(seconds):
+        raise ValueError(
+            f"header {TIMEOUT_HEADER.decode()}: expected a positive number of seconds, "
+            f"got {value.decode('latin-1')!r}"
+        )
+    return seconds

@@ -1,0 +1,47 @@
+"""Which model a request is for: the shared table of inference routes, read the router's way.
+
+The router forwards the path untouched; it only needs the model's name to find the deployment.
+`batchd.api.routes` is the one table of routes the replicas answer, so a route added there is
+forwarded here with no change. A route names its model in the path, or in a field of its JSON
+body (as OpenAI's `model`); a route that names it in neither (the seeds' simple call, served by
+whatever replica a Service picks) is not the router's to forward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from batchd.api.routes import RouteMatch, RouteTable
+from batchd.router.errors import BadRequest
+
+ROUTES = RouteTable()
+
+
+def routed(method: str, path: str, table: RouteTable = ROUTES) -> RouteMatch | None:
+    """The route of an inference request the router forwards; None for anything else, and for a
+    path whose model name is empty or holds a `/` (no Kubernetes name does)."""
+    found = table.match(method, path)
+    if found is None:
+        return None
+    if found.model_name is None:
+        return found if found.route.model_field is not None else None
+    if not found.model_name or "/" in found.model_name:
+        return None
+    return found
+
+
+def model_in_body(body: bytes, field: str) -> str:
+    """The model a JSON body names in `field`; BadRequest naming the field (and the value) when
+    the body is no JSON object or the field holds no model name."""
+    try:
+        document: Any = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise BadRequest(
+            f"request body: not valid JSON ({error}); expected an object naming {field!r}"
+        ) from None
+    value = document.get(field) if isinstance(document, dict) else None
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"request body: field {field!r} must name the model, got {value!r}")
+    return value

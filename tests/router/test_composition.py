@@ -1,0 +1,122 @@
+"""Model composition through the router: a composer replica's handle calls a real router, which
+picks the callee deployment by the model name in the path, as a client's request would.
+
+`callee` doubles numbers; `tight` holds one batch of one item for seconds with room for one
+more, so it is easy to fill. The composer (`Relay`) reaches both at the router's URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from batchd.testing.manifests import manifest
+from batchd.testing.servers import (
+    ServerProcess,
+    batchd_command,
+    running,
+    start_process,
+    start_replica,
+    wait_until,
+    write_manifest,
+)
+
+pytestmark = pytest.mark.slow
+
+TIGHT_BATCH_S = 3.0
+
+
+@dataclass
+class Composed:
+    router: ServerProcess
+    callee: ServerProcess
+    tight: ServerProcess
+    composer: ServerProcess
+
+    @property
+    def predict(self) -> str:
+        return f"{self.composer.url}/v1/models/composer:predict"
+
+
+@pytest.fixture
+async def composed(stand_in: Any, tmp_path: Path) -> AsyncIterator[Composed]:
+    callee = manifest(
+        "callee",
+        "batchd.testing.batch_handlers:Failing.handle",
+        batching={"max_batch_size": 16, "batch_wait_timeout_s": 0.02},
+    )
+    tight = manifest(
+        "tight",
+        {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": TIGHT_BATCH_S}},
+        batching={"max_batch_size": 1, "max_queued_requests": 1, "batch_wait_timeout_s": 0},
+    )
+    composer = manifest(
+        "composer",
+        {"handler": "batchd.testing.batch_handlers:Relay", "calls": {"callee": "callee", "tight": "tight"}},
+        batching={"max_batch_size": 1, "max_concurrent_batches": 32},
+    )
+    callees = [
+        start_replica(write_manifest(tmp_path, document), tmp_path / "logs") for document in (callee, tight)
+    ]
+    with running(callees):
+        for replica in callees:
+            await stand_in.deploy(replica.name, f"{replica.host}:{replica.port}")
+        async with stand_in.router() as router:
+            calls = [f"--call={alias}={router.url}" for alias in ("callee", "tight")]
+            command = [*batchd_command(), "serve", str(write_manifest(tmp_path, composer)), *calls]
+            with running([start_process("composer", command, tmp_path / "logs")]) as (composer_process,):
+                yield Composed(router, callees[0], callees[1], composer_process)
+
+
+def counter(server: ServerProcess, name: str, **labels: str) -> float:
+    """The sum of a counter's series whose labels include `labels`."""
+    total = 0.0
+    for found_labels, value in re.findall(rf"^{name}\{{([^}}]*)\}} (\S+)$", server.metrics(), re.M):
+        if all(f'{key}="{wanted}"' in found_labels for key, wanted in labels.items()):
+            total += float(value)
+    return total
+
+
+async def test_a_composers_calls_reach_the_callee_through_the_router(composed: Composed) -> None:
+    async with httpx.AsyncClient(timeout=30) as client:
+        answers = await asyncio.gather(
+            *(
+                client.post(composed.predict, json={"instances": [{"to": "callee", "n": n}]})
+                for n in range(16)
+            )
+        )
+    assert [(answer.status_code, answer.json()) for answer in answers] == [
+        (200, {"predictions": [2 * n]}) for n in range(16)
+    ]
+    assert counter(composed.callee, "batchd_requests_total", outcome="success") == 16
+    routed = counter(composed.router, "batchd_router_requests_total", deployment="callee", code="2xx")
+    assert routed == 16  # every call went through the router
+
+
+async def test_a_refusal_the_router_could_not_place_is_not_sent_again_by_the_handle(
+    composed: Composed,
+) -> None:
+    tight = composed.tight
+    load = f"{tight.url}/load"
+    async with httpx.AsyncClient(timeout=30) as client:
+        # One call holds tight's model, a second fills its one place in the queue (directly) ...
+        direct = f"{tight.url}/v1/models/tight:predict"
+        busy = [asyncio.ensure_future(client.post(direct, json={"instances": [n]})) for n in range(2)]
+        await asyncio.to_thread(
+            wait_until, lambda: httpx.get(load).json()["queued_items"] == 1, 10, "tight full"
+        )
+        # ... so the composer's call is refused: the router has no other replica to try.
+        refused = await client.post(composed.predict, json={"instances": [{"to": "tight", "n": 1}]})
+        await asyncio.gather(*busy)
+    assert refused.status_code == 503, refused.text
+    assert "callee 'tight' (BatchedDeployment 'tight') answered 503" in refused.json()["error"]
+    assert "batchd-refused" not in refused.headers
+    # tight saw the call once: neither the router nor the handle sent it again.
+    assert counter(tight, "batchd_rejections_total", reason="queue_full") == 1
