@@ -229,8 +229,9 @@ async def test_a_router_restarted_mid_load_answers_everything_it_was_sent(tmp_pa
         running = asyncio.create_task(load.run())
         try:
             await eventually(lambda: load.answered() >= 100, timeout_s=30, what="100 answers")
-            # SIGTERM: uvicorn stops listening, closes idle connections, finishes what it was sent.
-            await asyncio.to_thread(env.router.terminate, 30)  # drained within 30 s, or this fails
+            # SIGTERM: the router turns unready, answers what it was sent (with Connection: close),
+            # and exits 0 once drained; within 30 s, or this fails.
+            exit_code = await asyncio.to_thread(env.router.terminate, 30)
             env.router = start_router(
                 env.server.kubeconfig_path,
                 env.logs,
@@ -245,6 +246,7 @@ async def test_a_router_restarted_mid_load_answers_everything_it_was_sent(tmp_pa
             load.stop()
             outcomes = await running
         replicas_answered = sum([await metric(client, pod.url, "batchd_requests_total") for pod in pods])
+    assert exit_code == 0
     answers = [outcome for outcome in outcomes if isinstance(outcome, int)]
     # The new router answers 503 + Retry-After until it has read the cluster (in a cluster its
     # Service sends it nothing before it is ready; here the client finds its port at once).
