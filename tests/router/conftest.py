@@ -1,41 +1,28 @@
-"""The router's stand-in cluster: the project's API emulator taught label selectors and EndpointSlices.
-
-The router watches EndpointSlices by label, which plain KMock does not filter. As the API server
-documents it (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/), a
-`labelSelector` of equality (`a=b`, `a==b`, `a!=b`), set (`a in (x,y)`, `a notin (x)`) and
-existence (`a`, `!a`) requirements, comma-joined (AND), filters LIST and WATCH; on a watch, an
-object that stops matching arrives as DELETED and one that starts matching as ADDED. LIST carries
-the store's resourceVersion. EndpointSlices are validated against the Kubernetes schemas, as the
-other built-in kinds are. (Candidates for `batchd.testing.apiserver`, where the operator's tests
-would get them too.)
+"""The router's tests: the project's emulated API server (`batchd.testing.apiserver`, which filters
+by label and serves EndpointSlices), the router as a real process (`batchd.testing.servers`), and
+fake replicas that answer as a test needs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 import socket
 import struct
-import sys
 import threading
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-import aiohttp
-import kmock
 import pytest
-import yaml
-from kmock._internal import rendering
 
 from batchd.api.spec import GROUP, PLURAL, VERSION
-from batchd.testing.apiserver import ApiServer, Resource, default_resources, kubeconfig_for, validate_builtin
+from batchd.testing.apiserver import ApiServer, selects
 from batchd.testing.manifests import manifest
-from batchd.testing.servers import ServerProcess, start_process, uvicorn_in_thread
+from batchd.testing.operator_runner import api_server, call, eventually
+from batchd.testing.servers import ServerProcess, start_router, uvicorn_in_thread
 
 T = TypeVar("T")
 
@@ -48,90 +35,6 @@ SERVICE_LABELS = {
     "app.kubernetes.io/component": "replica",
     "app.kubernetes.io/managed-by": "batchd",
 }
-
-
-def _requirement(text: str) -> Callable[[Mapping[str, str]], bool]:
-    text = text.strip()
-    for keyword, wanted in ((" notin ", False), (" in ", True)):
-        if keyword in text:
-            key, _, values = text.partition(keyword)
-            allowed = {value.strip() for value in values.strip().strip("()").split(",")}
-            key = key.strip()
-            if wanted:
-                return lambda labels: labels.get(key) in allowed
-            return lambda labels: key not in labels or labels[key] not in allowed
-    if "!=" in text:
-        key, _, value = text.partition("!=")
-        return lambda labels: labels.get(key.strip()) != value.strip()
-    if "=" in text:
-        key, _, value = text.replace("==", "=").partition("=")
-        return lambda labels: labels.get(key.strip()) == value.strip()
-    if text.startswith("!"):
-        return lambda labels: text[1:].strip() not in labels
-    return lambda labels: text in labels
-
-
-def _split(selector: str) -> list[str]:
-    """Requirements are comma-separated, except for the commas inside `in (...)` sets."""
-    parts, depth, current = [], 0, ""
-    for char in selector:
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    return [part for part in [*parts, current] if part.strip()]
-
-
-def selects(selector: str, labels: Mapping[str, str]) -> bool:
-    return all(_requirement(part)(labels) for part in _split(selector))
-
-
-def _labels(document: Any) -> Mapping[str, str]:
-    return ((document or {}).get("metadata") or {}).get("labels") or {}
-
-
-class SelectingApiServer(ApiServer):
-    """The project's emulator, plus `labelSelector` on LIST and WATCH and the list's resourceVersion;
-    it records the router's calls apart, as (group, resource, verb), for the RBAC test."""
-
-    router_calls: set[tuple[str, str, str]]
-
-    def _record(self, request: rendering.Request) -> None:
-        if not str(request.headers.get("User-Agent", "")).startswith("batchd-router/"):
-            super()._record(request)  # the operator's, which the chart's RBAC test compares
-            return
-        if request.resource is not None and request.resource.plural:
-            watching = request.params.get("watch") in ("true", "1")
-            verb = "watch" if watching else "get" if request.name else "list"
-            if request.method is None or request.method.value.upper() != "GET":
-                verb = request.method.value.lower() if request.method else "?"  # a write: never allowed
-            call = (request.resource.group or "", request.resource.plural, verb)
-            self.router_calls = {*getattr(self, "router_calls", set()), call}
-
-    async def _serve_list(self, request: rendering.Request) -> Any:
-        listed = await super()._serve_list(request)
-        selector = request.params.get("labelSelector", "")
-        listed["items"] = [item for item in listed["items"] if selects(selector, _labels(item))]
-        listed["metadata"] = {"resourceVersion": str(self.revision)}
-        return listed
-
-    async def _serve_watch(self, request: rendering.Request) -> Any:
-        selector = request.params.get("labelSelector", "")
-        matching: set[tuple[str, str]] = set()
-        async for event in super()._serve_watch(request):
-            if not isinstance(event, dict) or not selector:
-                yield event
-                continue
-            metadata = event["object"].get("metadata") or {}
-            key = (metadata.get("namespace", ""), metadata.get("name", ""))
-            if selects(selector, _labels(event["object"])) and event["type"] != "DELETED":
-                yield {**event, "type": "MODIFIED" if key in matching else "ADDED"}
-                matching.add(key)
-            elif key in matching:
-                matching.discard(key)
-                yield {**event, "type": "DELETED"}
 
 
 def endpoint_slice(
@@ -175,45 +78,19 @@ class StandIn:
     slice = staticmethod(endpoint_slice)
     selects = staticmethod(selects)
 
-    def __init__(self, server: SelectingApiServer, tmp_path: Path) -> None:
+    eventually = staticmethod(eventually)
+
+    def __init__(self, server: ApiServer, tmp_path: Path) -> None:
         self.server = server
         self.tmp_path = tmp_path
 
-    @staticmethod
-    async def eventually(
-        probe: Callable[[], T | Awaitable[T]], *, timeout_s: float = 15.0, what: str = "the condition"
-    ) -> T:
-        """Poll `probe` (plain or async) until it returns something truthy, in the test's loop so
-        that the emulator keeps serving meanwhile; fail after `timeout_s` saying what was awaited."""
-        deadline = time.monotonic() + timeout_s
-        last: Any = None
-        while time.monotonic() < deadline:
-            result = probe()
-            last = await result if inspect.isawaitable(result) else result
-            if last:
-                return last  # type: ignore[no-any-return]
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last seen: {last!r}")
-
     @asynccontextmanager
     async def router(self, **settings: Any) -> AsyncIterator[ServerProcess]:
-        """`python -m batchd.router` against the emulator (`settings`: RouterSettings fields),
-        yielded once it has listed the deployments and endpoints; stopped on the way out."""
-        env = {"KUBECONFIG": self.server.kubeconfig_path, "BATCHD_LOG_LEVEL": "warning"}
-        env.update({f"BATCHD_{key.upper()}": str(value) for key, value in settings.items()})
-        command = [sys.executable, "-m", "batchd.router"]
-        router = start_process("router", command, self.tmp_path / "logs", env=env)
-
-        async def ready() -> bool:
-            router.check_alive()
-            try:
-                async with aiohttp.ClientSession() as client, client.get(f"{router.url}/readyz") as response:
-                    return response.status == 200
-            except aiohttp.ClientError:
-                return False
-
+        """`batchd-router` against the emulator (`settings`: RouterSettings fields), yielded once it
+        has listed the deployments and endpoints; stopped on the way out."""
+        router = start_router(self.server.kubeconfig_path, self.tmp_path / "logs", settings=settings)
         try:
-            await self.eventually(ready, timeout_s=60, what="the router ready")
+            await asyncio.to_thread(router.wait_ready, 60)
             yield router
         finally:
             await asyncio.to_thread(router.stop, 20)
@@ -221,15 +98,7 @@ class StandIn:
     async def _call(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json"
     ) -> Any:
-        response = await self.server.request(
-            method,
-            path,
-            data=json.dumps(body) if body is not None else None,
-            headers={"Content-Type": content_type},
-        )
-        document = await response.json()
-        assert 200 <= response.status < 300, document
-        return document
+        return await call(self.server, method, path, body, content_type)
 
     async def create_deployment(
         self, name: str, *, model: str | None = None, namespace: str = "default"
@@ -261,18 +130,9 @@ class StandIn:
         await self._call("DELETE", f"{SLICES_PATH.format(ns=namespace)}/{name}")
 
 
-def slice_resource() -> Resource:
-    return Resource("discovery.k8s.io", "endpointslices", "EndpointSlice", validator=validate_builtin)
-
-
 @pytest.fixture
 async def stand_in(tmp_path: Path) -> AsyncIterator[StandIn]:
-
-    async with SelectingApiServer() as server, kmock.Server(server):
-        server.register([*default_resources(), slice_resource()])
-        kubeconfig = tmp_path / "kubeconfig.yaml"
-        kubeconfig.write_text(yaml.safe_dump(kubeconfig_for(str(server.url).rstrip("/"))))
-        server.kubeconfig_path = str(kubeconfig)
+    async with api_server(tmp_path) as server:
         yield StandIn(server, tmp_path)
 
 

@@ -1,4 +1,5 @@
-"""Real servers on loopback: `batchd serve` (or any server taking --host and --port) in a process of its own.
+"""Real servers on loopback: `batchd serve`, `batchd-router` (or any server taking --host and --port)
+in a process of its own.
 
 A server process gets its own loopback address and port, optionally its own cores, and its own
 log file, so that its CPU time and memory can be read from /proc and a failure shows its log.
@@ -43,9 +44,15 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, inter
         time.sleep(interval_s)
 
 
-def is_ready(url: str) -> bool:
+# Where each kind of server says it is ready: a replica's Open Inference Protocol health route,
+# the router's /readyz (its first LIST of deployments and endpoints done).
+REPLICA_READY_PATH = "/v2/health/ready"
+ROUTER_READY_PATH = "/readyz"
+
+
+def is_ready(url: str, path: str = REPLICA_READY_PATH) -> bool:
     try:
-        return httpx.get(f"{url}/v2/health/ready", timeout=1).status_code == 200
+        return httpx.get(f"{url}{path}", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -67,6 +74,7 @@ class ServerProcess:
     port: int
     process: subprocess.Popen[bytes]
     log_path: Path
+    ready_path: str = REPLICA_READY_PATH
 
     @property
     def url(self) -> str:
@@ -95,7 +103,7 @@ class ServerProcess:
     def wait_ready(self, timeout_s: float) -> None:
         def ready() -> bool:
             self.check_alive()
-            return is_ready(self.url)
+            return is_ready(self.url, self.ready_path)
 
         try:
             wait_until(ready, timeout_s, f"{self.name} ready", interval_s=0.05)
@@ -138,6 +146,7 @@ def start_process(
     cores: set[int] | None = None,
     host: str = "127.0.0.1",
     port: int | None = None,
+    ready_path: str = REPLICA_READY_PATH,
 ) -> ServerProcess:
     """Start `command --host H --port P` with the repository root as its working directory."""
     port = port or free_port(host)
@@ -154,7 +163,7 @@ def start_process(
             stderr=subprocess.STDOUT,
             preexec_fn=pin,
         )
-    return ServerProcess(name, host, port, process, log_path)
+    return ServerProcess(name, host, port, process, log_path, ready_path)
 
 
 def batchd_command() -> list[str]:
@@ -181,6 +190,38 @@ def start_replica(
         cores=cores,
         host=host,
         port=port,
+    )
+
+
+def router_command() -> list[str]:
+    """`batchd-router`, the console script installed beside this interpreter."""
+    return [str(Path(sys.executable).with_name("batchd-router"))]
+
+
+def start_router(
+    kubeconfig: Path | str,
+    log_dir: Path,
+    *,
+    name: str = "router",
+    settings: dict[str, Any] | None = None,
+    cores: set[int] | None = None,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+) -> ServerProcess:
+    """`batchd-router` in its own process, reading the cluster through `kubeconfig`; `settings` are
+    RouterSettings fields (`{"hold_timeout_s": 5}` -> `BATCHD_HOLD_TIMEOUT_S=5`). Not waited on:
+    `wait_ready` returns once it has listed the deployments and endpoints."""
+    env = {"KUBECONFIG": str(kubeconfig), "BATCHD_LOG_LEVEL": "warning"}
+    env.update({f"BATCHD_{key.upper()}": str(value) for key, value in (settings or {}).items()})
+    return start_process(
+        name,
+        router_command(),
+        log_dir,
+        env=env,
+        cores=cores,
+        host=host,
+        port=port,
+        ready_path=ROUTER_READY_PATH,
     )
 
 

@@ -18,9 +18,19 @@ https://kubernetes.io/docs/reference/using-api/api-concepts/ and the CRD docs):
   period) and `deletionGracePeriodSeconds` and keeps the Pod until the kubelet, having stopped its
   containers, deletes it again with `gracePeriodSeconds=0` (a later DELETE may only shorten the
   period); a Pod on no node, or one that has finished, goes at once. Pods start with
-  `status.phase: Pending`.
-Every request the operator makes is recorded as (group, resource, verb) for the RBAC test; the
-stand-in cluster's own components (`batchd.testing.cluster`) are other identities, not recorded.
+  `status.phase: Pending`;
+- filters LIST and WATCH by `labelSelector`
+  (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/): equality (`a=b`,
+  `a==b`, `a!=b`), set (`a in (x,y)`, `a notin (x)`) and existence (`a`, `!a`) requirements,
+  comma-joined (AND); on a watch, an object that stops matching arrives as DELETED and one that
+  starts matching as ADDED, as the watch cache converts them; a LIST carries the store's
+  `resourceVersion`.
+Not emulated: watching from a `resourceVersion` (every watch starts with ADDED for what exists, as
+one without a version does), `fieldSelector`, `timeoutSeconds`, BOOKMARKs.
+
+Every request is recorded as (group, resource, verb) under its caller's identity, the product of
+its User-Agent (`batchd-router`, `kubelet`, ...), so that each component's RBAC test sees only its
+own calls; a caller with no identity of the stand-ins' or the router's is the operator.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ import copy
 import datetime
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp.web
@@ -41,18 +51,72 @@ from batchd.api.spec import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 from batchd.testing.admission import admit
 
 KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
-# Every (group, resource, verb) any operator made in this test session.
-_OBSERVED: set[tuple[str, str, str]] = set()
+Call = tuple[str, str, str]  # (API group, resource[/subresource], RBAC verb)
+# Every call any operator made in this test session.
+_OBSERVED: set[Call] = set()
 
-# User-Agents that are not the operator: the test's own client and the stand-in cluster's components.
-NOT_THE_OPERATOR = ("kmock/", "kubelet/", "kube-controller-manager/")
+OPERATOR = "operator"
+ROUTER = "batchd-router"
+# Identities (User-Agent products) that are not the operator: the test's own client, the stand-in
+# cluster's components and the router.
+NOT_THE_OPERATOR = ("kmock", "kubelet", "kube-controller-manager", ROUTER)
 
 Validator = Callable[[dict[str, Any]], list[str]]
 
 
-def observed_api_calls() -> frozenset[tuple[str, str, str]]:
+def observed_api_calls() -> frozenset[Call]:
     """(API group, resource[/subresource], RBAC verb) of every call the operator made so far."""
     return frozenset(_OBSERVED)
+
+
+def identity(user_agent: str) -> str:
+    """Who called: the User-Agent's product (`batchd-router/0.3 ...` -> `batchd-router`) for the
+    known components, `operator` for anyone else (Kopf's and the kubernetes client's agents)."""
+    product = user_agent.split("/", 1)[0].strip()
+    return product if product in NOT_THE_OPERATOR else OPERATOR
+
+
+def _requirement(text: str) -> Callable[[Mapping[str, str]], bool]:
+    text = text.strip()
+    for keyword, wanted in ((" notin ", False), (" in ", True)):
+        if keyword in text:
+            key, _, values = text.partition(keyword)
+            allowed = {value.strip() for value in values.strip().strip("()").split(",")}
+            key = key.strip()
+            if wanted:
+                return lambda labels: labels.get(key) in allowed
+            return lambda labels: key not in labels or labels[key] not in allowed
+    if "!=" in text:
+        key, _, value = text.partition("!=")
+        return lambda labels: labels.get(key.strip()) != value.strip()
+    if "=" in text:
+        key, _, value = text.replace("==", "=").partition("=")
+        return lambda labels: labels.get(key.strip()) == value.strip()
+    if text.startswith("!"):
+        return lambda labels: text[1:].strip() not in labels
+    return lambda labels: text in labels
+
+
+def _split_selector(selector: str) -> list[str]:
+    """Requirements are comma-separated, except for the commas inside `in (...)` sets."""
+    parts, depth, current = [], 0, ""
+    for char in selector:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return [part for part in [*parts, current] if part.strip()]
+
+
+def selects(selector: str, labels: Mapping[str, str]) -> bool:
+    """Whether a `labelSelector` (the query parameter's syntax) selects these labels; "" selects all."""
+    return all(_requirement(part)(labels) for part in _split_selector(selector))
+
+
+def labels_of(document: Any) -> Mapping[str, str]:
+    return ((document or {}).get("metadata") or {}).get("labels") or {}
 
 
 def _error(status: int, reason: str, message: str) -> k8s.KubernetesError:
@@ -203,6 +267,7 @@ def default_resources(validate_children: bool = True) -> list[Resource]:
             graceful=True,
         ),
         Resource("events.k8s.io", "events", "Event"),
+        Resource("discovery.k8s.io", "endpointslices", "EndpointSlice", validator=children_validator),
         Resource(
             "apps",
             "deployments",
@@ -224,7 +289,8 @@ class ApiServer(kmock.KubernetesEmulator):
         self.known: dict[Any, Resource] = {}
         self.revision = 0
         self.refused: list[tuple[str, str, list[str]]] = []  # (kind, name, problems) answered with 422
-        self.calls: list[tuple[str, str, str]] = []
+        self.calls: list[Call] = []  # the operator's, in order
+        self.calls_by: dict[str, set[Call]] = {}  # identity -> every call it made
         self.posted_events: list[dict[str, Any]] = []
         self.live_uids: set[str] = set()
 
@@ -234,11 +300,14 @@ class ApiServer(kmock.KubernetesEmulator):
             self.resources[resource.key] = resource.info
 
     # -- recording -------------------------------------------------------------------------------------
+    @property
+    def router_calls(self) -> frozenset[Call]:
+        """Every call the router made (User-Agent `batchd-router/...`), for its RBAC test."""
+        return frozenset(self.calls_by.get(ROUTER, set()))
+
     def _record(self, request: rendering.Request) -> None:
         if request.resource is None or not request.resource.plural:
             return  # discovery (/api, /apis/GROUP): open to every authenticated client, not RBAC-bound
-        if str(request.headers.get("User-Agent", "")).startswith(NOT_THE_OPERATOR):
-            return  # the test's own calls, the stand-in kubelet's and controllers'
         method = request.method.value.upper() if request.method else ""
         if request.params.get("watch") in ("true", "1"):
             verb = "watch"
@@ -252,8 +321,11 @@ class ApiServer(kmock.KubernetesEmulator):
         if request.subresource:
             plural = f"{plural}/{request.subresource}"
         call = (request.resource.group or "", plural, verb)
-        self.calls.append(call)
-        _OBSERVED.add(call)
+        caller = identity(str(request.headers.get("User-Agent", "")))
+        self.calls_by.setdefault(caller, set()).add(call)
+        if caller == OPERATOR:
+            self.calls.append(call)
+            _OBSERVED.add(call)
 
     # -- dispatch --------------------------------------------------------------------------------------
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
@@ -278,6 +350,31 @@ class ApiServer(kmock.KubernetesEmulator):
         if request.action == enums.action.WATCH and request._raw_request is not None:
             return await self._stream_watch(request)
         return await super()._handle(request)
+
+    async def _serve_list(self, request: rendering.Request) -> Any:
+        listed: Any = await super()._serve_list(request)
+        selector = request.params.get("labelSelector", "")
+        listed["items"] = [item for item in listed["items"] if selects(selector, labels_of(item))]
+        listed["metadata"] = {"resourceVersion": str(self.revision)}
+        return listed
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[Any]:
+        """KMock's watch (ADDED for what exists, then every change), seen through the selector: a
+        change that makes an object match is ADDED, one that makes it stop matching DELETED."""
+        selector = request.params.get("labelSelector", "")
+        matching: set[tuple[str, str]] = set()
+        async for event in super()._serve_watch(request):
+            if not isinstance(event, dict) or not selector:
+                yield event
+                continue
+            metadata = event["object"].get("metadata") or {}
+            key = (metadata.get("namespace", ""), metadata.get("name", ""))
+            if event["type"] != "DELETED" and selects(selector, labels_of(event["object"])):
+                yield {**event, "type": "MODIFIED" if key in matching else "ADDED"}
+                matching.add(key)
+            elif key in matching:
+                matching.discard(key)
+                yield {**event, "type": "DELETED"}
 
     async def _stream_watch(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
         assert request._raw_request is not None

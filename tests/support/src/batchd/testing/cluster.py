@@ -16,6 +16,8 @@ real load together:
   does and re-projects them when the ConfigMap changes, reports readiness from the real readiness
   probe, restarts a container that exits, and stops a deleted Pod as a kubelet does: unready at
   once, the preStop sleep, SIGTERM, SIGKILL after the grace period, then the final DELETE;
+- the EndpointSlice controller keeps each Service's EndpointSlices (`batchd.testing.endpointslices`
+  decides what they hold) up to date with its pods, round by round, when the emulator serves them;
 - `endpoints()` are the URLs kube-proxy would route a Service to: ready, not terminating pods;
 - a Service's DNS name (`name.namespace.svc.cluster.local`) in a container's env resolves to a
   ClusterIP stand-in: a loopback address of its own where a proxy sends each new connection to
@@ -24,7 +26,7 @@ real load together:
 Reads come from the emulator's storage (strongly consistent, polled every `sync_period_s`); every
 write is an HTTP request to the API server, so watch events reach Kopf as in a cluster. The
 components send the User-Agents of the kube-controller-manager and the kubelet, which the
-emulator does not record as the operator's calls.
+emulator records apart from the operator's calls.
 
 Not emulated: scheduling (pods are created bound to the one node), ReplicaSet objects and revision
 history, liveness and startup probe kills, exec and tcpSocket probes (such a container counts as
@@ -63,6 +65,8 @@ import aiohttp
 from batchd.api.pod import CONFIG_PATH, REPLICA_PORT
 from batchd.testing import ROOT
 from batchd.testing.apiserver import ApiServer
+from batchd.testing.endpointslices import ENDPOINT_SLICES, desired_slices, managed_slices, slice_changes
+from batchd.testing.pods import is_finished, is_ready, is_terminating
 
 Manifest = dict[str, Any]
 
@@ -113,16 +117,6 @@ def template_hash(template: Manifest) -> str:
     """The `pod-template-hash` label: FNV-1a of the template, spelt with Kubernetes' safe alphabet."""
     digits = str(_fnv1a32(json.dumps(template, sort_keys=True).encode()))
     return "".join(SAFE_ALPHABET[ord(digit) % len(SAFE_ALPHABET)] for digit in digits)
-
-
-def is_ready(pod: Manifest) -> bool:
-    """The Pod's `Ready` condition, as the endpoints and Deployment controllers read it."""
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(item.get("type") == "Ready" and item.get("status") == "True" for item in conditions)
-
-
-def is_terminating(pod: Manifest) -> bool:
-    return bool(pod["metadata"].get("deletionTimestamp"))
 
 
 def deletion_cost(pod: Manifest) -> int:
@@ -687,7 +681,7 @@ class _Pod:
 
 
 class Cluster:
-    """Deployment controller, kubelet and endpoints for the pods the emulated API server asks for.
+    """Deployment and EndpointSlice controllers, kubelet and kube-proxy for the emulated API server's pods.
 
     `async with Cluster(server, tmp_path) as cluster:` starts them as tasks in the current loop; on
     exit every process is stopped and waited for (SIGTERM, then SIGKILL), every task is done, and
@@ -723,10 +717,15 @@ class Cluster:
         self.probes: aiohttp.ClientSession  # a fresh connection per probe, as the kubelet's
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
+        self._slices_served = True  # whether the emulator serves EndpointSlices (set on entry)
 
     # -- lifecycle --------------------------------------------------------------------------------------
     async def __aenter__(self) -> Self:
         self.server.known_by_plural("pods")  # KeyError: the emulator was not taught pods
+        try:
+            self.server.known_by_plural(ENDPOINT_SLICES)
+        except KeyError:
+            self._slices_served = False
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._api = aiohttp.ClientSession(timeout=API_TIMEOUT)
         self.probes = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
@@ -785,6 +784,9 @@ class Cluster:
                     for deployment in self.server.list_objects("apps/deployments"):
                         await self._sync_deployment(deployment)
                     self._sync_kubelet()
+                    if self._slices_served:
+                        for service in self.server.list_objects("services"):
+                            await self._sync_endpoint_slices(service)
                 except ApiError as error:
                     self.api_errors.append(str(error))  # retried next round, as a controller requeues
                 if time.monotonic() >= next_config_sync:
@@ -958,6 +960,24 @@ class Cluster:
             path = f"/apis/apps/v1/namespaces/{meta['namespace']}/deployments/{meta['name']}/status"
             body = [{"op": "add", "path": "/status", "value": status}]
             await self.call(CONTROLLER_AGENT, "PATCH", path, body)
+
+    # -- the EndpointSlice controller -----------------------------------------------------------------------
+    async def _sync_endpoint_slices(self, service: Manifest) -> None:
+        """Write what differs between the Service's slices and what its pods say they should be."""
+        meta = service["metadata"]
+        if not (service.get("spec") or {}).get("selector") or meta.get("deletionTimestamp"):
+            return
+        namespace = meta["namespace"]
+        existing = managed_slices(service, self.server.list_objects(ENDPOINT_SLICES, namespace))
+        desired = desired_slices(service, self.server.list_objects("pods", namespace))
+        creates, patches, deletes = slice_changes(desired, existing)
+        path = f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
+        for document in creates:
+            await self.call(CONTROLLER_AGENT, "POST", path, document)
+        for name, operations in patches:
+            await self.call(CONTROLLER_AGENT, "PATCH", f"{path}/{name}", operations, missing_ok=True)
+        for name in deletes:
+            await self.call(CONTROLLER_AGENT, "DELETE", f"{path}/{name}", missing_ok=True)
 
     # -- the kubelet --------------------------------------------------------------------------------------
     def _sync_kubelet(self) -> None:
@@ -1198,7 +1218,7 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 def _is_live(pod: Manifest) -> bool:
     """Counted by its ReplicaSet: neither terminating nor finished."""
-    return not is_terminating(pod) and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    return not is_terminating(pod) and not is_finished(pod)
 
 
 def _hash_of(pod: Manifest) -> str:

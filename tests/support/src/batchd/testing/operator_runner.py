@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,14 +33,18 @@ T = TypeVar("T")
 CR_PATH = "/apis/serving.batchd.dev/v1alpha1/namespaces/{ns}/batcheddeployments"
 
 
-async def eventually(probe: Callable[[], T], *, timeout_s: float = 15.0, what: str = "the condition") -> T:
-    """Poll `probe` until it returns something truthy; fail after `timeout_s` saying what was awaited."""
+async def eventually(
+    probe: Callable[[], T | Awaitable[T]], *, timeout_s: float = 15.0, what: str = "the condition"
+) -> T:
+    """Poll `probe` (plain or async) until it returns something truthy, in the test's loop so that
+    the emulator keeps serving meanwhile; fail after `timeout_s` saying what was awaited."""
     deadline = time.monotonic() + timeout_s
-    last: T | None = None
+    last: Any = None
     while time.monotonic() < deadline:
-        last = probe()
+        result = probe()
+        last = await result if inspect.isawaitable(result) else result
         if last:
-            return last
+            return last  # type: ignore[no-any-return]
         await asyncio.sleep(0.02)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last seen: {last!r}")
 
@@ -161,6 +166,21 @@ async def operator_process(
 
 def _watches(server: ApiServer) -> int:
     return sum(1 for call in server.calls if call == ("serving.batchd.dev", "batcheddeployments", "watch"))
+
+
+async def call(
+    server: ApiServer, method: str, path: str, body: Any = None, content_type: str = "application/json"
+) -> Any:
+    """One request as the test's own client; the answer's document, which must be a success."""
+    response = await server.request(
+        method,
+        path,
+        data=json.dumps(body) if body is not None else None,
+        headers={"Content-Type": content_type},
+    )
+    document = await response.json()
+    assert 200 <= response.status < 300, document
+    return document
 
 
 async def create(server: ApiServer, document: dict[str, Any], namespace: str = "default") -> dict[str, Any]:

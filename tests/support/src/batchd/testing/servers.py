@@ -1,5 +1,6 @@
-"""Real servers on loopback for tests: `batchd serve` processes, as the benchmarks start them
-(`batchd.bench.kit.servers`), and uvicorn in a thread for an app built in the test itself.
+"""Real servers on loopback for tests: `batchd serve` and `batchd-router` processes, as the
+benchmarks start them (`batchd.bench.kit.servers`), and uvicorn in a thread for an app built in
+the test itself.
 
 Every wait is a bounded poll; nothing sleeps to synchronise.
 """
@@ -20,9 +21,11 @@ from batchd.bench.kit.servers import (
     free_port,
     is_ready,
     replica_process,
+    router_command,
     running,
     start_process,
     start_replica,
+    start_router,
     wait_until,
     write_manifest,
 )
@@ -34,9 +37,11 @@ __all__ = [
     "free_port",
     "is_ready",
     "replica_process",
+    "router_command",
     "running",
     "start_process",
     "start_replica",
+    "start_router",
     "uvicorn_in_thread",
     "wait_until",
     "write_manifest",
