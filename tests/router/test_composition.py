@@ -111,7 +111,12 @@ async def test_a_refusal_the_router_could_not_place_is_not_sent_again_by_the_han
     async with httpx.AsyncClient(timeout=30) as client:
         # One call holds tight's model, a second fills its one place in the queue (directly) ...
         direct = f"{tight.url}/v1/models/tight:predict"
-        busy = [asyncio.ensure_future(client.post(direct, json={"instances": [n]})) for n in range(2)]
+        # One at a time: sent together, the second could find the first still queued, and be refused.
+        busy = [asyncio.ensure_future(client.post(direct, json={"instances": [0]}))]
+        await asyncio.to_thread(
+            wait_until, lambda: httpx.get(load).json()["running_items"] == 1, 10, "tight busy"
+        )
+        busy.append(asyncio.ensure_future(client.post(direct, json={"instances": [1]})))
         await asyncio.to_thread(
             wait_until, lambda: httpx.get(load).json()["queued_items"] == 1, 10, "tight full"
         )

@@ -138,7 +138,11 @@ async def test_a_request_a_full_replica_refused_is_answered_by_another(stand_in:
             httpx.AsyncClient(timeout=30) as client,
         ):
             direct = f"{full.url}/v1/models/slow:predict"
-            busy = [asyncio.ensure_future(client.post(direct, json={"instances": [n]})) for n in range(2)]
+            # One request in the model, then one in its queue: sent together, the second could
+            # find the first still queued, and be refused.
+            busy = [asyncio.ensure_future(client.post(direct, json={"instances": [0]}))]
+            await stand_in.eventually(lambda: load(full)["running_items"] == 1, what="full's model busy")
+            busy.append(asyncio.ensure_future(client.post(direct, json={"instances": [1]})))
             await stand_in.eventually(lambda: load(full)["queued_items"] == 1, what="full's queue full")
             answers = [
                 await client.post(URL.format(router=router.url), json={"instances": [n]}) for n in range(10)
