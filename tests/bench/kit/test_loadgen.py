@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
 
-from batchd.bench.kit import floor, loadgen, procstat
+from batchd.bench.kit import connections, floor, loadgen, procstat
 from batchd.testing.servers import uvicorn_in_thread
 
 
@@ -63,3 +64,34 @@ async def test_pollers_and_samplers_keep_a_series_while_a_load_runs(endpoint: tu
         assert len(times) >= 2 and times == sorted(times)  # one on entry, one more on leaving at least
     assert [body for _, body in poller.samples] == [floor.ANSWER] * len(poller.samples)
     assert all(taken.rss_bytes > 0 and taken.cpu_s > 0 for _, taken in sampler.samples)
+
+
+def test_an_answer_that_closes_the_connection_is_read_as_such() -> None:
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nConnection: close\r\n\r\n"
+    assert connections.parse_head(head) == (200, 2, False, True)
+    assert connections.parse_head(b"HTTP/1.1 503 x\r\ncontent-length: 0\r\n\r\n") == (503, 0, False, False)
+
+
+async def test_a_session_opens_a_new_connection_after_the_server_said_close() -> None:
+    """A replica ends keep-alive connections after a bounded age or count, saying so on the last
+    answer: the load generator must not send on a connection the server is closing."""
+    opened = 0
+
+    async def one_answer_per_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal opened
+        opened += 1
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(one_answer_per_connection, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    session = connections.Session("127.0.0.1", port)
+    try:
+        answers = [await session.send(connections.Request.get("127.0.0.1", port, "/")) for _ in range(3)]
+    finally:
+        session.close()
+        server.close()
+        await server.wait_closed()
+    assert answers == [(200, b"ok")] * 3 and opened == 3

@@ -103,10 +103,9 @@ class ScalingLoop:
                 if woken and held is not None:
                     self.held = {**(self.held or {}), **{key: held[key] for key in woken}}
                     await asyncio.gather(*(self._poll_logged(key) for key in woken))
-            wait_s = next_full - loop.time()
-            if self._at_zero():
-                wait_s = min(wait_s, settings.wake_poll_interval_s)
-            await asyncio.sleep(max(0.0, wait_s))
+            # A deployment may go to zero at any moment (its status arrives by watch): look again
+            # at least every wake interval.
+            await asyncio.sleep(max(0.0, min(next_full - loop.time(), settings.wake_poll_interval_s)))
 
     def _at_zero(self) -> list[Key]:
         """The autoscaled resources whose replicas the operator last set to zero."""

@@ -37,6 +37,9 @@ class Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
+        # False once the server said `Connection: close` (a replica bounds its connections' age
+        # and requests): the next request needs a new connection.
+        self.reusable = True
 
     @classmethod
     async def open(cls, host: str, port: int) -> Connection:
@@ -46,11 +49,14 @@ class Connection:
     async def call(self, request: Request) -> tuple[int, bytes]:
         self.writer.write(request.raw)
         head = await self.reader.readuntil(b"\r\n\r\n")
-        status, length, chunked = parse_head(head)
+        status, length, chunked, closing = parse_head(head)
         if chunked:
             body = await self._read_chunked()
         else:
             body = await self.reader.readexactly(length) if length else b""
+        if closing:
+            self.reusable = False
+            self.close()
         return status, body
 
     async def _read_chunked(self) -> bytes:
@@ -67,12 +73,14 @@ class Connection:
             self.writer.close()
 
 
-def parse_head(head: bytes) -> tuple[int, int, bool]:
-    """Status code, Content-Length (0 if absent) and whether the body is chunked."""
+def parse_head(head: bytes) -> tuple[int, int, bool, bool]:
+    """Status code, Content-Length (0 if absent), whether the body is chunked, and whether the
+    server closes the connection after this answer."""
     lines = head.split(b"\r\n")
     status = int(lines[0].split(b" ", 2)[1])
     length = 0
     chunked = False
+    closing = False
     for line in lines[1:]:
         name, _, value = line.partition(b":")
         lowered = name.strip().lower()
@@ -80,7 +88,9 @@ def parse_head(head: bytes) -> tuple[int, int, bool]:
             length = int(value.strip())
         elif lowered == b"transfer-encoding" and b"chunked" in value.lower():
             chunked = True
-    return status, length, chunked
+        elif lowered == b"connection" and b"close" in value.lower():
+            closing = True
+    return status, length, chunked, closing
 
 
 class RequestFailed(Exception):
@@ -96,7 +106,7 @@ class Session:
 
     async def send(self, request: Request) -> tuple[int, bytes]:
         try:
-            if self.connection is None:
+            if self.connection is None or not self.connection.reusable:
                 self.connection = await Connection.open(self.host, self.port)
             return await self.connection.call(request)
         except (OSError, asyncio.IncompleteReadError, ValueError) as error:
@@ -138,7 +148,7 @@ class ConnectionPool:
     async def give_back(self, connection: Connection | None) -> None:
         """Return a connection for the next request; None for one that was closed after an error."""
         async with self._freed:
-            if connection is None:
+            if connection is None or not connection.reusable:
                 self._opened -= 1
             else:
                 self._idle.append(connection)

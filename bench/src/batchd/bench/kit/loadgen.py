@@ -231,6 +231,8 @@ class Poller(Periodic):
             self._connection.close()
 
     async def tick(self, at: float) -> None:
+        if self._connection is None or not self._connection.reusable:
+            await self.open()
         assert self._connection is not None
         status, body = await self._connection.call(self.request)
         if status == 200:
