@@ -114,6 +114,25 @@ def test_no_batchd_module_imports_itself_through_others() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for module in graph.get(todo.pop(), set()) - seen:
+            seen.add(module)
+            todo.append(module)
+    return seen
+
+
+def test_the_replica_never_imports_the_kubernetes_client() -> None:
+    # The replica's image installs batchd-api without its `kube` extra: no kubernetes package there.
+    graph = import_graph()
+    replica = [module for module in graph if module.startswith("batchd.replica")]
+    assert replica
+    reached = {module for start in replica for module in reachable(graph, start)}
+    assert "batchd.api.kubeclient" not in reached
+    assert "batchd.api.kubeclient" in reachable(graph, "batchd.router.app")
+
+
 @pytest.mark.parametrize(
     ("graph", "expected"),
     [

@@ -1,9 +1,5 @@
-"""A small asynchronous Kubernetes API client for the children: plain dicts in, plain dicts out.
-
-The operator builds manifests as dicts and only needs GET, POST, merge-PATCH and the status
-subresource; the typed models of the `kubernetes` client would only add a conversion both ways.
-Transport, TLS and credentials come from `kubernetes.aio` (kubeconfig or the pod's service account).
-"""
+"""What the operator sends to the Kubernetes API for the children: GET, POST, merge-PATCH and the
+status subresource, plain dicts in and out (the connection: `batchd.api.kubeclient`)."""
 
 from __future__ import annotations
 
@@ -11,26 +7,10 @@ import json
 from typing import Any
 
 from kubernetes.aio import client as aio_client
-from kubernetes.aio import config as aio_config
+
+from batchd.api.kubeclient import ApiError, connect
 
 MERGE_PATCH = "application/merge-patch+json"
-
-
-class ApiError(Exception):
-    """A refusal from the API server, with its status code and its own message."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-
-
-def object_path(api_version: str, plural: str, namespace: str, name: str | None = None) -> str:
-    """`/api/v1/namespaces/ns/services/name` or `/apis/apps/v1/namespaces/ns/deployments`."""
-    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    path = f"{prefix}/namespaces/{namespace}/{plural}"
-    return f"{path}/{name}" if name else path
 
 
 class KubeApi:
@@ -41,12 +21,7 @@ class KubeApi:
 
     @classmethod
     async def connect(cls, kubeconfig: str = "") -> KubeApi:
-        configuration = aio_client.Configuration()
-        if kubeconfig:
-            await aio_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            aio_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        return cls(aio_client.ApiClient(configuration))
+        return cls(await connect("operator", kubeconfig))
 
     async def close(self) -> None:
         await self._client.close()  # type: ignore[no-untyped-call]
@@ -68,7 +43,7 @@ class KubeApi:
         except ValueError:
             payload = {"message": raw.decode(errors="replace")}
         if not 200 <= response.status < 300:
-            raise ApiError(response.status, str(payload.get("reason", "")), str(payload.get("message", raw)))
+            raise ApiError(response.status, str(payload.get("message", raw)), str(payload.get("reason", "")))
         return payload if isinstance(payload, dict) else {}
 
     async def get(self, path: str) -> dict[str, Any] | None:

@@ -19,11 +19,12 @@ from typing import Any, cast
 
 import kopf
 
+from batchd.api.kubeclient import ApiError, resource_path
 from batchd.api.manifest import ManifestError, parse_manifest
 from batchd.api.spec import API_VERSION, PLURAL, BatchedDeployment
 from batchd.operator import children, status
 from batchd.operator.autoscaler import desired_replicas
-from batchd.operator.kubeapi import ApiError, KubeApi, object_path
+from batchd.operator.kubeapi import KubeApi
 from batchd.operator.metrics import RECONCILE_DURATION, RECONCILES, forget, record_replicas
 from batchd.operator.settings import Settings
 
@@ -54,7 +55,7 @@ class Reconciler:
     own_writes: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
     def parent_path(self, namespace: str, name: str, subresource: str = "") -> str:
-        path = object_path(API_VERSION, PLURAL, namespace, name)
+        path = resource_path(API_VERSION, PLURAL, namespace, name)
         return f"{path}/{subresource}" if subresource else path
 
     async def apply_child(self, manifest: dict[str, Any], namespace: str) -> dict[str, Any]:
@@ -68,16 +69,16 @@ class Reconciler:
         api_version, plural = CHILD_RESOURCES[manifest["kind"]]
         name = manifest["metadata"]["name"]
         try:
-            return await self.api.merge_patch(object_path(api_version, plural, namespace, name), manifest)
+            return await self.api.merge_patch(resource_path(api_version, plural, namespace, name), manifest)
         except ApiError as error:
             if error.status != 404:
                 raise
         try:
-            return await self.api.create(object_path(api_version, plural, namespace), manifest)
+            return await self.api.create(resource_path(api_version, plural, namespace), manifest)
         except ApiError as error:
             if error.status != 409:  # created in between by someone else: patch that one
                 raise
-            return await self.api.merge_patch(object_path(api_version, plural, namespace, name), manifest)
+            return await self.api.merge_patch(resource_path(api_version, plural, namespace, name), manifest)
 
     def is_own_echo(self, child: Mapping[str, Any], event_type: str) -> bool:
         """True for the watch event of our own last write to this child (nothing new to act on)."""
@@ -90,7 +91,7 @@ class Reconciler:
 
     async def scale(self, namespace: str, name: str, num_replicas: int) -> bool:
         """Patch only the Deployment's replicas; False if there is no Deployment to patch yet."""
-        path = object_path("apps/v1", "deployments", namespace, name)
+        path = resource_path("apps/v1", "deployments", namespace, name)
         try:
             await self.api.merge_patch(path, children.replicas_patch(num_replicas))
         except ApiError as error:

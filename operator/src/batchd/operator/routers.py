@@ -17,8 +17,9 @@ from typing import Any
 
 import aiohttp
 
+from batchd.api.kubeclient import resource_path
 from batchd.operator.autoscaler import Held
-from batchd.operator.kubeapi import KubeApi, object_path
+from batchd.operator.kubeapi import KubeApi
 from batchd.operator.replicas import ReplicaPod, read_json, replica_pod
 
 Key = tuple[str, str]  # (namespace, name) of a BatchedDeployment
@@ -59,7 +60,9 @@ def router_pods(pod_list: Mapping[str, Any], selector: str) -> list[ReplicaPod]:
 
 
 async def list_router_pods(api: KubeApi, namespace: str, selector: str) -> list[ReplicaPod]:
-    path = object_path("v1", "pods", namespace) + "?labelSelector=" + urllib.parse.quote(selector, safe="=,")
+    path = (
+        resource_path("v1", "pods", namespace) + "?labelSelector=" + urllib.parse.quote(selector, safe="=,")
+    )
     return router_pods(await api.request("GET", path), selector)
 
 

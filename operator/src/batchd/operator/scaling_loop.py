@@ -23,10 +23,10 @@ from typing import Any, cast
 import aiohttp
 import kopf
 
+from batchd.api.kubeclient import ApiError, resource_path
 from batchd.api.manifest import ManifestError, parse_manifest
 from batchd.operator import children, status
 from batchd.operator.autoscaler import NOTHING_HELD, Autoscaler, Decision, Held, Policy
-from batchd.operator.kubeapi import ApiError, object_path
 from batchd.operator.metrics import SCALES, forget_load, record_load, record_replicas
 from batchd.operator.reconcile import Reconciler
 from batchd.operator.replicas import DELETION_COST_ANNOTATION, ReplicaLoad, ReplicaPod, read_loads
@@ -236,7 +236,7 @@ class ScalingLoop:
             # The status first: a converge that runs next reads the new count from it.
             await self._patch_status(namespace, name, updates)
             updates.clear()
-            deployment = object_path("apps/v1", "deployments", namespace, name)
+            deployment = resource_path("apps/v1", "deployments", namespace, name)
             await self.reconciler.api.merge_patch(deployment, children.replicas_patch(decision.replicas))
         direction = "up" if decision.replicas > current else "down"
         SCALES.labels(direction=direction).inc()
@@ -254,7 +254,7 @@ class ScalingLoop:
         for replica in loads:
             if replica.pod.deletion_cost == replica.items:
                 continue
-            path = object_path("v1", "pods", namespace, replica.pod.name)
+            path = resource_path("v1", "pods", namespace, replica.pod.name)
             patch = {"metadata": {"annotations": {DELETION_COST_ANNOTATION: str(replica.items)}}}
             try:
                 await self.reconciler.api.merge_patch(path, patch)

@@ -1,9 +1,6 @@
-"""A small asynchronous Kubernetes API client for LIST and WATCH: plain dicts in, plain dicts out.
-
-The router only reads two kinds of object and needs their changes as they happen; the typed
-models of the `kubernetes` client would only add a conversion. Transport, TLS and credentials
-come from `kubernetes.aio` (kubeconfig or the pod's service account), as in the operator.
-"""
+"""What the router asks of the Kubernetes API: LIST and WATCH, plain dicts out (the connection:
+`batchd.api.kubeclient`). The router only reads two kinds of object and needs their changes as
+they happen."""
 
 from __future__ import annotations
 
@@ -13,26 +10,10 @@ from typing import Any
 import aiohttp
 import orjson
 from kubernetes.aio import client as aio_client
-from kubernetes.aio import config as aio_config
 
-from batchd.api import __version__
+from batchd.api.kubeclient import ApiError, connect
 
-USER_AGENT = f"batchd-router/{__version__}"
 MAX_EVENT_BYTES = 8 * 1024 * 1024
-
-
-class ApiError(Exception):
-    """A refusal from the API server, with its status code and its own message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status = status
-
-
-def collection_path(api_version: str, plural: str, namespace: str | None) -> str:
-    """`/apis/discovery.k8s.io/v1/endpointslices` cluster-wide, or in one namespace."""
-    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    return f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
 
 
 class KubeClient:
@@ -43,15 +24,7 @@ class KubeClient:
 
     @classmethod
     async def connect(cls, kubeconfig: str = "") -> KubeClient:
-        configuration = aio_client.Configuration()
-        if kubeconfig:
-            await aio_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            aio_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        api_client = aio_client.ApiClient(configuration)
-        # Audit logs, and the tests' record of who called what, tell the router from the operator.
-        api_client.user_agent = USER_AGENT
-        return cls(api_client)
+        return cls(await connect("router", kubeconfig))
 
     async def close(self) -> None:
         await self._client.close()  # type: ignore[no-untyped-call]

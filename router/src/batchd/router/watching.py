@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from batchd.api.kubeclient import ApiError, resource_path
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.router.directory import SERVICE_NAME_LABEL, Directory
-from batchd.router.kube import ApiError, collection_path
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class Watcher:
         self.api = api
         self.watched = watched
         self.namespace = namespace
-        self.path = collection_path(watched.api_version, watched.plural, namespace)
+        self.path = resource_path(watched.api_version, watched.plural, namespace)
         self.timeout_s = timeout_s
         self.retry_s = retry_s
         self.synced = asyncio.Event()
