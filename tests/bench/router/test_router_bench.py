@@ -13,6 +13,7 @@ import pytest
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.router.analysis import latency_ms, overall_shares, settle_s, statuses, window_shares
 from batchd.bench.router.chart import draw_keepalive, draw_zero
+from batchd.bench.router.options import QUICK_BOUND
 from batchd.bench.router.report import (
     cost_figures,
     cost_goals,
@@ -150,17 +151,25 @@ def test_the_report_is_written_and_read_back_part_by_part(tmp_path: Path) -> Non
 def test_an_unknown_part_is_refused_naming_it(run_module: RunModule) -> None:
     done = run_module("batchd.bench.router", "warmup", timeout_s=60)
     assert done.returncode == 2
-    assert "part: expected one of keepalive, cost, zero, clients, got 'warmup'" in done.stderr
+    assert "part: expected one of keepalive, cost, zero, clients, bound, got 'warmup'" in done.stderr
 
 
 @pytest.mark.slow
-def test_a_smoke_sized_run_measures_the_router_cost_and_a_cold_start(
+def test_a_smoke_sized_run_measures_the_router_cost_a_cold_start_and_the_keepalive_bound(
     run_module: RunModule, tmp_path: Path
 ) -> None:
-    done = run_module("batchd.bench.router", "cost", "zero", "--quick", "--output-dir", str(tmp_path))
+    parts = ["cost", "zero", "bound"]
+    done = run_module("batchd.bench.router", *parts, "--quick", "--output-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     results = read_results(tmp_path / "router.json")
     assert results.cost is not None and results.zero is not None and results.keepalive is None
     (run,) = results.zero.runs
     assert run.requests > 0 and run.lost == 0 and run.peak_held > 0
     assert (tmp_path / "router-zero.png").is_file()
+    assert results.bound is not None
+    opened = {r.setup: r.connections_opened for r in results.bound.rounds}
+    assert all(r.rps > 0 and r.errors == 0 for r in results.bound.rounds)
+    # One connection a client with no bound; a bound of one second reopens within the run.
+    assert opened["no bound"] == QUICK_BOUND.connections
+    assert opened["tight (100 requests, 1 s)"] > QUICK_BOUND.connections
+    assert "What the replica's keep-alive bound costs" in (tmp_path / "router.md").read_text()

@@ -55,6 +55,7 @@ class RunResult:
     client_cpu_s: float = 0.0
     offered: int = 0  # requests sent in the measured part (open loop)
     last_answer_s: float = 0.0  # when the last measured answer came, from the start (open loop)
+    connections_opened: int = 0  # by all clients, warm-up included (closed loop)
 
     @property
     def completed(self) -> int:
@@ -101,6 +102,7 @@ async def closed_loop(
             else:
                 result.record_error(f"HTTP {status}: {body[:200]!r}")
         session.close()
+        result.connections_opened += session.opened
 
     cpu_before = time.process_time()
     await asyncio.gather(*(client() for _ in range(concurrency)))
@@ -263,6 +265,7 @@ async def fixed_count(host: str, port: int, requests: list[Request], concurrency
             else:
                 result.record_error(f"HTTP {status}: {body[:200]!r}")
         session.close()
+        result.connections_opened += session.opened
 
     cpu_before = time.process_time()
     started = time.perf_counter()

@@ -1,8 +1,8 @@
-"""Router benchmark: what the router does for a keep-alive client, what it costs, and how it holds
-requests for a deployment at zero replicas.
+"""Router benchmark: what the router does for a keep-alive client, what it costs, how it holds
+requests for a deployment at zero replicas, and what the replicas' keep-alive bound costs.
 
-    python -m batchd.bench.router                  # all three parts, repeated, interleaved
-    python -m batchd.bench.router keepalive        # or some parts: keepalive, cost, zero, clients
+    python -m batchd.bench.router                  # every part, repeated, interleaved
+    python -m batchd.bench.router keepalive        # or some: keepalive, cost, zero, clients, bound
     python -m batchd.bench.router --quick          # smoke-sized: short runs, one repeat
 
 Real processes on loopback: `batchd serve` replicas, the router (`python -m batchd.router`)
@@ -19,6 +19,8 @@ reading the emulated API server, where the benchmark publishes replicas as Endpo
   load time. Chart: held requests over time.
 - clients: the CPU per request of the client the router could use towards replicas, aiohttp's
   or a small protocol over httptools (which the router uses).
+- bound: requests/s and connections opened by 32 keep-alive clients against a replica of an
+  adder that takes no time, with the keep-alive bound off, at its defaults and ten times tighter.
 Goals are checked and reported, not failed on; a run exits 1 only when it could not measure.
 Results: bench/results/router.{md,json}, router-keepalive.png, router-zero.png.
 """

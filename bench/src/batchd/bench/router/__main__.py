@@ -13,16 +13,19 @@ from pathlib import Path
 from batchd.bench import router
 from batchd.bench.kit import cli
 from batchd.bench.kit.records import RunRecord
+from batchd.bench.router.bound import run_bound
 from batchd.bench.router.chart import draw_keepalive, draw_zero
 from batchd.bench.router.clients import run_clients
 from batchd.bench.router.cost import run_cost
 from batchd.bench.router.keepalive import run_keepalive
 from batchd.bench.router.options import (
     OPERATOR_POLL_S,
+    QUICK_BOUND,
     QUICK_CLIENTS,
     QUICK_COST,
     QUICK_KEEPALIVE,
     QUICK_ZERO,
+    BoundOptions,
     ClientsOptions,
     CostOptions,
     KeepaliveOptions,
@@ -32,7 +35,7 @@ from batchd.bench.router.report import to_markdown, write_results
 from batchd.bench.router.results import Results
 from batchd.bench.router.zero import run_zero
 
-PARTS = ("keepalive", "cost", "zero", "clients")
+PARTS = ("keepalive", "cost", "zero", "clients", "bound")
 MODULE = "batchd.bench.router"
 
 
@@ -75,7 +78,11 @@ async def _run(args: argparse.Namespace, argv: Sequence[str], workdir: Path) -> 
     if "clients" in parts:
         clients_options = cli.overridden(QUICK_CLIENTS if args.quick else ClientsOptions(), args, "repeats")
         clients = await run_clients(clients_options, workdir, meta)
-    return Results(keepalive, cost, zero, clients)
+    bound = None
+    if "bound" in parts:
+        bound_options = cli.overridden(QUICK_BOUND if args.quick else BoundOptions(), args, "repeats")
+        bound = await run_bound(bound_options, workdir, meta)
+    return Results(keepalive, cost, zero, clients, bound)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

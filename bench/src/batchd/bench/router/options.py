@@ -64,10 +64,18 @@ class ClientsOptions:
     in_flight: int = 32
 
 
+@dataclass(frozen=True)
+class BoundOptions:
+    repeats: int = 5
+    seconds: float = 4.0  # each closed-loop run, after half a second of warm-up
+    connections: int = 32  # keep-alive clients
+
+
 QUICK_KEEPALIVE = KeepaliveOptions(repeats=1, step_s=6.0, steady_s=4.0, warmup_s=1.0)
 QUICK_COST = CostOptions(repeats=1, seconds=1.0)
 QUICK_ZERO = ZeroOptions(repeats=1, seconds=4.0, poll_s=0.5)
 QUICK_CLIENTS = ClientsOptions(repeats=1, requests=500)
+QUICK_BOUND = BoundOptions(repeats=1, seconds=1.0, connections=8)
 
 # The goals, checked and reported (a run that misses one still writes its figures).
 SETTLE_GOAL_S = 5.0

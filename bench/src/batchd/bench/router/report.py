@@ -24,6 +24,7 @@ from batchd.bench.router.options import (
     SETTLE_GOAL_S,
 )
 from batchd.bench.router.results import (
+    BoundResult,
     ClientsResult,
     CostResult,
     KeepaliveResult,
@@ -309,6 +310,29 @@ def clients_markdown(result: ClientsResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def bound_markdown(result: BoundResult) -> str:
+    o = result.options
+    lines = [
+        *_heading("What the replica's keep-alive bound costs", result),
+        f"A closed loop of {int(o['connections'])} keep-alive clients for {o['seconds']:g} s against a "
+        f"replica of an adder that takes no time; medians of {int(o['repeats'])} rounds, the setups "
+        "taking turns, each round in brackets.",
+        "",
+        "| setup | requests/s | connections opened | errors |",
+        "|---|---:|---:|---:|",
+    ]
+    for setup in dict.fromkeys(r.setup for r in result.rounds):
+        rounds = [r for r in result.rounds if r.setup == setup]
+        rps = [r.rps for r in rounds]
+        opened = [float(r.connections_opened) for r in rounds]
+        errors = sum(r.errors for r in rounds)
+        lines.append(
+            f"| {setup} | {_runs(rps, number(median(rps), 0))} | "
+            f"{_runs(opened, number(median(opened), 0))} | {errors} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def to_markdown(results: Results) -> str:
     parts = ["# Router benchmark\n"]
     if results.keepalive is not None:
@@ -319,6 +343,8 @@ def to_markdown(results: Results) -> str:
         parts.append(zero_markdown(results.zero))
     if results.clients is not None:
         parts.append(clients_markdown(results.clients))
+    if results.bound is not None:
+        parts.append(bound_markdown(results.bound))
     return "\n".join(parts)
 
 
@@ -331,6 +357,7 @@ def read_results(path: Path) -> Results:
         ("cost", CostResult),
         ("zero", ZeroResult),
         ("clients", ClientsResult),
+        ("bound", BoundResult),
     )
     for name, kind in kinds:
         with contextlib.suppress(TypeError, KeyError, ValueError, AttributeError):
@@ -348,6 +375,7 @@ def write_results(output_dir: Path, new: Results) -> Results:
         new.cost or before.cost,
         new.zero or before.zero,
         new.clients or before.clients,
+        new.bound or before.bound,
     )
     records.write_json(path, results)
     (output_dir / "router.md").write_text(to_markdown(results))

@@ -81,6 +81,17 @@ class ClientRound:
 
 
 @dataclass(frozen=True)
+class BoundRound:
+    """One closed-loop run against one replica setup of the keep-alive bound."""
+
+    repeat: int
+    setup: str  # "no bound" | "defaults (...)" | "tight (...)"
+    rps: float
+    errors: int
+    connections_opened: int  # by the clients, warm-up included
+
+
+@dataclass(frozen=True)
 class Part:
     """What every part's result starts with: its run and the options it ran with."""
 
@@ -110,6 +121,11 @@ class ClientsResult(Part):
 
 
 @dataclass(frozen=True)
+class BoundResult(Part):
+    rounds: list[BoundRound]
+
+
+@dataclass(frozen=True)
 class Results:
     """router.json: the parts run separately (or together) and report together."""
 
@@ -117,3 +133,4 @@ class Results:
     cost: CostResult | None = None
     zero: ZeroResult | None = None
     clients: ClientsResult | None = None
+    bound: BoundResult | None = None
