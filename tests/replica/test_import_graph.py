@@ -133,6 +133,15 @@ def test_the_replica_never_imports_the_kubernetes_client() -> None:
     assert "batchd.api.kubeclient" in reachable(graph, "batchd.router.app")
 
 
+def test_the_operator_never_imports_an_http_server() -> None:
+    # The operator's image installs batchd-api without its `server` extra: no uvicorn there.
+    graph = import_graph()
+    operator = [module for module in graph if module.startswith("batchd.operator")]
+    reached = {module for start in operator for module in reachable(graph, start)}
+    assert "batchd.api.draining" not in reached
+    assert "batchd.api.draining" in reachable(graph, "batchd.replica.cli")
+
+
 @pytest.mark.parametrize(
     ("graph", "expected"),
     [
