@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from batchd.api.httpserver import HeadWithBody
 
 # Each connection's age bound is drawn within this fraction of the setting, as gRPC jitters
 # MAX_CONNECTION_AGE: the connections a pool opened together do not all close together.
@@ -39,7 +41,7 @@ def bounded_protocol(max_requests: int, max_age_s: float) -> type[HttpToolsProto
 
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(cast(asyncio.Transport, HeadWithBody(transport, self.loop)))
             self._requests = 0
             self._opened = self.loop.time()
             self._max_age_s = max_age_s * random.uniform(1 - AGE_JITTER, 1 + AGE_JITTER)
