@@ -126,6 +126,8 @@ class Batcher:
         self._slot_freed = asyncio.Event()
         self._queue: collections.deque[_Pending] = collections.deque()
         self._arrived = asyncio.Event()
+        # The former waits for a first item (no window open): every arrival must wake it.
+        self._awaiting_first = False
         self._running: dict[asyncio.Task[None], float] = {}  # each running batch: when it started
         self._former: asyncio.Task[None] | None = None
         self._draining = False
@@ -195,7 +197,15 @@ class Batcher:
             future = loop.create_future()
             self._queue.append(_Pending(item, future, now, deadline))
             futures.append(future)
-        self._arrived.set()
+        # A window that is open changes its mind only when the batch is full, or, with a latency
+        # objective, at every arrival (it re-plans); waking the former for anything else costs a
+        # task step per request and decides nothing.
+        if (
+            self._awaiting_first
+            or len(self._queue) >= self._config.max_batch_size
+            or self._config.latency_objective_s is not None
+        ):
+            self._arrived.set()
         return futures, deadline
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -258,7 +268,11 @@ class Batcher:
                 if self._draining:
                     return None
                 self._arrived.clear()
-                await self._arrived.wait()
+                self._awaiting_first = True
+                try:
+                    await self._arrived.wait()
+                finally:
+                    self._awaiting_first = False
 
             while not self._draining and not self._full():
                 if not self._drop_dead_head():
