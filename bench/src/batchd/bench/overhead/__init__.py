@@ -9,7 +9,9 @@ one core and the load generator on another, for each subject in turn within ever
 - `bare`: the floor, uvicorn with httptools and a raw ASGI app that decodes the request and
   encodes the adder's answer, with no batching (what uvicorn alone costs);
 - `mosec`: Mosec serving the same adder with the same batching, from its own virtual
-  environment (`--mosec-python`, or BATCHD_BENCH_MOSEC_PYTHON).
+  environment (`--mosec-python`, or BATCHD_BENCH_MOSEC_PYTHON);
+- `split`, `split2`: a prototype of one or two uvicorn front processes feeding one model
+  process (`split_prototype`), to see what that shape would cost before building it.
 
 Reported per subject (medians over the repeats): req/s, p50/p99, and the server's CPU per
 request (user + system time of its process and its children over the measured window).

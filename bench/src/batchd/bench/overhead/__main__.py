@@ -30,7 +30,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, workload.Option
         "--subjects",
         nargs="+",
         default=None,
-        help="some of batchd, baseline, bare, mosec (batchd bare, and mosec when its python is known)",
+        help="some of batchd, baseline, bare, mosec, split, split2 (default: batchd bare, mosec when its "
+        "python is known, baseline when its source is given)",
     )
     parser.add_argument(
         "--baseline-src", type=Path, default=None, help="a replica source tree to compare with"
@@ -70,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args, options = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not every readiness probe
     meta = run_meta(MODULE, argv)
     with tempfile.TemporaryDirectory(prefix="batchd-overhead-") as scratch:
         workdir = args.workdir or Path(scratch)

@@ -36,6 +36,10 @@ BASELINE = Subject("baseline", REPLICA_PATH, servers.REPLICA_READY_PATH)
 # The router benchmark's raw-ASGI adder answers GET /load as an idle replica would.
 BARE = Subject("bare", REPLICA_PATH, "/load")
 MOSEC = Subject("mosec", MOSEC_PATH, "/")
+# The split prototype (`split_prototype`) with one front process, and with two.
+SPLIT = Subject("split", REPLICA_PATH, servers.REPLICA_READY_PATH)
+SPLIT2 = Subject("split2", REPLICA_PATH, servers.REPLICA_READY_PATH)
+ALL = (BATCHD, BASELINE, BARE, MOSEC, SPLIT, SPLIT2)
 
 
 def adder_manifest() -> dict[str, object]:
@@ -83,6 +87,12 @@ def start(
         process = servers.start_process(
             subject.name, command, workdir, cores=cores, ready_path=subject.ready_path
         )
+    elif subject in (SPLIT, SPLIT2):
+        fronts = "1" if subject is SPLIT else "2"
+        command = [sys.executable, "-m", "batchd.bench.overhead.split_prototype", "--fronts", fronts]
+        process = servers.start_process(
+            subject.name, command, workdir, cores=cores, ready_path=subject.ready_path
+        )
     else:
-        raise ValueError(f"subject: expected batchd, baseline, bare or mosec, got {subject.name!r}")
+        raise ValueError(f"subject: expected one of {', '.join(s.name for s in ALL)}, got {subject.name!r}")
     return process

@@ -73,7 +73,7 @@ async def measure(
 
 
 def chosen(options: Options) -> list[subjects.Subject]:
-    by_name = {s.name: s for s in (subjects.BATCHD, subjects.BASELINE, subjects.BARE, subjects.MOSEC)}
+    by_name = {s.name: s for s in subjects.ALL}
     return [by_name[name] for name in options.subjects]
 
 
@@ -111,7 +111,7 @@ def run(options: Options, workdir: Path) -> list[Measurement]:
 
 def check_subjects(names: Sequence[str], options: Options) -> str | None:
     """Why these subjects cannot run with these options, or None."""
-    known = ("batchd", "baseline", "bare", "mosec")
+    known = [s.name for s in subjects.ALL]
     for name in names:
         if name not in known:
             return f"--subjects: expected some of {', '.join(known)}, got {name!r}"
