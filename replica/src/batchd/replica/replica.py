@@ -110,7 +110,7 @@ class Replica:
         self._serve_generation(model)
         # Everything loaded so far (the model, torch, the server) lives as long as the process:
         # out of the collector's sight, a full collection walks only what requests allocate
-        # (it walked the whole heap, a tenth of the server's CPU on a trivial model).
+        # (it walked the whole heap: a sixth of the server's CPU on a trivial model).
         gc.freeze()
         self.model = model
         self.batcher.start(model.predict_batch)  # unless a SIGTERM came during loading
