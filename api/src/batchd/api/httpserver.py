@@ -14,6 +14,7 @@ that the router can share it without importing the replica.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import struct
 import termios
@@ -79,3 +80,47 @@ def unread(connection: Any) -> int:
     except OSError:
         return 0
     return int(struct.unpack("i", pending)[0])
+
+
+class HeadWithBody:
+    """A connection's transport that sends an answer's head together with the first piece of its
+    body: one send to the kernel instead of two. uvicorn writes the head when the answer starts
+    and the body when it comes, each a system call of its own, and on a cheap model the second
+    call was a tenth of the server's time per request. A head waits for the next write, and no
+    longer than the current turn of the event loop (a streamed answer whose first piece is late
+    still gets its head at once), nor past `close`. Everything else is the transport's own."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+        elif data.startswith(b"HTTP/1.1 ") and not data.startswith(b"HTTP/1.1 100"):
+            # An answer's head (a `100 Continue` is not: the client waits for it to send the body).
+            self._held = data
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)

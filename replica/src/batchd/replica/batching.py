@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -126,10 +127,13 @@ class Batcher:
         self._slot_freed = asyncio.Event()
         self._queue: collections.deque[_Pending] = collections.deque()
         self._arrived = asyncio.Event()
+        # The former waits for a first item (no window open): every arrival must wake it.
+        self._awaiting_first = False
         self._running: dict[asyncio.Task[None], float] = {}  # each running batch: when it started
         self._former: asyncio.Task[None] | None = None
         self._draining = False
         self._rate = _DrainRate()
+        self._watches = _Watches()
         # Learned as batches run, for adaptive batching (`latency_objective_s`).
         self.cost = adaptive.CostModel()
         self.arrivals = adaptive.ArrivalRate()
@@ -172,7 +176,7 @@ class Batcher:
         futures, deadline = self._admit(items)
         waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
         try:
-            result = await _wait(waiter, deadline, abandoned)
+            result = await self._watches.wait(waiter, deadline, abandoned)
         finally:
             for future in futures:  # dropped before the model if they have not run yet
                 future.cancel()
@@ -195,7 +199,15 @@ class Batcher:
             future = loop.create_future()
             self._queue.append(_Pending(item, future, now, deadline))
             futures.append(future)
-        self._arrived.set()
+        # A window that is open changes its mind only when the batch is full, or, with a latency
+        # objective, at every arrival (it re-plans); waking the former for anything else costs a
+        # task step per request and decides nothing.
+        if (
+            self._awaiting_first
+            or len(self._queue) >= self._config.max_batch_size
+            or self._config.latency_objective_s is not None
+        ):
+            self._arrived.set()
         return futures, deadline
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -258,7 +270,11 @@ class Batcher:
                 if self._draining:
                     return None
                 self._arrived.clear()
-                await self._arrived.wait()
+                self._awaiting_first = True
+                try:
+                    await self._arrived.wait()
+                finally:
+                    self._awaiting_first = False
 
             while not self._draining and not self._full():
                 if not self._drop_dead_head():
@@ -446,41 +462,76 @@ def _fail(batch: list[_Pending], error: Exception) -> None:
             pending.future.set_exception(error)
 
 
-async def _wait(waiter: asyncio.Future[Any], deadline: float, abandoned: Abandoned | None) -> Any:
-    """The waiter's result; or DeadlineExceeded at `deadline`, or ClientDisconnected once `abandoned`
-    resolves. Both are watched by a task that starts only for requests still waiting after
-    WATCH_AFTER_S, and that cancels the waiter when it has a reason to."""
-    loop = asyncio.get_running_loop()
-    why: list[BaseException] = []
-    watcher: asyncio.Task[None] | None = None
+@dataclass(eq=False, slots=True)
+class _Watch:
+    """A request waiting for its results, watched for its deadline and its client from `due` on."""
 
-    def start_watching() -> None:
-        nonlocal watcher
-        watcher = loop.create_task(_watch(waiter, deadline, abandoned, why))
+    waiter: asyncio.Future[Any]
+    deadline: float  # loop time
+    abandoned: Abandoned | None
+    due: float  # loop time
+    why: BaseException | None = None  # why the watch cancelled the waiter
+    task: asyncio.Task[None] | None = None
 
-    timer = loop.call_at(min(loop.time() + WATCH_AFTER_S, deadline), start_watching)
+
+class _Watches:
+    """Waits for a request's results; or raises DeadlineExceeded at its deadline, or
+    ClientDisconnected once its client has gone. Both are watched by a task that starts only for
+    requests still waiting WATCH_AFTER_S after admission, and that cancels the waiter when it has a
+    reason to. One timer serves every waiting request: it fires when the earliest is due, starts
+    the watches of those due, and is set again for the next (a timer per request, set and
+    cancelled, cost a twentieth of the event loop's time per request on a cheap model)."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[_Watch, None] = {}  # not watched yet
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+
+    async def wait(self, waiter: asyncio.Future[Any], deadline: float, abandoned: Abandoned | None) -> Any:
+        loop = asyncio.get_running_loop()
+        watch = _Watch(waiter, deadline, abandoned, min(loop.time() + WATCH_AFTER_S, deadline))
+        self._waiting[watch] = None
+        if watch.due < self._timer_at:
+            self._set_timer(loop, watch.due)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if watch.why is not None:  # cancelled by the watch, not by the server shutting this task down
+                raise watch.why from None
+            raise
+        finally:
+            self._waiting.pop(watch, None)
+            if watch.task is not None:
+                watch.task.cancel()
+
+    def _set_timer(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(at, self._start_due, loop)
+        self._timer_at = at
+
+    def _start_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer, self._timer_at = None, math.inf
+        now = loop.time()
+        next_due = math.inf
+        for watch in list(self._waiting):
+            if watch.due <= now:
+                del self._waiting[watch]
+                watch.task = loop.create_task(_watch(watch))
+            else:
+                next_due = min(next_due, watch.due)
+        if next_due < math.inf:
+            self._set_timer(loop, next_due)
+
+
+async def _watch(watch: _Watch) -> None:
     try:
-        return await waiter
-    except asyncio.CancelledError:
-        if why:  # cancelled by the watcher, not by the server shutting this task down
-            raise why[0] from None
-        raise
-    finally:
-        timer.cancel()
-        if watcher is not None:
-            watcher.cancel()
-
-
-async def _watch(
-    waiter: asyncio.Future[Any], deadline: float, abandoned: Abandoned | None, why: list[BaseException]
-) -> None:
-    try:
-        async with asyncio.timeout_at(deadline):
-            if abandoned is None:
+        async with asyncio.timeout_at(watch.deadline):
+            if watch.abandoned is None:
                 await asyncio.Future()  # only the deadline can end this wait
             else:
-                await abandoned()
-        why.append(ClientDisconnected("the client went away before its answer was ready"))
+                await watch.abandoned()
+        watch.why = ClientDisconnected("the client went away before its answer was ready")
     except TimeoutError:
-        why.append(DeadlineExceeded("request_timeout_s passed before the model answered"))
-    waiter.cancel()
+        watch.why = DeadlineExceeded("request_timeout_s passed before the model answered")
+    watch.waiter.cancel()

@@ -199,7 +199,11 @@ async def _send_json(
     send: Send, status: int, payload: Any, headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
     body = orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
-    await send({"type": "http.response.start", "status": status, "headers": headers or _JSON_HEADERS})
+    # With its length said, the body goes as it is (no chunked framing for either side to make or read).
+    length = (b"content-length", str(len(body)).encode())
+    await send(
+        {"type": "http.response.start", "status": status, "headers": [*(headers or _JSON_HEADERS), length]}
+    )
     await send({"type": "http.response.body", "body": body})
 
 

@@ -12,15 +12,23 @@ opens a new connection, which the Service may give to any replica.
 The mechanism is uvicorn's own: a request's cycle with `keep_alive = False` gets
 `connection: close` on its answer and the connection is closed after it (as for an HTTP/1.0
 client). The bounds are checked once per request, when its headers are complete.
+
+The idle bound (`timeout_keep_alive`) stays uvicorn's, kept lazily: uvicorn sets a timer after
+every answer and cancels it when the next request arrives, two calls into the event loop's timer
+heap per request (a twentieth of the replica's event loop time on a cheap model). Here an answer
+only notes when the connection went idle; one timer per connection looks then, and closes the
+connection if it has been idle for the whole timeout, or looks again when it would have been.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from batchd.api.httpserver import HeadWithBody
 
 # Each connection's age bound is drawn within this fraction of the setting, as gRPC jitters
 # MAX_CONNECTION_AGE: the connections a pool opened together do not all close together.
@@ -39,10 +47,18 @@ def bounded_protocol(max_requests: int, max_age_s: float) -> type[HttpToolsProto
 
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(cast(asyncio.Transport, HeadWithBody(transport, self.loop)))
             self._requests = 0
             self._opened = self.loop.time()
             self._max_age_s = max_age_s * random.uniform(1 - AGE_JITTER, 1 + AGE_JITTER)
+            self._idle_since: float | None = None  # loop time of the last answer, while idle
+            self._idle_timer: asyncio.TimerHandle | None = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            super().connection_lost(exc)
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+                self._idle_timer = None
 
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
@@ -54,5 +70,37 @@ def bounded_protocol(max_requests: int, max_age_s: float) -> type[HttpToolsProto
                 self._requests, self.loop.time() - self._opened, max_requests, self._max_age_s
             ):
                 cycle.keep_alive = False  # its answer says `connection: close`; closed once complete
+
+        def on_response_complete(self) -> None:
+            # uvicorn's own, but for its keep-alive timer (see the module docstring).
+            self.server_state.total_requests += 1
+            if self.transport.is_closing():
+                return
+            self.flow.resume_reading()
+            if self.pipeline:
+                cycle, app = self.pipeline.pop()
+                self._start_asgi_task(cycle, app)
+                return
+            self._idle_since = self.loop.time()
+            if self._idle_timer is None:
+                self._idle_timer = self.loop.call_at(
+                    self._idle_since + self.timeout_keep_alive, self._idle_check
+                )
+
+        def _unset_keepalive_if_required(self) -> None:
+            # uvicorn calls this when data arrives (and when the connection is lost): busy again.
+            self._idle_since = None
+            super()._unset_keepalive_if_required()
+
+        def _idle_check(self) -> None:
+            self._idle_timer = None
+            since = self._idle_since
+            if since is None:  # busy: the next answer sets the timer again
+                return
+            closes_at = since + self.timeout_keep_alive
+            if self.loop.time() >= closes_at:
+                self.timeout_keep_alive_handler()
+            else:
+                self._idle_timer = self.loop.call_at(closes_at, self._idle_check)
 
     return BoundedHttpToolsProtocol
