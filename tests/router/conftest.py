@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import pytest
 
 from batchd.api.spec import GROUP, PLURAL, VERSION
+from batchd.bench.kit.asgi import read_body
 from batchd.testing.apiserver import ApiServer, selects
 from batchd.testing.manifests import manifest
 from batchd.testing.operator_runner import api_server, call, eventually
@@ -161,11 +162,7 @@ class FakeReplica:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
         if scope["path"] == "/load":
             await _answer(send, 200, json.dumps(self.load).encode())
             return

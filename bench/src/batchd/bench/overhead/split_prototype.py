@@ -30,6 +30,7 @@ import orjson
 import uvicorn
 import uvloop
 
+from batchd.bench.kit.asgi import read_body
 from batchd.bench.overhead.subjects import BATCH_WAIT_S, MAX_BATCH_SIZE
 from batchd.replica.keepalive import bounded_protocol
 
@@ -125,11 +126,7 @@ class Front:
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
         answer = b"{}"  # a GET: the readiness probe
         if scope["method"] == "POST":
             loop = asyncio.get_running_loop()

@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 
+from batchd.bench.kit.asgi import read_body
+
 _HEADERS = [(b"content-type", b"application/json")]
 _IDLE = b'{"ready": true, "queued_items": 0, "running_items": 0}'
 
@@ -18,11 +20,7 @@ _IDLE = b'{"ready": true, "queued_items": 0, "running_items": 0}'
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
-    body, more = b"", True
-    while more:
-        message = await receive()
-        body += message.get("body", b"")
-        more = message.get("more_body", False)
+    body = await read_body(receive)
     if scope["path"] == "/load":
         answer = _IDLE
     else:
