@@ -4,9 +4,8 @@ embeddings.
 
 The tiny model's weights are random, so its text means nothing, but greedy text is repeatable:
 answers are compared with each other (a stop string cuts the same text where it starts, n
-choices come back as n), and every sequence runs to its max_tokens (the spec holds end-of-sequence
-back for the first tokens, and the prompts' greedy continuations never end sooner; the first test
-checks that).
+choices come back as n), and every sequence runs to its max_tokens (the spec holds end-of-sequence back
+until then).
 """
 
 from __future__ import annotations
@@ -31,7 +30,8 @@ from batchd.testing.servers import uvicorn_in_thread, wait_until
 pytestmark = pytest.mark.slow
 
 PROMPT = "Once upon a time"
-LONG = 120  # new tokens: long enough to disconnect in the middle
+LONG = 120  # new tokens of a long answer
+ENDLESS = 2000  # new tokens of an answer that outlasts any test: one that leaves, or fills a row
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"
@@ -51,15 +51,15 @@ def metric(url: str, name: str, labels: str = "") -> float:
 
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    directory = build_gpt2(tmp_path_factory.mktemp("tiny-gpt2"))
+    directory = build_gpt2(tmp_path_factory.mktemp("tiny-gpt2"), n_positions=ENDLESS + 64)
     model = {
         "task": "text-generation",
         "source": f"file://{directory}",
         "device": "cpu",
         "served_model_name": "tiny/gpt2",
-        # End-of-sequence held back for the first 16 tokens: answers have the length asked for.
-        "call_kwargs": {"max_new_tokens": 16, "min_new_tokens": 16},
-        "generation": {"max_new_tokens": LONG, "chat_template": CHAT_TEMPLATE},
+        # End-of-sequence held back until max_tokens: every answer has the length it asks for.
+        "call_kwargs": {"max_new_tokens": ENDLESS, "min_new_tokens": ENDLESS},
+        "generation": {"max_new_tokens": ENDLESS, "chat_template": CHAT_TEMPLATE},
     }
     batching = {"max_batch_size": 4, "max_queued_requests": 8, "request_timeout_s": 60}
     document = manifests.manifest("gpt2", model, batching=batching)
@@ -169,7 +169,7 @@ def test_n_choices_sampled_with_a_seed_are_repeatable(gpt2: str) -> None:
     [
         ({"prompt": PROMPT, "logit_bias": {"5": 10}}, "logit_bias"),
         ({"prompt": PROMPT, "presence_penalty": 0.5}, "presence_penalty"),
-        ({"prompt": PROMPT, "max_tokens": LONG + 1}, "max_tokens"),
+        ({"prompt": PROMPT, "max_tokens": ENDLESS + 1}, "max_tokens"),
         ({"prompt": PROMPT, "temperature": 3}, "temperature"),
         ({"prompt": PROMPT, "n": 0}, "n"),
         ({"prompt": PROMPT, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
@@ -206,7 +206,7 @@ def test_bad_chat_parameters_are_refused_by_name(gpt2: str) -> None:
 def test_a_client_that_leaves_mid_stream_frees_its_row(gpt2: str) -> None:
     cancelled = metric(gpt2, "batchd_requests_total", 'outcome="cancelled"')
     stream = client(gpt2).completions.create(
-        model="tiny/gpt2", prompt=PROMPT, max_tokens=LONG, temperature=0, stream=True
+        model="tiny/gpt2", prompt=PROMPT, max_tokens=ENDLESS, temperature=0, stream=True
     )
     next(iter(stream))
     assert metric(gpt2, "batchd_running_sequences") == 1
@@ -276,3 +276,44 @@ def test_langchain_chat_and_embeddings(gpt2: str, minilm: str) -> None:
     vectors = embedder.embed_documents(SENTENCES)
     assert len(vectors) == 2 and len(vectors[0]) == 384
     assert np.allclose(embedder.embed_query(SENTENCES[0]), vectors[0], atol=1e-6)
+
+
+def test_logprobs_of_the_chosen_tokens_and_their_alternatives(gpt2: str) -> None:
+    api = client(gpt2)
+    messages: Any = [{"role": "user", "content": PROMPT}]
+    chat = api.chat.completions.create(
+        model="tiny/gpt2", messages=messages, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3
+    )
+    content = chat.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and len(content) == 6
+    for entry in content:
+        assert len(entry.top_logprobs) == 3 and entry.logprob <= 0
+        assert entry.top_logprobs[0].logprob == pytest.approx(entry.logprob)  # greedy: the likeliest
+    assert "".join(entry.token for entry in content) == chat.choices[0].message.content
+    completion = api.completions.create(
+        model="tiny/gpt2", prompt=PROMPT, max_tokens=6, temperature=0, logprobs=2
+    )
+    scores = completion.choices[0].logprobs
+    assert scores is not None and scores.token_logprobs is not None and scores.text_offset is not None
+    assert len(scores.token_logprobs) == 6 and scores.text_offset[0] == 0
+    streamed = [
+        entry
+        for chunk in api.chat.completions.create(
+            model="tiny/gpt2", messages=messages, max_tokens=6, temperature=0, logprobs=True, stream=True
+        )
+        for entry in (chunk.choices[0].logprobs.content or [] if chunk.choices[0].logprobs else [])
+    ]
+    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in content], abs=1e-5)
+
+
+def test_the_callers_deadline_bounds_a_completion(gpt2: str) -> None:
+    with pytest.raises(openai.InternalServerError) as late:
+        client(gpt2).completions.create(
+            model="tiny/gpt2",
+            prompt=PROMPT,
+            max_tokens=ENDLESS,
+            temperature=0,
+            extra_headers={"batchd-timeout-s": "0.001"},
+        )
+    assert late.value.status_code == 504
+    assert isinstance(late.value.body, dict) and late.value.body["type"] == "timeout_error"

@@ -46,6 +46,8 @@ class GenerationParams:
     top_k: int = 0  # 0: no top-k filter
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    # The chosen tokens' log-probabilities, with this many most likely alternatives; None: none.
+    logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -76,6 +78,16 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """A chosen token's log-probability under the model (its scores before temperature, top-k and
+    top-p), and the most likely tokens' at that step (as many as `logprobs` asked for)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """A whole answer: the new text, why it ended (`length` or `stop`), and the token counts."""
 
@@ -83,6 +95,7 @@ class Completion:
     finish_reason: str
     prompt_tokens: int
     token_ids: tuple[int, ...]  # the new tokens (an end-of-sequence token among them)
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per new token, where the request asked for them
 
     @property
     def generated_tokens(self) -> int:
@@ -98,6 +111,7 @@ class Chunk:
     token_ids: tuple[int, ...] = ()
     finish_reason: str | None = None  # "length" or "stop" once the sequence has ended; "error"
     error: BaseException | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()  # of `token_ids`, where the request asked for them
 
     @property
     def tokens(self) -> int:

@@ -28,6 +28,7 @@ from batchd.replica.generation.params import (
     GenerationLimits,
     GenerationParams,
     GenerationRequest,
+    TokenLogprob,
     check_prompt,
     parse_parameters,
 )
@@ -102,6 +103,10 @@ class Preparer:
         check_prompt(len(prompt_ids), params, self.limits, field)
         text = str(self._encoder.decode(list(prompt_ids), skip_special_tokens=False))
         return GenerationRequest(text, tuple(prompt_ids), params)
+
+    def token_text(self, token: int) -> str:
+        """One token's text on its own (a piece of a character where it holds only part of one)."""
+        return str(self._encoder.decode([token], skip_special_tokens=False))
 
     def prepare_chat(
         self, messages: list[dict[str, str]], params: GenerationParams, field: str
@@ -219,12 +224,15 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
         """Every chunk, joined: the whole answer."""
         pieces: list[str] = []
         tokens: list[int] = []
+        logprobs: list[TokenLogprob] = []
         finish = "length"
         async for chunk in self:
             pieces.append(chunk.text)
             tokens.extend(chunk.token_ids)
+            logprobs.extend(chunk.logprobs)
             finish = chunk.finish_reason or finish
-        return Completion("".join(pieces), finish, len(self.request.prompt_ids), tuple(tokens))
+        prompt_tokens = len(self.request.prompt_ids)
+        return Completion("".join(pieces), finish, prompt_tokens, tuple(tokens), tuple(logprobs))
 
     def _account(self, chunk: Chunk) -> None:
         now = time.perf_counter()

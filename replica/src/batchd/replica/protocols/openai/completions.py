@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from batchd.replica.batching import Abandoned
 from batchd.replica.endpoints import Call, EventStream
-from batchd.replica.errors import UnknownModel
+from batchd.replica.errors import InvalidInput, UnknownModel
 from batchd.replica.generation.params import (
     MAX_SEED,
     Chunk,
     GenerationParams,
     GenerationRequest,
+    TokenLogprob,
     parse_parameters,
 )
 from batchd.replica.protocols.generate import SSE_HEADERS
@@ -59,13 +60,18 @@ def _service(replica: Replica, ask: GenerationAsk) -> tuple[GenerationService, G
     check_model(replica, ask.model)
     if replica.model is not None and replica.generation is None:
         raise UnknownModel(
-            f"model {ask.model!r} does not generate text: /v1/completions and /v1/chat/completions "
+            f"model: {ask.model!r} does not generate text: /v1/completions and /v1/chat/completions "
             "serve task text-generation"
         )
     service = replica.generator(replica.model_name)
+    if ask.logprobs is not None and service.scheduling == "request":
+        raise InvalidInput(
+            "logprobs: model.generation.scheduling: request gives no log-probabilities; token does",
+            param="logprobs",
+        )
     preparer = service.preparer
     params = parse_parameters(ask.parameters, preparer.limits, preparer.defaults, where="")
-    return service, params
+    return service, dataclasses.replace(params, logprobs=ask.logprobs)
 
 
 def choices_of(prompts: Sequence[GenerationRequest], n: int) -> list[GenerationRequest]:
@@ -91,7 +97,8 @@ async def _answer(
     check_fits(ask, len(requests), call.replica.batcher.config.max_queued_requests)
     prompt_tokens = sum(len(prompt.prompt_ids) for prompt in prompts)
     if not ask.stream:
-        return answers.whole(header, await service.complete(requests, call.abandoned), prompt_tokens)
+        completions = await service.complete(requests, call.abandoned)
+        return answers.whole(header, completions, prompt_tokens, service.preparer.token_text)
     events = _events(service, header, requests, ask.include_usage, prompt_tokens, call.abandoned)
     return EventStream(events, SSE_HEADERS, answers.error_event)
 
@@ -105,8 +112,11 @@ async def _events(
     abandoned: Abandoned,
 ) -> AsyncGenerator[bytes, None]:
     """The events of a streamed answer: what came for a choice while the client was being written
-    to goes in one event."""
+    to goes in one event (with the log-probabilities of its tokens, and of any held back before)."""
     first = [True] * len(requests)
+    sent = [0] * len(requests)  # characters, for completions' text_offset
+    held: list[list[TokenLogprob]] = [[] for _ in requests]
+    token_text = service.preparer.token_text
     generated = 0
     async with AsyncExitStack() as streams:
         opened = [await streams.enter_async_context(service.open(r, abandoned)) for r in requests]
@@ -114,9 +124,12 @@ async def _events(
             text = "".join(piece.text for piece in pieces)
             finish = pieces[-1].finish_reason
             generated += sum(piece.tokens for piece in pieces)
+            for piece in pieces:
+                held[index].extend(piece.logprobs)
             if text or finish:
-                yield answers.event(header, index, text, finish, first[index], include_usage)
-                first[index] = False
+                scores = answers.logprobs(header.kind, held[index], token_text, sent[index])
+                yield answers.event(header, index, text, finish, first[index], include_usage, scores)
+                first[index], sent[index], held[index] = False, sent[index] + len(text), []
     if include_usage:
         yield answers.usage_event(header, prompt_tokens, generated)
     yield answers.DONE

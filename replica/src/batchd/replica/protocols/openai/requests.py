@@ -10,6 +10,7 @@ model.generation.max_new_tokens: 400).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,10 @@ CHAT_FIELDS = (*COMMON, "messages", "max_completion_tokens", "logprobs", "top_lo
 EMBEDDING_FIELDS = ("model", "input", "encoding_format", "dimensions", "user")
 CHAT_ROLES = ("system", "developer", "user", "assistant")
 MAX_CHOICES = 16  # `n`: sequences one request may ask for per prompt
+# Most likely alternatives per token at most, as OpenAI bounds them: completions' `logprobs`, chat's
+# `top_logprobs`.
+MAX_COMPLETION_LOGPROBS = 5
+MAX_TOP_LOGPROBS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,7 @@ class GenerationAsk:
     choices: int  # `n`
     stream: bool
     include_usage: bool
+    logprobs: int | None = None  # alternatives per token with the chosen tokens' log-probabilities
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +73,16 @@ def read_completion(body: Any) -> GenerationAsk:
     body = _object(body, COMPLETION_FIELDS)
     prompts = _texts_or_tokens(body.get("prompt"), "prompt")
     logprobs = body.get("logprobs")
-    if logprobs is not None:
-        _refuse("logprobs", "log-probabilities are not returned by this replica")
+    if logprobs is not None and (not _is_int(logprobs) or not 0 <= logprobs <= MAX_COMPLETION_LOGPROBS):
+        raise InvalidInput(
+            f"logprobs: expected an integer from 0 to {MAX_COMPLETION_LOGPROBS}, got {logprobs!r:.60}"
+        )
     choices = _choices(body)
     best_of = body.get("best_of")
     if best_of is not None and best_of != choices:
         _refuse("best_of", f"only best_of equal to n ({choices}) is served, got {best_of!r}")
-    return _generation(body, prompts, choices, length_fields=("max_tokens",))
+    ask = _generation(body, prompts, choices, length_fields=("max_tokens",))
+    return dataclasses.replace(ask, logprobs=logprobs)
 
 
 def read_chat(body: Any) -> tuple[GenerationAsk, list[dict[str, str]]]:
@@ -81,13 +90,17 @@ def read_chat(body: Any) -> tuple[GenerationAsk, list[dict[str, str]]]:
     template) and the conversation, each message's content as plain text."""
     body = _object(body, CHAT_FIELDS)
     messages = _messages(body.get("messages"))
-    if body.get("logprobs") not in (None, False):
-        _refuse("logprobs", "log-probabilities are not returned by this replica")
-    if body.get("top_logprobs") not in (None, 0):
-        _refuse("top_logprobs", "log-probabilities are not returned by this replica")
+    wanted = body.get("logprobs", False)
+    if not isinstance(wanted, bool):
+        raise InvalidInput(f"logprobs: expected true or false, got {wanted!r:.60}")
+    top = body.get("top_logprobs")
+    if top is not None and (not _is_int(top) or not 0 <= top <= MAX_TOP_LOGPROBS):
+        raise InvalidInput(f"top_logprobs: expected an integer from 0 to {MAX_TOP_LOGPROBS}, got {top!r:.60}")
+    if top is not None and not wanted:
+        raise InvalidInput("top_logprobs: only with logprobs: true", param="top_logprobs")
     choices = _choices(body)
     ask = _generation(body, (), choices, length_fields=("max_completion_tokens", "max_tokens"))
-    return ask, messages
+    return dataclasses.replace(ask, logprobs=(top or 0) if wanted else None), messages
 
 
 def read_embedding(body: Any) -> EmbeddingAsk:
