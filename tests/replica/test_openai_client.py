@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -39,8 +40,22 @@ CHAT_TEMPLATE = (
 SENTENCES = ["A man is eating food.", "The stock market fell sharply today."]
 
 
+_CLIENTS: dict[str, openai.OpenAI] = {}
+
+
 def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+    """The openai client for the replica at `url` (one each, closed after the module's tests)."""
+    if url not in _CLIENTS:
+        _CLIENTS[url] = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+    return _CLIENTS[url]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def closed_clients() -> Iterator[None]:
+    yield
+    for api in _CLIENTS.values():
+        api.close()
+    _CLIENTS.clear()
 
 
 def metric(url: str, name: str, labels: str = "") -> float:
@@ -50,8 +65,14 @@ def metric(url: str, name: str, labels: str = "") -> float:
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    directory = build_gpt2(tmp_path_factory.mktemp("tiny-gpt2"), n_positions=ENDLESS + 64)
+def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory: Path = build_gpt2(tmp_path_factory.mktemp("tiny-gpt2"), n_positions=ENDLESS + 64)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def gpt2(gpt2_dir: Path) -> Iterator[str]:
+    directory = gpt2_dir
     model = {
         "task": "text-generation",
         "source": f"file://{directory}",
@@ -63,6 +84,20 @@ def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     }
     batching = {"max_batch_size": 4, "max_queued_requests": 8, "request_timeout_s": 60}
     document = manifests.manifest("gpt2", model, batching=batching)
+    with uvicorn_in_thread(create_app(parse_manifest(document), ReplicaSettings())) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def gpt2_by_request(gpt2_dir: Path) -> Iterator[str]:
+    """The same model, served by request-level batches through the transformers pipeline."""
+    model = {
+        "task": "text-generation",
+        "source": f"file://{gpt2_dir}",
+        "device": "cpu",
+        "generation": {"scheduling": "request", "chat_template": CHAT_TEMPLATE},
+    }
+    document = manifests.manifest("gpt2", model, batching={"max_batch_size": 4})
     with uvicorn_in_thread(create_app(parse_manifest(document), ReplicaSettings())) as url:
         yield url
 
@@ -265,17 +300,29 @@ def test_bad_embedding_parameters_are_refused_by_name(minilm: str) -> None:
 def test_langchain_chat_and_embeddings(gpt2: str, minilm: str) -> None:
     from langchain_openai import ChatOpenAI, OpenAIEmbeddings
 
-    chat = ChatOpenAI(base_url=f"{gpt2}/v1", api_key="unused", model="tiny/gpt2", max_tokens=8, temperature=0)
-    answer = chat.invoke("Once upon a time")
-    assert isinstance(answer.content, str) and answer.response_metadata["finish_reason"] == "length"
-    assert "".join(str(chunk.content) for chunk in chat.stream("Once upon a time")) == answer.content
-    # check_embedding_ctx_length would count tokens with tiktoken, which downloads its tables.
-    embedder = OpenAIEmbeddings(
-        base_url=f"{minilm}/v1", api_key="unused", model="minilm", check_embedding_ctx_length=False
-    )
-    vectors = embedder.embed_documents(SENTENCES)
-    assert len(vectors) == 2 and len(vectors[0]) == 384
-    assert np.allclose(embedder.embed_query(SENTENCES[0]), vectors[0], atol=1e-6)
+    with httpx.Client(timeout=60) as http:
+        chat = ChatOpenAI(
+            base_url=f"{gpt2}/v1",
+            api_key="unused",
+            model="tiny/gpt2",
+            max_tokens=8,
+            temperature=0,
+            http_client=http,
+        )
+        answer = chat.invoke("Once upon a time")
+        assert isinstance(answer.content, str) and answer.response_metadata["finish_reason"] == "length"
+        assert "".join(str(chunk.content) for chunk in chat.stream("Once upon a time")) == answer.content
+        # check_embedding_ctx_length would count tokens with tiktoken, which downloads its tables.
+        embedder = OpenAIEmbeddings(
+            base_url=f"{minilm}/v1",
+            api_key="unused",
+            model="minilm",
+            check_embedding_ctx_length=False,
+            http_client=http,
+        )
+        vectors = embedder.embed_documents(SENTENCES)
+        assert len(vectors) == 2 and len(vectors[0]) == 384
+        assert np.allclose(embedder.embed_query(SENTENCES[0]), vectors[0], atol=1e-6)
 
 
 def test_logprobs_of_the_chosen_tokens_and_their_alternatives(gpt2: str) -> None:
@@ -317,3 +364,32 @@ def test_the_callers_deadline_bounds_a_completion(gpt2: str) -> None:
         )
     assert late.value.status_code == 504
     assert isinstance(late.value.body, dict) and late.value.body["type"] == "timeout_error"
+
+
+async def test_a_deployment_handle_embeds_through_the_callees_openai_route(minilm: str) -> None:
+    from batchd.replica.handles import CallClient, DeploymentHandle
+
+    calls = CallClient()
+    try:
+        handle = DeploymentHandle("embedder", "minilm", minilm, calls)
+        vectors = await handle.embed(SENTENCES)
+        assert await handle.embed([]) == []
+    finally:
+        await calls.aclose()
+    expected = client(minilm).embeddings.create(model="minilm", input=SENTENCES, encoding_format="float")
+    assert np.allclose(vectors, [d.embedding for d in expected.data], atol=1e-6)
+
+
+def test_request_level_scheduling_answers_the_same_routes(gpt2_by_request: str) -> None:
+    api = client(gpt2_by_request)
+    messages: Any = [{"role": "user", "content": PROMPT}]
+    whole = api.chat.completions.create(model="gpt2", messages=messages, max_tokens=6, temperature=0, n=2)
+    assert [c.index for c in whole.choices] == [0, 1] and whole.choices[0].finish_reason in ("stop", "length")
+    assert whole.choices[0].message.content == whole.choices[1].message.content  # greedy, twice
+    streamed = api.chat.completions.create(
+        model="gpt2", messages=messages, max_tokens=6, temperature=0, stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in streamed) == whole.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as refused:
+        api.completions.create(model="gpt2", prompt=PROMPT, logprobs=1)
+    assert isinstance(refused.value.body, dict) and refused.value.body["param"] == "logprobs"
