@@ -11,8 +11,10 @@ The model listing (`GET /v1/models`) is `models`.
 
 from __future__ import annotations
 
-from batchd.api.routes import OPENAI_CHAT_COMPLETIONS, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS
-from batchd.replica.endpoints import Endpoint
+from pydantic import BaseModel
+
+from batchd.api.routes import OPENAI_CHAT_COMPLETIONS, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, Route
+from batchd.replica.endpoints import Answerer, Endpoint
 from batchd.replica.errors import OpenAIErrorBody, openai_error_body
 from batchd.replica.protocols.openai import schemas
 from batchd.replica.protocols.openai.completions import chat_completions, completions
@@ -24,37 +26,51 @@ _STREAMED = (
     "an error after the first event is a last data: {error} event."
 )
 
+
+def _endpoint(
+    route: Route,
+    summary: str,
+    answer: Answerer,
+    request: type[BaseModel],
+    response: type[BaseModel],
+    streams: bool,
+) -> Endpoint:
+    return Endpoint(
+        route,
+        summary=summary,
+        tag=TAG,
+        answer=answer,
+        request=request,
+        response=response,
+        error_body=openai_error_body,
+        error_schema=OpenAIErrorBody,
+        streamed_description=_STREAMED if streams else None,
+    )
+
+
 ENDPOINTS = (
-    Endpoint(
+    _endpoint(
         OPENAI_COMPLETIONS,
-        summary="Completions (OpenAI)",
-        tag=TAG,
-        answer=completions,
-        request=schemas.CompletionRequest,
-        response=schemas.CompletionResponse,
-        error_body=openai_error_body,
-        error_schema=OpenAIErrorBody,
-        streamed_description=_STREAMED,
+        "Completions (OpenAI)",
+        completions,
+        schemas.CompletionRequest,
+        schemas.CompletionResponse,
+        streams=True,
     ),
-    Endpoint(
+    _endpoint(
         OPENAI_CHAT_COMPLETIONS,
-        summary="Chat completions (OpenAI)",
-        tag=TAG,
-        answer=chat_completions,
-        request=schemas.ChatCompletionRequest,
-        response=schemas.ChatCompletionResponse,
-        error_body=openai_error_body,
-        error_schema=OpenAIErrorBody,
-        streamed_description=_STREAMED,
+        "Chat completions (OpenAI)",
+        chat_completions,
+        schemas.ChatCompletionRequest,
+        schemas.ChatCompletionResponse,
+        streams=True,
     ),
-    Endpoint(
+    _endpoint(
         OPENAI_EMBEDDINGS,
-        summary="Embeddings (OpenAI)",
-        tag=TAG,
-        answer=embeddings,
-        request=schemas.EmbeddingRequest,
-        response=schemas.EmbeddingResponse,
-        error_body=openai_error_body,
-        error_schema=OpenAIErrorBody,
+        "Embeddings (OpenAI)",
+        embeddings,
+        schemas.EmbeddingRequest,
+        schemas.EmbeddingResponse,
+        streams=False,
     ),
 )

@@ -37,8 +37,8 @@ async def embeddings(call: Call) -> dict[str, Any]:
         raise UnknownModel(
             f"model: {ask.model!r} does not embed text: /v1/embeddings serves task {EMBEDDING_TASK}"
         )
-    native = _dimensions(replica)
-    if ask.dimensions is not None and ask.dimensions != native:
+    native = _dimensions(replica)  # None while the model loads (the batcher then answers 503)
+    if ask.dimensions is not None and native is not None and ask.dimensions != native:
         raise InvalidInput(
             f"dimensions: this model gives {native}-dimensional embeddings only, got {ask.dimensions}",
             param="dimensions",
@@ -79,7 +79,9 @@ def _dimensions(replica: Replica) -> int | None:
 
 async def _tokenizer(replica: Replica) -> tuple[Any, int]:
     loading = _TOKENIZERS.get(replica)
-    if loading is None:
+    if loading is None or (
+        loading.done() and loading.exception() is not None
+    ):  # the next request tries again
         loading = asyncio.ensure_future(asyncio.to_thread(_load_tokenizer, replica))
         _TOKENIZERS[replica] = loading
     result: tuple[Any, int] = await asyncio.shield(loading)

@@ -63,13 +63,16 @@ class CompletionChoice(BaseModel):
     finish_reason: Literal["stop", "length"]
 
 
-class CompletionResponse(BaseModel):
+class _Answer(BaseModel):
     id: str
-    object: Literal["text_completion"]
-    created: int
+    created: int = Field(description="Unix seconds.")
     model: str
-    choices: list[CompletionChoice]
     usage: Usage
+
+
+class CompletionResponse(_Answer):
+    object: Literal["text_completion"]
+    choices: list[CompletionChoice]
 
 
 class AssistantMessage(BaseModel):
@@ -84,13 +87,9 @@ class ChatChoice(BaseModel):
     finish_reason: Literal["stop", "length"]
 
 
-class ChatCompletionResponse(BaseModel):
-    id: str
+class ChatCompletionResponse(_Answer):
     object: Literal["chat.completion"]
-    created: int
-    model: str
     choices: list[ChatChoice]
-    usage: Usage
 
 
 class EmbeddingRequest(BaseModel):
