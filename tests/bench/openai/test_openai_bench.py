@@ -15,6 +15,7 @@ from batchd.bench.openai.analysis import (
     Results,
     StreamingRun,
     embedding_points,
+    rate_between_completions,
     streaming_points,
 )
 from batchd.bench.openai.report import EMBEDDINGS_HEAD, STREAMING_HEAD, goals, to_markdown
@@ -77,3 +78,9 @@ def test_a_smoke_sized_run_compares_the_embedding_routes(run_module: RunModule, 
     assert [p["clients"] for p in points] == [1, 8] and written["streaming"] == []
     assert all(p["errors"] == 0 and not math.isnan(p["throughput_share"]) for p in points)
     assert "/v1/embeddings req/s" in (tmp_path / "openai.md").read_text()
+
+
+def test_the_rate_counts_between_completions_so_waves_of_answers_do_not_skew_it() -> None:
+    waves = [1.0] * 32 + [2.0] * 32 + [3.0] * 32  # batches of 32, one a second
+    assert rate_between_completions(waves) == 32.0  # whatever the window's edges cut of the waves
+    assert math.isnan(rate_between_completions([1.0]))

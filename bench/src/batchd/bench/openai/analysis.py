@@ -74,6 +74,19 @@ def ttft_p99_ms(firsts_s: Sequence[float]) -> float:
     return percentile(firsts_s, 99) * 1000
 
 
+def rate_between_completions(done_s: Sequence[float]) -> float:
+    """Completions per second from the first completion to the last, those at the first not counted.
+
+    Answers come in waves (a batch of 32 embeddings, streams started together), so a count over a
+    fixed window is off by up to a wave: over a few seconds that is several percent. Between two
+    completions the count is exact."""
+    if len(done_s) < 2:
+        return float("nan")
+    first, last = min(done_s), max(done_s)
+    after = sum(1 for done in done_s if done > first)
+    return after / (last - first) if last > first else float("nan")
+
+
 def _by_route(runs: Sequence[Run], clients: int, figure: Callable[[Run], float]) -> dict[str, float]:
     """The median of `figure` over the repeats, per route, at `clients`."""
     at = [run for run in runs if run.clients == clients]

@@ -12,13 +12,13 @@ from urllib.parse import urlsplit
 import aiohttp
 import uvloop
 
-from batchd.bench.kit import loadgen, servers
-from batchd.bench.kit.loadgen import Request
+from batchd.bench.kit import servers
+from batchd.bench.kit.connections import Request, RequestFailed, Session
 from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.models import minilm_mirror
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.stats import p99_ms
-from batchd.bench.openai.analysis import EmbeddingRun, StreamingRun, ttft_p99_ms
+from batchd.bench.openai.analysis import EmbeddingRun, StreamingRun, rate_between_completions, ttft_p99_ms
 from batchd.bench.openai.workload import (
     CHAT_BATCHING,
     EMBEDDING_ROUTES,
@@ -66,23 +66,45 @@ def measure_embeddings(setup: Setup, repeats: int, workdir: Path, threads: int) 
 
         def measure(route: Route, clients: int, repeat: int) -> None:
             request = Request.post_json(host, port, route.path, route.body)
-            result = loadgen.run(
-                loadgen.closed_loop(host, port, request, clients, setup.duration_s, setup.warmup_s)
-            )
+            rps, latencies, errors = uvloop.run(_requests(host, port, request, clients, setup))
             replica.check_alive()
-            runs.append(
-                EmbeddingRun(
-                    route.label,
-                    clients,
-                    repeat,
-                    result.throughput_rps,
-                    p99_ms(result.latencies_s),
-                    result.errors,
-                )
-            )
+            runs.append(EmbeddingRun(route.label, clients, repeat, rps, p99_ms(latencies), errors))
 
         _interleaved(setup, repeats, EMBEDDING_ROUTES, measure)
     return runs
+
+
+async def _requests(
+    host: str, port: int, request: Request, clients: int, setup: Setup
+) -> tuple[float, list[float], int]:
+    """`clients` clients back to back on keep-alive connections: requests/s between completions
+    inside the window, the latencies of the requests sent in it, and the failures."""
+    loop = asyncio.get_running_loop()
+    measure_from = loop.time() + setup.warmup_s
+    stop_at = measure_from + setup.duration_s
+    done: list[float] = []
+    latencies: list[float] = []
+    errors = 0
+
+    async def client() -> None:
+        nonlocal errors
+        session = Session(host, port)
+        while (sent := loop.time()) < stop_at:
+            try:
+                status, _ = await session.send(request)
+            except RequestFailed:
+                status = 0
+            now = loop.time()
+            if measure_from <= now <= stop_at:
+                done.append(now)
+                if status != 200:
+                    errors += 1
+                elif sent >= measure_from:
+                    latencies.append(now - sent)
+        session.close()
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return rate_between_completions(done), latencies, errors
 
 
 async def _streams(url: str, route: Route, clients: int, repeat: int, setup: Setup) -> StreamingRun:
@@ -91,6 +113,7 @@ async def _streams(url: str, route: Route, clients: int, repeat: int, setup: Set
     measure_from = loop.time() + setup.warmup_s
     stop_at = measure_from + setup.duration_s
     firsts: list[float] = []
+    ends: list[float] = []
     errors = 0
     ended = _ENDS[route.label]
 
@@ -110,20 +133,21 @@ async def _streams(url: str, route: Route, clients: int, repeat: int, setup: Set
             except (aiohttp.ClientError, TimeoutError):
                 whole = False
             done = loop.time()
-            if sent < measure_from or done > stop_at:
-                continue  # begun in the warm-up or ended after the window: not counted
+            if not measure_from <= done <= stop_at:
+                continue  # ended in the warm-up or after the window: not counted
+            ends.append(done)
             if not whole or first is None:
                 errors += 1
-                continue
-            firsts.append(first - sent)
+            elif sent >= measure_from:
+                firsts.append(first - sent)
 
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(
         connector=connector, timeout=aiohttp.ClientTimeout(total=300)
     ) as session:
         await asyncio.gather(*(client(session) for _ in range(clients)))
-    tokens_per_s = len(firsts) * NEW_TOKENS / setup.duration_s
-    return StreamingRun(route.label, clients, repeat, tokens_per_s, ttft_p99_ms(firsts), len(firsts), errors)
+    tokens_per_s = rate_between_completions(ends) * NEW_TOKENS
+    return StreamingRun(route.label, clients, repeat, tokens_per_s, ttft_p99_ms(firsts), len(ends), errors)
 
 
 def measure_streaming(setup: Setup, repeats: int, workdir: Path, threads: int) -> list[StreamingRun]:
