@@ -60,6 +60,12 @@ KSERVE_V1_PREDICT = Route("kserve_v1_predict", "POST", "/v1/models/{name}:predic
 V2_INFER = Route("v2_infer", "POST", "/v2/models/{name}/infer")
 V2_GENERATE = Route("v2_generate", "POST", "/v2/models/{name}/generate")
 V2_GENERATE_STREAM = Route("v2_generate_stream", "POST", "/v2/models/{name}/generate_stream")
+# OpenAI's API names the model in the body, so that one base URL serves every model.
+OPENAI_COMPLETIONS = Route("openai_completions", "POST", "/v1/completions", model_field="model")
+OPENAI_CHAT_COMPLETIONS = Route(
+    "openai_chat_completions", "POST", "/v1/chat/completions", model_field="model"
+)
+OPENAI_EMBEDDINGS = Route("openai_embeddings", "POST", "/v1/embeddings", model_field="model")
 SIMPLE_CALL_GET = Route("simple_call_get", "GET", "/")
 SIMPLE_CALL_POST = Route("simple_call_post", "POST", "/")
 
@@ -68,6 +74,9 @@ INFERENCE_ROUTES: tuple[Route, ...] = (
     V2_INFER,
     V2_GENERATE,
     V2_GENERATE_STREAM,
+    OPENAI_COMPLETIONS,
+    OPENAI_CHAT_COMPLETIONS,
+    OPENAI_EMBEDDINGS,
     SIMPLE_CALL_GET,
     SIMPLE_CALL_POST,
 )

@@ -66,6 +66,8 @@ Datatype = Literal[
     "BYTES",
 ]
 TENSOR_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+# An OpenAI model name as servers publish them (`org/model`, `model:tag`): printable, no spaces.
+SERVED_MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
 
 # Anything embedded from Kubernetes: kept as given, validated by the API server's own types.
 KubeObject = dict[str, Any]
@@ -120,6 +122,10 @@ class GenerationSpec(_Strict):
     max_stop_strings: Annotated[int, Field(ge=0, le=64)] = 4
     """How many stop strings (`parameters.stop`) one request may give; each at most 256 characters."""
 
+    chat_template: Annotated[str, Field(min_length=1, max_length=65_536)] | None = None
+    """A Jinja chat template for `/v1/chat/completions`, as transformers' `chat_template`. Default:
+    the tokenizer's own; a model with neither refuses chat requests (400 naming `messages`)."""
+
 
 class ModelSpec(_Strict):
     """What to serve: a transformers pipeline (`task` + `source`) or a custom batch `handler`."""
@@ -127,6 +133,13 @@ class ModelSpec(_Strict):
     name: Annotated[str | None, Field(pattern=MODEL_NAME_PATTERN, max_length=63)] = Field(
         default=None,
         description="Name in the inference URLs (/v1/models/NAME:predict); defaults to the resource's name.",
+    )
+    served_model_name: Annotated[str | None, Field(pattern=SERVED_MODEL_NAME_PATTERN, max_length=253)] = (
+        Field(
+            default=None,
+            description="The name OpenAI clients give as `model` (and GET /v1/models lists), such as "
+            "org/model; defaults to model.name. model.name is accepted too.",
+        )
     )
     task: PipelineTask | None = Field(
         default=None, description="A transformers pipeline task. Exactly one of task or handler."
@@ -406,6 +419,11 @@ class BatchedDeployment(BaseModel):
     def model_name(self) -> str:
         """The name in inference URLs and metric labels."""
         return self.spec.model.name or self.metadata.name
+
+    @property
+    def served_model_name(self) -> str:
+        """The name OpenAI clients give as `model`."""
+        return self.spec.model.served_model_name or self.model_name
 
     @property
     def batching_revision(self) -> int:

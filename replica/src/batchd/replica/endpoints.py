@@ -5,8 +5,9 @@ to a handler and to the schemas of its request and answer. From the bound table 
 (`inference`) answers requests and `openapi` writes the document, so a route is declared once.
 
 A handler takes the request as a `Call` (body read and bounded, model name from the path) and
-returns the answer: a JSON-able value, a `BinaryAnswer`, or, for a streaming route, the events
-as bytes. Errors are raised, and answered from the table in `errors`.
+returns the answer: a JSON-able value, a `BinaryAnswer`, an `EventStream` where the request
+asked for one (OpenAI's `stream: true`), or, for a streaming route, the events as bytes. Errors
+are raised, and answered from the table in `errors`, in the endpoint's error shape.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from starlette.types import Scope, Send
 
 from batchd.api.routes import Route
 from batchd.replica.batching import Abandoned
-from batchd.replica.errors import InvalidInput
+from batchd.replica.errors import ErrorBody, ErrorBodyMaker, InvalidInput, error_body
 from batchd.replica.replica import Replica
 
 
@@ -81,6 +82,16 @@ class BinaryAnswer:
         await send({"type": "http.response.body", "body": self.header + self.data})
 
 
+@dataclass(frozen=True, slots=True)
+class EventStream:
+    """An answer the request asked to have streamed: its events, the headers of its status line,
+    and the last event that tells of an error after the first."""
+
+    events: AsyncGenerator[bytes, None]
+    headers: list[tuple[bytes, bytes]]
+    error_event: Callable[[BaseException], bytes]
+
+
 Answerer = Callable[[Call], Awaitable[Any]]
 Streamer = Callable[[Call], AsyncGenerator[bytes, None]]
 
@@ -96,6 +107,9 @@ class Streaming:
     error_event: Callable[[BaseException], bytes]
     media_type: str
     description: str  # of the 200 answer, for the OpenAPI document
+
+    def opened(self, call: Call) -> EventStream:
+        return EventStream(self.events(call), self.headers, self.error_event)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +127,10 @@ class Endpoint:
     response_description: str = "Successful Response"
     description: str | None = None
     parameters: Sequence[dict[str, Any]] = field(default=())  # OpenAPI parameters besides {name}
+    error_body: ErrorBodyMaker = error_body  # the body of an error answer ...
+    error_schema: type[BaseModel] = ErrorBody  # ... and its schema
+    # Where `answer` may return an EventStream: what the OpenAPI document says of that answer.
+    streamed_description: str | None = None
 
     def __post_init__(self) -> None:
         if (self.answer is None) == (self.streaming is None):

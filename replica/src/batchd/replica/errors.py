@@ -8,10 +8,12 @@ the model layer and the protocols raise these; nothing here imports them.
 from __future__ import annotations
 
 import asyncio
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from batchd.api.headers import REFUSED_HEADER
 
@@ -41,7 +43,12 @@ class BatchSizeMismatch(ValueError):
 
 
 class InvalidInput(ValueError):
-    """The request is malformed; the message names the field and the value."""
+    """The request is malformed; the message names the field and the value (and `param`, the
+    field alone, where the message does not start with it)."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param if param is not None else field_named(message)
 
 
 class TooLarge(ValueError):
@@ -143,12 +150,58 @@ def describe(error: BaseException) -> str:
 class HttpError:
     status: int
     headers: list[tuple[bytes, bytes]]
-    body: dict[str, str]
+    body: dict[str, Any]
 
 
-def http_error(error: BaseException) -> HttpError:
+def error_body(error: BaseException) -> dict[str, Any]:
+    """batchd's own error body: `{"error": message}`."""
+    return {"error": describe(error)}
+
+
+# OpenAI's error `type` for each status of the table (its API reference and its client's
+# exception classes); the `code` is the table's rejection reason or outcome.
+_OPENAI_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    503: "service_unavailable_error",
+    504: "timeout_error",
+}
+# "field: ..." or "field[2].part: ...": the field a message names, as its first word.
+_FIELD = re.compile(r"^([A-Za-z_][\w.\[\]-]*): ")
+
+
+def field_named(message: str) -> str | None:
+    """The field an error message starts with ("max_tokens: 5000 is more than ..."), else None."""
+    found = _FIELD.match(message)
+    return found.group(1) if found else None
+
+
+def openai_error_body(error: BaseException) -> dict[str, Any]:
+    """OpenAI's error body, `{"error": {"message", "type", "param", "code"}}`: the same message and
+    status as `error_body`; `param` names the field of a malformed request."""
+    answer = answer_for(error)
+    message = describe(error)
+    if isinstance(error, InvalidInput):
+        param = error.param
+    else:  # a request too large, or for a model not served here, names its field as its first word
+        param = field_named(message) if answer.status in (404, 413) else None
+    return {
+        "error": {
+            "message": message,
+            "type": _OPENAI_TYPES.get(answer.status, "server_error"),
+            "param": param,
+            "code": answer.rejection or answer.outcome,
+        }
+    }
+
+
+ErrorBodyMaker = Callable[[BaseException], dict[str, Any]]
+
+
+def http_error(error: BaseException, body: ErrorBodyMaker = error_body) -> HttpError:
     """The HTTP answer for an error: status, Retry-After where a retry makes sense, `batchd-refused`
-    where the request was refused before it was accepted, and the message."""
+    where the request was refused before it was accepted, and the body (`body` writes it)."""
     answer = answer_for(error)
     headers = [(b"content-type", b"application/json")]
     if answer.retry:
@@ -156,13 +209,26 @@ def http_error(error: BaseException) -> HttpError:
         headers.append((b"retry-after", str(max(1, round(retry_after))).encode()))
     if answer.refused and answer.rejection is not None:
         headers.append((REFUSED_HEADER, answer.rejection.encode()))
-    return HttpError(answer.status, headers, {"error": describe(error)})
+    return HttpError(answer.status, headers, body(error))
 
 
 class ErrorBody(BaseModel):
     """Every error answer: one message that names the field and the value, or the failure."""
 
     error: str
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str = Field(description="What failed; a malformed request's names the field and the value.")
+    type: str = Field(description="invalid_request_error, not_found_error, service_unavailable_error, ...")
+    param: str | None = Field(description="The field of the request that is wrong, where one is.")
+    code: str | None = Field(description="batchd's reason: invalid, too_large, queue_full, draining, ...")
+
+
+class OpenAIErrorBody(BaseModel):
+    """Every error answer of the OpenAI routes, in OpenAI's shape."""
+
+    error: OpenAIErrorDetail
 
 
 # What each status means, for the OpenAPI document (499 is for the log: its client is gone).
@@ -189,11 +255,11 @@ def endpoint_statuses(*, names_model: bool) -> tuple[int, ...]:
     return tuple(sorted(statuses))
 
 
-def openapi_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+def openapi_responses(*statuses: int, schema: type[BaseModel] = ErrorBody) -> dict[int | str, dict[str, Any]]:
     """The OpenAPI `responses` of a route for these error statuses, from the same table."""
     responses: dict[int | str, dict[str, Any]] = {}
     for status in statuses:
-        response: dict[str, Any] = {"model": ErrorBody, "description": _MEANINGS[status]}
+        response: dict[str, Any] = {"model": schema, "description": _MEANINGS[status]}
         if any(answer.status == status and answer.retry for _, answer in ERROR_TABLE):
             retry_after = {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}
             response["headers"] = {"Retry-After": retry_after}

@@ -5,7 +5,9 @@ constructor receives one `DeploymentHandle` per alias (`def __init__(self, embed
 Serve passes handles to a composed deployment. `await handle.remote(item)` sends one item to that
 deployment's Service over KServe V1, where it waits in the callee's queue beside every other
 caller's items: the calls a composer makes for many requests are batched together by the callee.
-`await handle.remote_many(items)` sends several items in one request. Neither blocks anything: an
+`await handle.remote_many(items)` sends several items in one request, and `await
+handle.embed(texts)` sends texts to an embedding model's OpenAI route (`/v1/embeddings`) and
+returns their vectors. None blocks anything: an
 `async def` handler runs on an event loop of its own (`models.executor`), where it awaits its
 calls while the server keeps admitting requests and, with `max_concurrent_batches` > 1, running
 other batches.
@@ -37,7 +39,8 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -130,11 +133,37 @@ class CallClient:
         await asyncio.to_thread(self.close)
 
 
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """How a call goes over one of the callee's routes: the path and body for the model's name
+    and the items, and the results read from the answer."""
+
+    request: Callable[[str, list[Any]], tuple[str, bytes]]
+    results: Callable[[Any], Any]
+    results_are: str  # for the error when the answer holds the wrong number
+
+
+def _predict_request(name: str, items: list[Any]) -> tuple[str, bytes]:
+    body = orjson.dumps({"instances": plain(items)}, option=orjson.OPT_SERIALIZE_NUMPY)
+    return f"/v1/models/{name}:predict", body
+
+
+def _embeddings_request(name: str, texts: list[Any]) -> tuple[str, bytes]:
+    return "/v1/embeddings", orjson.dumps({"model": name, "input": texts, "encoding_format": "float"})
+
+
+_PREDICT = _Route(_predict_request, lambda answer: answer["predictions"], "prediction(s)")
+_EMBEDDINGS = _Route(
+    _embeddings_request, lambda answer: [entry["embedding"] for entry in answer["data"]], "embedding(s)"
+)
+
+
 class DeploymentHandle:
     """Calls one other BatchedDeployment (`model.calls`); what the handler's constructor receives.
 
     `await handle.remote(item)` is the callee's answer for one item; `await
-    handle.remote_many(items)` the answers for several, in order. Raises `CalleeOverloaded`,
+    handle.remote_many(items)` the answers for several, in order; `await handle.embed(texts)` an
+    embedding model's vectors, through its OpenAI route. Raises `CalleeOverloaded`,
     `CalleeUnavailable`, `CalleeTimeout` or `CalleeError`, each naming the callee.
     """
 
@@ -170,30 +199,35 @@ class DeploymentHandle:
             return []
         return await self._call(list(items))
 
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """An embedding model's vectors for `texts`, in order, through its OpenAI route
+        (`POST /v1/embeddings`), batched at the callee with everybody else's."""
+        if not texts:
+            return []
+        return await self._call(list(texts), _EMBEDDINGS)
+
     # -- one call ----------------------------------------------------------------------------
 
-    async def _call(self, items: list[Any]) -> list[Any]:
+    async def _call(self, items: list[Any], route: _Route | None = None) -> list[Any]:
         left = seconds_left(self._default_timeout_s)
         if left <= 0:
             raise self._error(CalleeTimeout, "not called: the requests it was for are past their deadline")
         try:
             async with asyncio.timeout(left):
-                return await self._send(items)
+                return await self._send(items, route or _PREDICT)
         except TimeoutError:
             raise self._error(
                 CalleeTimeout, f"no answer within the {left:.3g} s left to the requests it was called for"
             ) from None
 
-    async def _send(self, items: list[Any]) -> list[Any]:
+    async def _send(self, items: list[Any], route: _Route) -> list[Any]:
         session = self._client.session()
-        body = orjson.dumps({"instances": plain(items)}, option=orjson.OPT_SERIALIZE_NUMPY)
         for attempt in (1, 2):
             final = attempt == 2
             try:
                 name = self._model_name or await self._discover_once(session)
-                async with session.post(
-                    f"{self.url}/v1/models/{name}:predict", data=body, headers=_JSON
-                ) as response:
+                path, body = route.request(name, items)
+                async with session.post(f"{self.url}{path}", data=body, headers=_JSON) as response:
                     status, payload = response.status, await response.read()
                     refused = _REFUSED in response.headers
                     retry_after = response.headers.get("Retry-After")
@@ -206,7 +240,7 @@ class DeploymentHandle:
                     ) from None
                 continue
             if status == 200:
-                return self._predictions(payload, len(items))
+                return self._results(route, payload, len(items))
             if not final and status == 503 and refused:
                 continue  # refused before accepting (a full or draining replica): another may take it
             if not final and status == 404:
@@ -238,16 +272,18 @@ class DeploymentHandle:
         self._model_name = name
         return name
 
-    def _predictions(self, payload: bytes, expected: int) -> list[Any]:
+    def _results(self, route: _Route, payload: bytes, expected: int) -> list[Any]:
         try:
-            predictions = orjson.loads(payload)["predictions"]
+            results = route.results(orjson.loads(payload))
         except (orjson.JSONDecodeError, KeyError, TypeError):
-            predictions = None
-        if not isinstance(predictions, list) or len(predictions) != expected:
+            results = None
+        if not isinstance(results, list) or len(results) != expected:
             raise self._error(
-                CalleeError, f"answered 200 without {expected} prediction(s): {payload[:200]!r}", status=200
+                CalleeError,
+                f"answered 200 without {expected} {route.results_are}: {payload[:200]!r}",
+                status=200,
             )
-        return predictions
+        return results
 
     def _failure(self, status: int, payload: bytes, retry_after: str | None) -> CalleeError:
         what = f"answered {status}: {_message(payload)}"
@@ -303,9 +339,11 @@ def make_handles(
 
 
 def _message(payload: bytes) -> str:
-    """The callee's own error message (batchd answers `{"error": ...}`), else the body's start."""
+    """The callee's own error message (batchd answers `{"error": ...}`, and on its OpenAI routes
+    `{"error": {"message": ...}}`), else the body's start."""
     with contextlib.suppress(orjson.JSONDecodeError, TypeError, KeyError):
-        return str(orjson.loads(payload)["error"])
+        error = orjson.loads(payload)["error"]
+        return str(error["message"] if isinstance(error, dict) and "message" in error else error)
     return payload[:200].decode("utf-8", "replace") or "(no body)"
 
 

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from batchd.api.headers import TIMEOUT_HEADER, parse_timeout_s
 from batchd.api.httpserver import closing
 from batchd.api.routes import RouteTable
-from batchd.replica.endpoints import BinaryAnswer, Call, Endpoint, Streaming
+from batchd.replica.endpoints import BinaryAnswer, Call, Endpoint, EventStream
 from batchd.replica.errors import (
     ClientDisconnected,
     DeadlineExceeded,
@@ -68,71 +68,69 @@ class InferenceRoutes:
             await self.app(scope, receive, send)
             return
         endpoint = self._endpoints[found.route.operation]
-        if endpoint.streaming is not None:
-            await self._stream(endpoint.streaming, found.model_name, scope, receive, send)
-            return
-        assert endpoint.answer is not None
         replica = self.replica
         started = time.perf_counter()
         replica.inflight += 1
+        stream: _StreamSender | None = None
         try:
             async with _client_deadline(scope):
                 body = await _read_body(receive, self._max_body)
-                payload = await endpoint.answer(
-                    Call(replica, found.model_name, body, scope, partial(_disconnected, receive))
-                )
+                call = Call(replica, found.model_name, body, scope, partial(_disconnected, receive))
+                if endpoint.streaming is not None:
+                    payload: Any = endpoint.streaming.opened(call)
+                else:
+                    assert endpoint.answer is not None
+                    payload = await endpoint.answer(call)
+                if isinstance(payload, EventStream):
+                    stream = _StreamSender(payload)
+                    await stream.send_all(send)
         except Exception as error:
             answer = answer_for(error)
             replica.metrics.request_done(answer.outcome, time.perf_counter() - started)
             if answer.rejection:
                 replica.metrics.rejected(answer.rejection)
-            await _send_error(send, error)
+            if stream is not None and stream.started:  # the status line is gone: the error is the last event
+                if answer.outcome == "error":
+                    logger.error("stream failed: %s", describe(error))
+                await send({"type": "http.response.body", "body": stream.stream.error_event(error)})
+            else:
+                await _send_error(send, error, endpoint)
             return
         finally:
             replica.inflight -= 1
         replica.metrics.request_done("success", time.perf_counter() - started)
+        if stream is not None:
+            return
         if isinstance(payload, BinaryAnswer):
             await payload.send(send)
         else:
             await _send_json(send, 200, payload)
 
-    async def _stream(
-        self, streaming: Streaming, name: str | None, scope: Scope, receive: Receive, send: Send
-    ) -> None:
-        """A streamed answer: the status line goes with the first event, so that anything that
-        fails before it is an ordinary error answer, and anything after it the last event."""
-        replica = self.replica
-        started = time.perf_counter()
-        replica.inflight += 1
-        outcome = "success"
-        sending = False
-        try:
-            async with _client_deadline(scope):
-                body = await _read_body(receive, self._max_body)
-                call = Call(replica, name, body, scope, partial(_disconnected, receive))
-                async with aclosing(streaming.events(call)) as events:
-                    async for chunk in events:
-                        if not sending:
-                            headers = streaming.headers
-                            await send({"type": "http.response.start", "status": 200, "headers": headers})
-                            sending = True
-                        if chunk:
-                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-        except Exception as error:
-            answer = answer_for(error)
-            outcome = answer.outcome
-            if answer.rejection:
-                replica.metrics.rejected(answer.rejection)
-            if not sending:
-                await _send_error(send, error)
-            else:  # the status line is gone: the error is the last event
-                if outcome == "error":
-                    logger.error("stream failed: %s", describe(error))
-                await send({"type": "http.response.body", "body": streaming.error_event(error)})
-        finally:
-            replica.inflight -= 1
-            replica.metrics.request_done(outcome, time.perf_counter() - started)
+
+class _StreamSender:
+    """Sends an EventStream: the status line goes with the first event, so that anything that
+    fails before it is an ordinary error answer, and anything after it the last event."""
+
+    __slots__ = ("started", "stream")
+
+    def __init__(self, stream: EventStream) -> None:
+        self.stream = stream
+        self.started = False
+
+    async def send_all(self, send: Send) -> None:
+        async with aclosing(self.stream.events) as events:
+            async for chunk in events:
+                if not self.started:
+                    await self._start(send)
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if not self.started:
+            await self._start(send)
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _start(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.stream.headers})
+        self.started = True
 
 
 def client_timeout_s(headers: list[tuple[bytes, bytes]]) -> float | None:
@@ -207,8 +205,8 @@ async def _send_json(
     await send({"type": "http.response.body", "body": body})
 
 
-async def _send_error(send: Send, error: Exception) -> None:
+async def _send_error(send: Send, error: Exception, endpoint: Endpoint) -> None:
     if answer_for(error).outcome == "error":
         logger.error("request failed: %s", describe(error))
-    answer = http_error(error)
+    answer = http_error(error, endpoint.error_body)
     await _send_json(send, answer.status, answer.body, answer.headers)

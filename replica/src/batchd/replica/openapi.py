@@ -46,6 +46,8 @@ def _made(app: FastAPI, endpoints: Sequence[Endpoint]) -> dict[str, Any]:
         schemas.pop(unused, None)
     models: list[tuple[type[BaseModel], JsonSchemaMode]] = [(ErrorBody, "serialization")]
     for endpoint in endpoints:
+        if endpoint.error_schema is not ErrorBody:
+            models.append((endpoint.error_schema, "serialization"))
         if endpoint.request is not None:
             models.append((endpoint.request, "validation"))
         if endpoint.response is not None:
@@ -81,11 +83,15 @@ def _operation(endpoint: Endpoint, refs: dict[tuple[Any, Any], dict[str, Any]]) 
         success = {"description": endpoint.streaming.description, "content": content}
     else:
         schema = {} if endpoint.response is None else refs[(endpoint.response, "serialization")]
-        success = {
-            "description": endpoint.response_description,
-            "content": {"application/json": {"schema": schema}},
-        }
-    errors = openapi_responses(*endpoint_statuses(names_model=route.names_model))
+        content = {"application/json": {"schema": schema}}
+        description = endpoint.response_description
+        if endpoint.streamed_description is not None:
+            content["text/event-stream"] = {"schema": {"type": "string"}}
+            description += " " + endpoint.streamed_description
+        success = {"description": description, "content": content}
+    # A model named in the body may be one this replica does not serve (404), as one in the path.
+    names_model = route.names_model or route.model_field is not None
+    errors = openapi_responses(*endpoint_statuses(names_model=names_model), schema=endpoint.error_schema)
     operation["responses"] = {"200": success} | {
         str(status): _plain(answer) for status, answer in errors.items()
     }
@@ -93,7 +99,9 @@ def _operation(endpoint: Endpoint, refs: dict[tuple[Any, Any], dict[str, Any]]) 
 
 
 def _plain(response: dict[str, Any]) -> dict[str, Any]:
-    """A FastAPI-style `responses` entry (`model`: ErrorBody) as OpenAPI writes it."""
+    """A FastAPI-style `responses` entry (`model`: its schema) as OpenAPI writes it."""
     plain = {key: value for key, value in response.items() if key != "model"}
-    plain["content"] = {"application/json": {"schema": {"$ref": _REF.format(model=ErrorBody.__name__)}}}
+    plain["content"] = {
+        "application/json": {"schema": {"$ref": _REF.format(model=response["model"].__name__)}}
+    }
     return plain

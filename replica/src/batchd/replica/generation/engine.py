@@ -35,7 +35,7 @@ import torch
 
 from batchd.replica.generation.cache import SlotCache
 from batchd.replica.generation.params import Chunk, GenerationParams, GenerationRequest
-from batchd.replica.generation.sampling import generator_for, next_tokens
+from batchd.replica.generation.sampling import generator_for, next_tokens, token_logprobs
 from batchd.replica.generation.text import Decoder, TextStream
 
 logger = logging.getLogger(__name__)
@@ -291,7 +291,8 @@ class GenerationEngine:
     ) -> None:
         """Choose each sequence's next token, turn it into text, and end the sequences that are done."""
         tokens = next_tokens(logits, sequences, self._eos)
-        for sequence, token in zip(sequences, tokens, strict=True):
+        scored = token_logprobs(logits, sequences, tokens)
+        for row, (sequence, token) in enumerate(zip(sequences, tokens, strict=True)):
             assert sequence.text is not None
             sequence.generated += 1
             sequence.last_token = token
@@ -304,7 +305,8 @@ class GenerationEngine:
             if finish is not None:
                 text += sequence.text.flush()
                 self._remove(sequence)
-            events.append((sequence, Chunk(text, (token,), finish)))
+            logprobs = (scored[row],) if row in scored else ()
+            events.append((sequence, Chunk(text, (token,), finish, logprobs=logprobs)))
 
     def _remove(self, sequence: SequenceState) -> None:
         """The sequence leaves; the last row moves into its place, so rows stay 0..n-1."""

@@ -149,7 +149,7 @@ def load_token_level(
         context_tokens=context,
         max_running=1,
     )
-    preparer = Preparer(encoder, limits, defaults)
+    preparer = Preparer(encoder, limits, defaults, spec.generation_spec.chat_template)
 
     def reference(request: GenerationRequest) -> str:
         with torch.inference_mode():

@@ -46,6 +46,8 @@ class GenerationParams:
     top_k: int = 0  # 0: no top-k filter
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    # The chosen tokens' log-probabilities, with this many most likely alternatives; None: none.
+    logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -76,6 +78,16 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """A chosen token's log-probability under the model (its scores before temperature, top-k and
+    top-p), and the most likely tokens' at that step (as many as `logprobs` asked for)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """A whole answer: the new text, why it ended (`length` or `stop`), and the token counts."""
 
@@ -83,6 +95,7 @@ class Completion:
     finish_reason: str
     prompt_tokens: int
     token_ids: tuple[int, ...]  # the new tokens (an end-of-sequence token among them)
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per new token, where the request asked for them
 
     @property
     def generated_tokens(self) -> int:
@@ -98,6 +111,7 @@ class Chunk:
     token_ids: tuple[int, ...] = ()
     finish_reason: str | None = None  # "length" or "stop" once the sequence has ended; "error"
     error: BaseException | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()  # of `token_ids`, where the request asked for them
 
     @property
     def tokens(self) -> int:
@@ -107,34 +121,35 @@ class Chunk:
 def parse_parameters(
     raw: Any, limits: GenerationLimits, defaults: GenerationParams, where: str = "parameters"
 ) -> GenerationParams:
-    """The parameters of one request, over `defaults`; InvalidInput naming `where.field` otherwise."""
+    """The parameters of one request, over `defaults`; InvalidInput naming `where.field` otherwise
+    (`where` empty: the parameters are the request's own fields, named alone)."""
     if raw is None:
         return defaults
     if not isinstance(raw, Mapping):
         raise InvalidInput(f"{where}: expected an object, got {_short(raw)}")
     for key in raw:
         if key not in KNOWN:
-            raise InvalidInput(f"{where}.{key}: unknown parameter; expected one of {', '.join(KNOWN)}")
+            raise InvalidInput(f"{_at(where, key)}: unknown parameter; expected one of {', '.join(KNOWN)}")
     if "max_tokens" in raw and "max_new_tokens" in raw:
-        raise InvalidInput(f"{where}.max_tokens: give max_tokens or max_new_tokens, not both")
+        raise InvalidInput(f"{_at(where, 'max_tokens')}: give max_tokens or max_new_tokens, not both")
     length_key = "max_tokens" if "max_tokens" in raw else "max_new_tokens"
     max_new = _integer(raw, length_key, where, defaults.max_new_tokens, low=1)
     if max_new > limits.max_new_tokens:
         raise InvalidInput(
-            f"{where}.{length_key}: {max_new} is more than this model allows "
+            f"{_at(where, length_key)}: {max_new} is more than this model allows "
             f"(model.generation.max_new_tokens={limits.max_new_tokens})"
         )
     min_new = _integer(raw, "min_new_tokens", where, min(defaults.min_new_tokens, max_new), low=0)
     if min_new > max_new:
-        raise InvalidInput(f"{where}.min_new_tokens: {min_new} is more than {length_key}={max_new}")
+        raise InvalidInput(f"{_at(where, 'min_new_tokens')}: {min_new} is more than {length_key}={max_new}")
     temperature = _temperature(raw, where, defaults.temperature)
     top_p = _number(raw, "top_p", where, defaults.top_p)
     if not 0 < top_p <= 1:
-        raise InvalidInput(f"{where}.top_p: expected a number in (0, 1], got {top_p!r}")
+        raise InvalidInput(f"{_at(where, 'top_p')}: expected a number in (0, 1], got {top_p!r}")
     top_k = _integer(raw, "top_k", where, defaults.top_k, low=0)
     seed = raw.get("seed", defaults.seed)
     if seed is not None and (not _is_int(seed) or not 0 <= seed <= MAX_SEED):
-        raise InvalidInput(f"{where}.seed: expected an integer in [0, 2^63-1], got {_short(seed)}")
+        raise InvalidInput(f"{_at(where, 'seed')}: expected an integer in [0, 2^63-1], got {_short(seed)}")
     stop = _stop(raw, where, limits, defaults.stop)
     return GenerationParams(max_new, min_new, temperature, top_p, top_k, seed, stop)
 
@@ -182,15 +197,16 @@ def _temperature(raw: Mapping[str, Any], where: str, default: float) -> float:
     true` without a temperature samples at 1, as transformers does."""
     do_sample = raw.get("do_sample")
     if do_sample is not None and not isinstance(do_sample, bool):
-        raise InvalidInput(f"{where}.do_sample: expected true or false, got {_short(do_sample)}")
+        raise InvalidInput(f"{_at(where, 'do_sample')}: expected true or false, got {_short(do_sample)}")
     if "temperature" in raw:
         temperature = _number(raw, "temperature", where, default)
         if not 0 <= temperature <= MAX_TEMPERATURE:
             raise InvalidInput(
-                f"{where}.temperature: expected a number in [0, {MAX_TEMPERATURE:g}], got {temperature!r}"
+                f"{_at(where, 'temperature')}: expected a number in [0, {MAX_TEMPERATURE:g}], "
+                f"got {temperature!r}"
             )
         if do_sample is True and temperature == 0:
-            raise InvalidInput(f"{where}.temperature: 0 means greedy decoding, but do_sample is true")
+            raise InvalidInput(f"{_at(where, 'temperature')}: 0 means greedy decoding, but do_sample is true")
         return 0.0 if do_sample is False else temperature
     if do_sample is False:
         return 0.0
@@ -207,31 +223,38 @@ def _stop(
     stop = raw["stop"]
     strings = [stop] if isinstance(stop, str) else stop
     if not isinstance(strings, list) or not all(isinstance(s, str) for s in strings):
-        raise InvalidInput(f"{where}.stop: expected a string or a list of strings, got {_short(stop)}")
+        raise InvalidInput(
+            f"{_at(where, 'stop')}: expected a string or a list of strings, got {_short(stop)}"
+        )
     if len(strings) > limits.max_stop_strings:
         raise InvalidInput(
-            f"{where}.stop: {len(strings)} stop strings, more than model.generation.max_stop_strings="
+            f"{_at(where, 'stop')}: {len(strings)} stop strings, more than model.generation.max_stop_strings="
             f"{limits.max_stop_strings}"
         )
     for index, string in enumerate(strings):
         if not 0 < len(string) <= MAX_STOP_CHARS:
             raise InvalidInput(
-                f"{where}.stop[{index}]: expected 1 to {MAX_STOP_CHARS} characters, got {_short(string)}"
+                f"{_at(where, 'stop')}[{index}]: expected 1 to {MAX_STOP_CHARS} characters, "
+                f"got {_short(string)}"
             )
     return tuple(strings)
+
+
+def _at(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
 
 
 def _integer(raw: Mapping[str, Any], key: str, where: str, default: int, low: int) -> int:
     value = raw.get(key, default)
     if not _is_int(value) or value < low:
-        raise InvalidInput(f"{where}.{key}: expected an integer of at least {low}, got {_short(value)}")
+        raise InvalidInput(f"{_at(where, key)}: expected an integer of at least {low}, got {_short(value)}")
     return int(value)
 
 
 def _number(raw: Mapping[str, Any], key: str, where: str, default: float) -> float:
     value = raw.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise InvalidInput(f"{where}.{key}: expected a number, got {_short(value)}")
+        raise InvalidInput(f"{_at(where, key)}: expected a number, got {_short(value)}")
     return float(value)
 
 

@@ -220,7 +220,8 @@ def load_request_level(
     # A second tokenizer for the event loop's checks: the batch thread decodes with the pipeline's.
     from transformers import AutoTokenizer
 
-    preparer = Preparer(AutoTokenizer.from_pretrained(location), limits, defaults)
+    template = spec.generation_spec.chat_template
+    preparer = Preparer(AutoTokenizer.from_pretrained(location), limits, defaults, template)
 
     def run(items: list[Any]) -> list[Any]:
         plain = [i for i, item in enumerate(items) if not isinstance(item, GenerationRequest)]

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import torch
 
-from batchd.replica.generation.params import GenerationParams
+from batchd.replica.generation.params import GenerationParams, TokenLogprob
 
 
 class Row(Protocol):
@@ -84,3 +84,25 @@ def warped(scores: torch.Tensor, params: GenerationParams) -> torch.Tensor:
         drop[-1] = False  # the most likely token always stays
         scores = scores.masked_fill(drop.scatter(0, order, drop), float("-inf"))
     return scores
+
+
+def token_logprobs(
+    logits: torch.Tensor, rows: Sequence[Row], tokens: Sequence[int]
+) -> dict[int, TokenLogprob]:
+    """The chosen tokens' log-probabilities, for the rows that asked (`params.logprobs`), by row:
+    the model's own distribution (its scores before temperature, top-k and top-p), as OpenAI's
+    and vLLM's `logprobs` report it."""
+    asked = [index for index, row in enumerate(rows) if row.params.logprobs is not None]
+    if not asked:
+        return {}
+    scores = logits[asked].float().log_softmax(dim=-1)
+    chosen = scores.gather(1, torch.tensor([tokens[i] for i in asked], device=scores.device)[:, None])
+    most = max(rows[i].params.logprobs or 0 for i in asked)
+    top_values, top_ids = scores.topk(most, dim=-1) if most else (scores[:, :0], scores[:, :0].long())
+    values, ids, picked = top_values.tolist(), top_ids.tolist(), chosen[:, 0].tolist()
+    found = {}
+    for position, index in enumerate(asked):
+        count = rows[index].params.logprobs or 0
+        top = tuple(zip(ids[position][:count], values[position][:count], strict=True))
+        found[index] = TokenLogprob(tokens[index], picked[position], top)
+    return found

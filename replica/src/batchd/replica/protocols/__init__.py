@@ -7,11 +7,12 @@ A protocol module binds its inference routes (`batchd.api.routes`) to handlers i
 from __future__ import annotations
 
 from batchd.replica.endpoints import Endpoint
-from batchd.replica.protocols import generate, kserve_v1, open_inference, simple
+from batchd.replica.protocols import generate, kserve_v1, open_inference, openai, simple
 
 ENDPOINTS: tuple[Endpoint, ...] = (
     *kserve_v1.ENDPOINTS,
     *open_inference.ENDPOINTS,
     *generate.ENDPOINTS,
+    *openai.ENDPOINTS,
     *simple.ENDPOINTS,
 )

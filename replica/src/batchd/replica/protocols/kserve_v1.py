@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from batchd.api.routes import KSERVE_V1_PREDICT
 from batchd.replica.endpoints import Call, Endpoint
 from batchd.replica.errors import InvalidInput, openapi_responses
+from batchd.replica.protocols.openai.models import model_card, model_list, served_names
 from batchd.replica.replica import Replica
 
 TAG = "KServe V1"
@@ -59,14 +60,20 @@ ENDPOINTS = (
 )
 
 
+# KServe V1's model listing and status are OpenAI's too (`openai.models`): one answer holds
+# both protocols' fields, so that neither shadows the other.
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, Any]:
+    """KServe V1's `models` and OpenAI's list (`object`, `data`)."""
     replica: Replica = request.app.state.replica
-    return {"models": [replica.model_name]}
+    return {"models": [replica.model_name]} | model_list(replica)
 
 
 @router.get("/v1/models/{name}", responses=openapi_responses(404))
 async def model_status(name: str, request: Request) -> dict[str, Any]:
+    """KServe V1's `name` and `ready`, and OpenAI's model object (`id`, `object`, `created`,
+    `owned_by`); the model's name or its served name."""
     replica: Replica = request.app.state.replica
-    replica.check_name(name)
-    return {"name": name, "ready": replica.ready}
+    if name not in served_names(replica):
+        replica.check_name(name)
+    return {"name": name, "ready": replica.ready} | model_card(replica)

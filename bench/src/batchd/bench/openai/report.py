@@ -1,0 +1,109 @@
+"""openai.md: the two tables (the README quotes them) and whether each goal was met."""
+
+from __future__ import annotations
+
+from batchd.bench.kit.formatting import number, share
+from batchd.bench.kit.records import ran
+from batchd.bench.openai.analysis import EmbeddingPoint, Results, StreamingPoint
+from batchd.bench.openai.workload import GOAL_SHARE, NEW_TOKENS
+
+EMBEDDINGS_HEAD = (
+    "| clients | /v1/embeddings req/s | KServe V1 req/s | OpenAI / V1 | /v1/embeddings p99 ms "
+    "| KServe V1 p99 ms | errors |\n|---:|---:|---:|---:|---:|---:|---:|"
+)
+STREAMING_HEAD = (
+    "| clients | chat tokens/s | generate_stream tokens/s | chat / generate_stream | chat TTFT p99 ms "
+    "| generate_stream TTFT p99 ms | errors |\n|---:|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def _table(head: str, rows: list[tuple[object, ...]]) -> str:
+    return "\n".join([head, *("| " + " | ".join(map(str, row)) + " |" for row in rows)])
+
+
+def embeddings_table(points: list[EmbeddingPoint]) -> str:
+    return _table(
+        EMBEDDINGS_HEAD,
+        [
+            (
+                p.clients,
+                number(p.requests_per_s.get("openai"), 0),
+                number(p.requests_per_s.get("kserve_v1"), 0),
+                share(p.throughput_share, 1),
+                number(p.p99_ms.get("openai")),
+                number(p.p99_ms.get("kserve_v1")),
+                p.errors,
+            )
+            for p in points
+        ],
+    )
+
+
+def streaming_table(points: list[StreamingPoint]) -> str:
+    other = "oip_generate_stream"
+    return _table(
+        STREAMING_HEAD,
+        [
+            (
+                p.clients,
+                number(p.tokens_per_s.get("openai"), 0),
+                number(p.tokens_per_s.get(other), 0),
+                share(p.throughput_share, 1),
+                number(p.ttft_p99_ms.get("openai")),
+                number(p.ttft_p99_ms.get(other)),
+                p.errors,
+            )
+            for p in points
+        ],
+    )
+
+
+def goals(results: Results) -> list[str]:
+    """One line per goal: met or not, with the worst figure."""
+    lines = []
+    if results.embeddings:
+        worst = min(p.throughput_share for p in results.embeddings)
+        lines.append(
+            f"- Embeddings: the OpenAI route's throughput is at least {share(worst, 1)} of KServe V1's "
+            f"at every client count (goal: {GOAL_SHARE:.0%}): **{_met(worst >= GOAL_SHARE)}**."
+        )
+    if results.streaming:
+        tokens = min(p.throughput_share for p in results.streaming)
+        ttft = min(p.ttft_share for p in results.streaming)
+        met = tokens >= GOAL_SHARE and ttft >= GOAL_SHARE
+        lines.append(
+            f"- Chat streaming: output tokens/s at least {share(tokens, 1)} of generate_stream's, "
+            f"p99 time to first token at most {number(1 / ttft if ttft else None, 2)}x its "
+            f"(goal: within 5%): **{_met(met)}**."
+        )
+    return lines
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "not met"
+
+
+def to_markdown(results: Results) -> str:
+    lines = [
+        "# The OpenAI routes against KServe V1 and generate_stream",
+        "",
+        f"{ran(results.meta)}. Closed loops on keep-alive connections; medians of {results.repeats} "
+        f"interleaved repeat(s); {results.torch_threads} torch thread(s) per replica.",
+        "",
+    ]
+    if results.embeddings:
+        lines += [
+            "## Embeddings: MiniLM, one sentence per request, one replica answering both routes",
+            "",
+            embeddings_table(results.embeddings),
+            "",
+        ]
+    if results.streaming:
+        lines += [
+            f"## Chat streaming: tiny GPT-2 (4 layers x 256), {NEW_TOKENS} tokens per answer, "
+            "token-level scheduling",
+            "",
+            streaming_table(results.streaming),
+            "",
+        ]
+    return "\n".join([*lines, *goals(results), ""])

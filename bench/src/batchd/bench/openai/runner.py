@@ -1,0 +1,170 @@
+"""Running both parts: one replica per part, both of its routes in turn at every client count."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import aiohttp
+import uvloop
+
+from batchd.bench.kit import servers
+from batchd.bench.kit.connections import Request, RequestFailed, Session
+from batchd.bench.kit.manifests import manifest
+from batchd.bench.kit.models import minilm_mirror
+from batchd.bench.kit.repeats import rotated
+from batchd.bench.kit.stats import p99_ms
+from batchd.bench.openai.analysis import EmbeddingRun, StreamingRun, rate_between_completions, ttft_p99_ms
+from batchd.bench.openai.workload import (
+    CHAT_BATCHING,
+    EMBEDDING_ROUTES,
+    EMBEDDINGS_BATCHING,
+    EMBEDDINGS_MODEL_SPEC,
+    NEW_TOKENS,
+    STREAMING_ROUTES,
+    Route,
+    Setup,
+    chat_model,
+)
+from batchd.testing.models import build_gpt2
+
+logger = logging.getLogger("batchd.bench.openai")
+
+# Each stream's end, as each route writes it: the check that an answer came whole.
+_ENDS: dict[str, Callable[[bytes], bool]] = {
+    "openai": lambda tail: tail.rstrip().endswith(b"data: [DONE]"),
+    "oip_generate_stream": lambda tail: b'"done":true' in tail.rsplit(b"data: ", 1)[-1],
+}
+
+
+def _interleaved(
+    setup: Setup, repeats: int, routes: tuple[Route, ...], measure: Callable[[Route, int, int], None]
+) -> None:
+    """Every repeat of one client count before the next: the two routes' windows of a repeat lie
+    side by side, so that what else the machine does falls on both (their ratio is paired)."""
+    for clients in setup.clients:
+        for repeat in range(repeats):
+            for route in rotated(routes, repeat):
+                logger.info("%d client(s), repeat %d, %s", clients, repeat + 1, route.label)
+                measure(route, clients, repeat)
+
+
+def measure_embeddings(setup: Setup, repeats: int, workdir: Path, threads: int) -> list[EmbeddingRun]:
+    mirror = minilm_mirror(workdir / "mirror")
+    path = servers.write_manifest(
+        workdir, manifest("openai-minilm", EMBEDDINGS_MODEL_SPEC, batching=EMBEDDINGS_BATCHING)
+    )
+    env = {"BATCHD_MODEL_MIRROR": str(mirror), "OMP_NUM_THREADS": str(threads)}
+    runs: list[EmbeddingRun] = []
+    with servers.replica_process(path, workdir / "logs", env=env) as replica:
+        address = urlsplit(replica.url)
+        host, port = address.hostname or "127.0.0.1", address.port or 80
+
+        def measure(route: Route, clients: int, repeat: int) -> None:
+            request = Request.post_json(host, port, route.path, route.body)
+            rps, latencies, errors = uvloop.run(_requests(host, port, request, clients, setup))
+            replica.check_alive()
+            runs.append(EmbeddingRun(route.label, clients, repeat, rps, p99_ms(latencies), errors))
+
+        _interleaved(setup, repeats, EMBEDDING_ROUTES, measure)
+    return runs
+
+
+async def _requests(
+    host: str, port: int, request: Request, clients: int, setup: Setup
+) -> tuple[float, list[float], int]:
+    """`clients` clients back to back on keep-alive connections: requests/s between completions
+    inside the window, the latencies of the requests sent in it, and the failures."""
+    loop = asyncio.get_running_loop()
+    measure_from = loop.time() + setup.warmup_s
+    stop_at = measure_from + setup.duration_s
+    done: list[float] = []
+    latencies: list[float] = []
+    errors = 0
+
+    async def client() -> None:
+        nonlocal errors
+        session = Session(host, port)
+        while (sent := loop.time()) < stop_at:
+            try:
+                status, _ = await session.send(request)
+            except RequestFailed:
+                status = 0
+            now = loop.time()
+            if measure_from <= now <= stop_at:
+                done.append(now)
+                if status != 200:
+                    errors += 1
+                elif sent >= measure_from:
+                    latencies.append(now - sent)
+        session.close()
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return rate_between_completions(done), latencies, errors
+
+
+async def _streams(url: str, route: Route, clients: int, repeat: int, setup: Setup) -> StreamingRun:
+    """`clients` streaming clients back to back; answers that end inside the window count."""
+    loop = asyncio.get_running_loop()
+    measure_from = loop.time() + setup.warmup_s
+    stop_at = measure_from + setup.duration_s
+    firsts: list[float] = []
+    ends: list[float] = []
+    errors = 0
+    ended = _ENDS[route.label]
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        nonlocal errors
+        while (sent := loop.time()) < stop_at:
+            first = None
+            tail = b""
+            try:
+                async with session.post(
+                    url + route.path, data=route.body, headers={"content-type": "application/json"}
+                ) as response:
+                    async for data in response.content.iter_any():
+                        first = first or loop.time()
+                        tail = (tail + data)[-2048:]
+                    whole = response.status == 200 and ended(tail)
+            except (aiohttp.ClientError, TimeoutError):
+                whole = False
+            done = loop.time()
+            if not measure_from <= done <= stop_at:
+                continue  # ended in the warm-up or after the window: not counted
+            ends.append(done)
+            if not whole or first is None:
+                errors += 1
+            elif sent >= measure_from:
+                firsts.append(first - sent)
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=300)
+    ) as session:
+        await asyncio.gather(*(client(session) for _ in range(clients)))
+    tokens_per_s = rate_between_completions(ends) * NEW_TOKENS
+    return StreamingRun(route.label, clients, repeat, tokens_per_s, ttft_p99_ms(firsts), len(ends), errors)
+
+
+def measure_streaming(setup: Setup, repeats: int, workdir: Path, threads: int) -> list[StreamingRun]:
+    model_dir = workdir / "gpt2-tiny"
+    if not (model_dir / "config.json").exists():
+        build_gpt2(model_dir, n_positions=512)
+    path = servers.write_manifest(
+        workdir, manifest("openai-gpt2", chat_model(str(model_dir)), batching=CHAT_BATCHING)
+    )
+    runs: list[StreamingRun] = []
+    with servers.replica_process(path, workdir / "logs", env={"OMP_NUM_THREADS": str(threads)}) as replica:
+
+        def measure(route: Route, clients: int, repeat: int) -> None:
+            started = time.perf_counter()
+            runs.append(uvloop.run(_streams(replica.url, route, clients, repeat, setup)))
+            replica.check_alive()
+            logger.info("  %.1f s", time.perf_counter() - started)
+
+        _interleaved(setup, repeats, STREAMING_ROUTES, measure)
+    return runs

@@ -1,0 +1,124 @@
+"""The OpenAI routes' bodies, for the OpenAPI document: what batchd reads and answers.
+
+The handlers read requests with `requests` (so that a refusal names its field the same way
+whatever the client); these models only describe them. Fields not listed are refused by name,
+unless null or holding the value that asks for nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from batchd.replica.protocols.openai.requests import MAX_CHOICES
+
+TextOrTokens = str | list[str] | list[int] | list[list[int]]
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool | None = Field(default=None, description="A last event with the usage, no choices.")
+
+
+class _Sampling(BaseModel):
+    model: str = Field(description="The served model name (GET /v1/models).")
+    max_tokens: int | None = Field(
+        default=None, ge=1, description="New tokens at most (model.generation.max_new_tokens bounds it)."
+    )
+    temperature: float | None = Field(default=None, ge=0, le=2, description="0 is greedy decoding.")
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    n: int | None = Field(default=None, ge=1, le=MAX_CHOICES, description="Choices per prompt.")
+    stop: str | list[str] | None = Field(default=None, description="Stop strings, cut from the answer.")
+    seed: int | None = Field(default=None, ge=0, description="Choice i samples with seed + i.")
+    stream: bool | None = Field(default=None, description="Answer Server-Sent Events, ending data: [DONE].")
+    stream_options: StreamOptions | None = None
+    user: str | None = Field(default=None, description="Accepted and ignored.")
+
+
+class CompletionRequest(_Sampling):
+    prompt: TextOrTokens = Field(description="A prompt, prompts, token ids or lists of token ids.")
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[dict[str, Any]] = Field(description="Text, or text parts ({type: text, text}).")
+    name: str | None = None
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1, description="Written by the model's chat template.")
+    max_completion_tokens: int | None = Field(default=None, ge=1, description="The same as max_tokens.")
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: None = None
+    finish_reason: Literal["stop", "length"]
+
+
+class _Answer(BaseModel):
+    id: str
+    created: int = Field(description="Unix seconds.")
+    model: str
+    usage: Usage
+
+
+class CompletionResponse(_Answer):
+    object: Literal["text_completion"]
+    choices: list[CompletionChoice]
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"]
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    logprobs: None = None
+    finish_reason: Literal["stop", "length"]
+
+
+class ChatCompletionResponse(_Answer):
+    object: Literal["chat.completion"]
+    choices: list[ChatChoice]
+
+
+class EmbeddingRequest(BaseModel):
+    model: str = Field(description="The served model name (GET /v1/models).")
+    input: TextOrTokens = Field(
+        description="A text, texts, token ids or lists of token ids: one embedding each."
+    )
+    encoding_format: Literal["float", "base64"] | None = Field(
+        default=None, description="base64: the little-endian float32 bytes."
+    )
+    dimensions: int | None = Field(
+        default=None, ge=1, description="Only the model's own dimension is served."
+    )
+    user: str | None = Field(default=None, description="Accepted and ignored.")
+
+
+class Embedding(BaseModel):
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | str
+
+
+class EmbeddingUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(BaseModel):
+    object: Literal["list"]
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
