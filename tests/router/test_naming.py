@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from batchd.api.routes import INFERENCE_ROUTES, Route, RouteTable
 from batchd.router.directory import DeploymentRef
 from batchd.router.errors import BadRequest
 from batchd.router.naming import model_in_body, routed, scoped
@@ -43,10 +42,7 @@ def test_other_requests_name_no_model(method: str, path: str) -> None:
 
 
 def test_a_route_that_names_its_model_in_the_body_is_forwarded() -> None:
-    table = RouteTable(
-        [*INFERENCE_ROUTES, Route("completions", "POST", "/v1/completions", model_field="model")]
-    )
-    found = routed("POST", "/v1/completions", table)
+    found = routed("POST", "/v1/completions")
     assert found is not None and found.model_name is None and found.route.model_field == "model"
 
 
