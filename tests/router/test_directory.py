@@ -80,6 +80,24 @@ def test_renaming_the_model_moves_it() -> None:
         directory.resolve("old")
 
 
+def test_openai_clients_reach_a_deployment_by_its_served_model_name_too() -> None:
+    directory, seen = Directory(), Seen()
+    directory.listener = seen
+    served = bd("gpt", model="gpt2")
+    served["spec"]["model"]["served_model_name"] = "openai-community/gpt2"
+    directory.put_deployment(served)
+    ref = DeploymentRef("default", "gpt")
+    assert directory.resolve("openai-community/gpt2") == ref and directory.resolve("gpt2") == ref
+    del served["spec"]["model"]["served_model_name"]
+    directory.put_deployment(served)  # the name taken back: it no longer reaches the deployment
+    with pytest.raises(UnknownModel, match="openai-community/gpt2"):
+        directory.resolve("openai-community/gpt2")
+    directory.delete_deployment(served)
+    with pytest.raises(UnknownModel):
+        directory.resolve("gpt2")
+    assert seen.deleted == [("default/gpt", "gpt2")]
+
+
 def test_only_ready_endpoints_on_the_http_port_are_replicas() -> None:
     found = ready_replicas(
         endpoint_slice("adder", [("10.0.0.1", True), ("10.0.0.2", False), ("10.0.0.3", None)])

@@ -42,6 +42,14 @@ def model_of(deployment: Mapping[str, Any]) -> tuple[DeploymentRef, str]:
     return ref, str(model)
 
 
+def names_of(deployment: Mapping[str, Any]) -> frozenset[str]:
+    """Every name a request may give the deployment's model by: the one in its URLs and the one
+    OpenAI clients send as `model` (`spec.model.served_model_name`), as its replicas accept both."""
+    _, model = model_of(deployment)
+    served = ((deployment.get("spec") or {}).get("model") or {}).get("served_model_name")
+    return frozenset({model, str(served)} if served else {model})
+
+
 def request_timeout_of(deployment: Mapping[str, Any]) -> float:
     """How long a replica of the deployment works on a request before its own 504
     (`spec.batching.request_timeout_s`, the spec's default when unset)."""
@@ -91,6 +99,7 @@ class Directory:
     def __init__(self, listener: Listener | None = None) -> None:
         self.listener = listener
         self._models: dict[DeploymentRef, str] = {}
+        self._names: dict[DeploymentRef, frozenset[str]] = {}
         self._timeouts: dict[DeploymentRef, float] = {}
         self._by_model: dict[str, set[DeploymentRef]] = {}
         self._slices: dict[tuple[str, str], tuple[DeploymentRef, tuple[str, ...]]] = {}
@@ -132,12 +141,13 @@ class Directory:
     # -- writes, from the watches ----------------------------------------------------------------
     def put_deployment(self, deployment: Mapping[str, Any]) -> None:
         ref, model = model_of(deployment)
-        previous = self._models.get(ref)
-        if previous is not None and previous != model:
-            self._by_model.get(previous, set()).discard(ref)
+        names = names_of(deployment)
+        self._unindex(ref, self._names.get(ref, frozenset()) - names)
         self._models[ref] = model
+        self._names[ref] = names
         self._timeouts[ref] = request_timeout_of(deployment)
-        self._by_model.setdefault(model, set()).add(ref)
+        for name in names:
+            self._by_model.setdefault(name, set()).add(ref)
 
     def delete_deployment(self, deployment: Mapping[str, Any]) -> None:
         ref, _ = model_of(deployment)
@@ -194,14 +204,16 @@ class Directory:
     def _forget(self, ref: DeploymentRef) -> None:
         model = self._models.pop(ref, None)
         self._timeouts.pop(ref, None)
-        if model is None:
-            return
-        refs = self._by_model.get(model, set())
-        refs.discard(ref)
-        if not refs:
-            self._by_model.pop(model, None)
-        if self.listener is not None:
+        self._unindex(ref, self._names.pop(ref, frozenset()))
+        if model is not None and self.listener is not None:
             self.listener.deployment_deleted(ref, model)
+
+    def _unindex(self, ref: DeploymentRef, names: Iterable[str]) -> None:
+        for name in names:
+            refs = self._by_model.get(name, set())
+            refs.discard(ref)
+            if not refs:
+                self._by_model.pop(name, None)
 
 
 def _slice_key(endpoint_slice: Mapping[str, Any]) -> tuple[str, str]:
