@@ -1,0 +1,46 @@
+"""peers.png: req/s and server CPU per request for each peer, one column of panels per model; a
+bar is the median over repeats, its whisker the lowest and highest repeat."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from batchd.bench.kit.charts import panels
+from batchd.bench.kit.stats import median
+from batchd.bench.peers import analysis
+from batchd.bench.peers.catalog import MODELS, PEERS
+from batchd.bench.peers.results import Results
+
+PANELS = (
+    ("rps", "requests/s (higher is better)"),
+    ("cpu_ms_per_request", "server CPU ms per request (lower is better)"),
+)
+
+
+def draw(results: Results, path: Path) -> None:
+    models = list(results.options["models"])
+    names = [info.name for info in results.peers]
+    with panels(path, len(PANELS), len(models), (4.8 * len(models) + 1, 7.5), constrained_layout=True) as (
+        figure,
+        grid,
+    ):
+        for column, model in enumerate(models):
+            for row, (name, label) in enumerate(PANELS):
+                ax = grid[row][column]
+                for index, peer in enumerate(names):
+                    spread = analysis.spread(results.runs, model, peer, name)
+                    if not spread.values:
+                        ax.annotate("n/a", (index, 0), ha="center", va="bottom", fontsize=8, color="grey")
+                        continue
+                    ax.bar(index, median(spread.values), color="C0" if peer == "batchd" else "C7")
+                    ax.vlines(index, spread.low, spread.high, color="black", lw=1)
+                ax.set_xticks(
+                    range(len(names)), [PEERS[peer].title for peer in names], rotation=30, fontsize=8
+                )
+                ax.set_ylabel(label, fontsize=8)
+                ax.grid(axis="y", alpha=0.3)
+                if row == 0:
+                    ax.set_title(f"{MODELS[model].title}, {MODELS[model].clients} clients", fontsize=10)
+        figure.suptitle(
+            "Peers on the same models and load (bar: median of repeats; line: lowest to highest)", fontsize=10
+        )
