@@ -102,7 +102,13 @@ def to_markdown(results: Results) -> str:
         detail = f" ({goal.detail})" if goal.detail else ""
         lines.append(f"| {goal.text} | {_ratio(goal.measured)}{detail} | {verdict(goal.ok)} |")
     leads = analysis.leads(table)
-    lines += ["", "## Where a peer is ahead of batchd", ""]
+    lines += [
+        "",
+        "## Where a peer is ahead of batchd",
+        "",
+        f"By more than {analysis.LEAD_FROM:g}x (ratios within each repeat, medians).",
+        "",
+    ]
     if not leads:
         lines.append("Nowhere, in this run.")
     for lead in leads:

@@ -10,6 +10,7 @@ hundreds of MB; the next run starts at once).
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -68,13 +69,14 @@ class PeerEnv:
         return "?"
 
 
-def ensure(peer: str, cache_dir: Path = CACHE_DIR, log: Path | None = None) -> PeerEnv:
-    """The peer's environment, made now if no finished one matches its requirements file."""
+def ensure(peer: str, cache_dir: Path = CACHE_DIR) -> PeerEnv:
+    """The peer's environment, made now if no finished one matches its requirements file (pip's
+    output goes to `<cache>/<peer>-install.log`)."""
     requirements = requirements_path(peer).read_text()
     path = venv_dir(peer, requirements, cache_dir)
     marker = path / MARKER
     if not marker.exists():
-        _make(path, requirements_path(peer), log or cache_dir / f"{peer}-install.log")
+        _make(path, requirements_path(peer), cache_dir / f"{peer}-install.log")
         frozen = subprocess.run(
             [str(path / "bin" / "python"), "-m", "pip", "freeze"],
             capture_output=True,
@@ -87,7 +89,7 @@ def ensure(peer: str, cache_dir: Path = CACHE_DIR, log: Path | None = None) -> P
 
 def _make(path: Path, requirements: Path, log_path: Path) -> None:
     if path.exists():  # an interrupted install: start again from nothing
-        subprocess.run(["rm", "-rf", str(path)], check=True)
+        shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     steps = [
         [sys.executable, "-m", "venv", str(path)],

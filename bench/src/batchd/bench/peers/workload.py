@@ -57,7 +57,7 @@ def environments(peers: Sequence[str], cache_dir: Path) -> tuple[dict[str, Path]
         logger.warning("peers: the %s environment (made once, then reused)", name)
         try:
             env = venvs.ensure(name, cache_dir)
-        except (venvs.InstallFailed, subprocess.TimeoutExpired, OSError) as error:
+        except (venvs.InstallFailed, subprocess.SubprocessError, OSError) as error:
             infos.append(PeerInfo(name, peer.title, "", peer.how, unavailable=f"not installed: {error}"))
             continue
         pythons[name] = env.python
@@ -110,9 +110,10 @@ def start(peer: Peer, model: Model, python: Path, workdir: Path, cores: set[int]
     return ServerProcess(f"{peer.title} ({model.name})", HOST, port, process, log_path)
 
 
-def stop(server: ServerProcess, known: processtree.TreeSample | None) -> None:
-    """SIGTERM to the server's process group, SIGKILL if it will not go; then any process of its
-    tree that left the group (a daemon that made its own session) by its pid."""
+def stop(server: ServerProcess) -> None:
+    """SIGTERM to the server's process group, SIGKILL if it will not go; then, by pid, any process
+    of its tree that had left the group (a daemon that made a session of its own)."""
+    tree = processtree.sample(server.pid) if server.process.poll() is None else None
     group = server.process.pid
     try:
         os.killpg(group, signal.SIGTERM)
@@ -124,7 +125,7 @@ def stop(server: ServerProcess, known: processtree.TreeSample | None) -> None:
         server.process.wait(timeout=STOP_TIMEOUT_S)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(group, signal.SIGKILL)  # workers that outlived their parent
-    for pid in known.cpu_s if known else ():
+    for pid in tree.cpu_s if tree else ():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
 
@@ -165,7 +166,6 @@ def measure(
     """Start, wait for a first answer, warm up, measure one closed loop, stop."""
     path, body = peer.path(model), peer.body(model)
     server = start(peer, model, python, workdir, cores)
-    tree: processtree.TreeSample | None = None
     try:
         wait_answering(server, path, body, options.ready_timeout_s)
         request = loadgen.Request.post_json(HOST, server.port, path, body)
@@ -179,7 +179,7 @@ def measure(
     except (ServerFailed, OSError, httpx.HTTPError) as error:
         return Run(peer.name, model.name, repeat, model.clients, failure=str(error))
     finally:
-        stop(server, tree)
+        stop(server)
     cpu_s = processtree.cpu_between(before, tree)
     return Run(
         peer.name,
