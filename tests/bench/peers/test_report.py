@@ -19,6 +19,7 @@ META = RunRecord("2026-01-01 00:00 UTC", "test machine", "python -m batchd.bench
 INFOS = [
     PeerInfo("batchd", "batchd", "", "uvicorn"),
     PeerInfo("mosec", "Mosec", "0.9.8", "Rust front"),
+    PeerInfo("floor", "bare uvicorn (floor)", "", "a constant answer"),
     PeerInfo("ray", "Ray Serve", "", "a Ray cluster", unavailable="not installed: pip exited 1"),
 ]
 
@@ -39,11 +40,12 @@ def _results(
         runs += [
             _run("batchd", "adder", repeat, rps * noise, p99 / noise, cpu),
             _run("mosec", "adder", repeat, 5000 * noise, 40 / noise, 0.085),
+            _run("floor", "adder", repeat, 9000 * noise, 20 / noise, 0.04),
             _run("batchd", "minilm", repeat, batchd_minilm_rps * noise, 300, 8.0),
             _run("mosec", "minilm", repeat, 200 * noise, 350, 10.0),
         ]
     ceilings = [CeilingRun(repeat, 32, 250 * noise, 1) for repeat, noise in enumerate((1.0, 0.5, 1.1))]
-    options = {**Options().__dict__, "peers": ("batchd", "mosec", "ray")}
+    options = {**Options().__dict__, "peers": ("batchd", "mosec", "floor", "ray")}
     return Results(META, options, "servers on core 0, load on core 1", INFOS, runs, ceilings)
 
 
@@ -59,6 +61,15 @@ def test_ratios_are_taken_within_each_repeat_so_a_slow_minute_cancels_out() -> N
     assert mosec.vs["batchd"]["cpu_ms_per_request"] == pytest.approx(0.085 / 0.14)
     assert _row(table, "batchd", "adder").vs["batchd"]["rps"] == pytest.approx(1.0)
     assert _row(table, "batchd", "minilm").ceiling_share == pytest.approx(240 / 250)
+
+
+def test_the_floor_is_a_bound_beside_the_peers_never_one_of_them() -> None:
+    table = analysis.rows(_results())
+    assert _row(table, "floor", "adder").vs["batchd"]["rps"] == pytest.approx(9000 / 4000)
+    assert not [row for row in table if row.peer == "floor" and row.model == "minilm"]  # it serves no model
+    assert "floor" not in {lead.peer for lead in analysis.leads(table)}
+    every_peer = next(goal for goal in analysis.goals(_results()) if "every peer" in goal.text)
+    assert every_peer.detail == "closest: mosec"
 
 
 def test_a_peer_that_could_not_be_installed_has_a_row_that_says_why() -> None:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from batchd.bench.kit.stats import median, ratio
+from batchd.bench.peers.catalog import PEERS
 from batchd.bench.peers.options import CEILING_GOAL
 from batchd.bench.peers.results import CeilingRun, Results, Run
 
@@ -67,6 +68,8 @@ def rows(results: Results) -> list[Row]:
     models: Sequence[str] = results.options["models"]
     for model in models:
         for info in results.peers:
+            if model not in PEERS[info.name].models:
+                continue
             runs = [run for run in results.runs if run.model == model and run.peer == info.name]
             good = [run for run in runs if run.measured]
             failure = info.unavailable or next((run.failure for run in runs if run.failure), "")
@@ -136,7 +139,9 @@ def goals(results: Results) -> list[Goal]:
             Goal("Trivial adder: p99 <= Mosec's (batchd / Mosec)", p99, _check(p99, at_most=1)),
         ]
     if "minilm" in results.options["models"]:
-        others = [info.name for info in results.peers if info.name != "batchd"]
+        others = [
+            info.name for info in results.peers if info.name != "batchd" and not PEERS[info.name].reference
+        ]
         versus = {peer: paired(runs, "minilm", "batchd", peer, "rps") for peer in others}
         measured = {peer: value for peer, value in versus.items() if not math.isnan(value)}
         lowest = min(measured.values(), default=math.nan)
@@ -165,7 +170,7 @@ def leads(table: Sequence[Row]) -> list[Lead]:
     lower p99, less CPU per request."""
     found: list[Lead] = []
     for row in table:
-        if row.peer == "batchd":
+        if row.peer == "batchd" or PEERS[row.peer].reference:
             continue
         against = row.vs["batchd"]
         if against["rps"] > LEAD_FROM:

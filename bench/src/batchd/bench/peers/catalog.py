@@ -42,16 +42,21 @@ class Peer:
     title: str
     distribution: str  # whose version the report quotes ("" for batchd: this checkout)
     how: str  # what runs where, in a few words (the report's table)
-    module: str = ""  # under batchd.bench.peers.servers ("" for batchd)
+    module: str = ""  # under batchd.bench.peers.servers ("" for what runs from batchd's environment)
+    models: tuple[str, ...] = ("adder", "minilm")  # what it serves
+    # The floor is measured beside the peers as a bound, not as one of them: it is never said to
+    # be ahead of batchd, nor counted among the peers batchd should pass.
+    reference: bool = False
 
     @property
     def own_env(self) -> bool:
-        """Whether the peer runs from a virtual environment of its own (all but batchd)."""
+        """Whether the peer runs from a virtual environment of its own (all but batchd and the floor)."""
         return bool(self.module)
 
     def path(self, model: Model) -> str:
         return {
             "batchd": f"/v1/models/{model.name}:predict",
+            "floor": f"/v1/models/{model.name}:predict",  # it answers any path alike
             "mosec": "/inference",
             "litserve": "/predict",
             "ray": "/",
@@ -71,6 +76,8 @@ class Peer:
         if self.name == "batchd":
             assert manifest_path is not None
             return [str(python.with_name("batchd")), "serve", str(manifest_path)]
+        if self.name == "floor":
+            return [str(python), "-m", "batchd.bench.kit.floor"]
         if self.name == "bentoml":
             return [str(python), "-m", "bentoml", "serve", f"{SERVERS}.{self.module}:Model"]
         return [str(python), "-m", f"{SERVERS}.{self.module}", "--model", model.name]
@@ -82,6 +89,14 @@ PEERS: Mapping[str, Peer] = {
     peer.name: peer
     for peer in (
         Peer("batchd", "batchd", "", "uvicorn (httptools), raw ASGI front, model in the same process"),
+        Peer(
+            "floor",
+            "bare uvicorn (floor)",
+            "",
+            "uvicorn with batchd's settings answering a constant body: no framework, batching or model",
+            models=("adder",),
+            reference=True,
+        ),
         Peer("mosec", "Mosec", "mosec", "Rust HTTP front, model in a Python worker process", "mosec_server"),
         Peer(
             "litserve",

@@ -30,12 +30,12 @@ def _label(value: float) -> str:
 
 def draw(results: Results, path: Path) -> None:
     models = list(results.options["models"])
-    names = [info.name for info in results.peers]
     with panels(path, len(PANELS), len(models), (4.8 * len(models) + 1, 7.5), constrained_layout=True) as (
         canvas,
         grid,
     ):
         for column, model in enumerate(models):
+            names = [info.name for info in results.peers if model in PEERS[info.name].models]
             for row, (name, label) in enumerate(PANELS):
                 ax = grid[row][column]
                 shown: list[float] = []

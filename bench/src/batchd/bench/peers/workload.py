@@ -239,11 +239,11 @@ def run_all(
             if model_name == "minilm":
                 subjects.append(CEILING)
             for name in rotated(subjects, repeat):
+                if name != CEILING and ((name, model_name) in failed or model_name not in PEERS[name].models):
+                    continue
                 print(f"peers, repeat {repeat + 1}/{options.repeats}, {model_name}: {name}", flush=True)
                 if name == CEILING:
                     ceilings.append(measure_ceiling(repeat, options, workdir, server_cores))
-                    continue
-                if (name, model_name) in failed:
                     continue
                 one = measure(PEERS[name], model, pythons[name], repeat, options, workdir, server_cores)
                 if one.failure:
