@@ -45,7 +45,9 @@ def draw(results: Results, path: Path) -> None:
                         ax.annotate("n/a", (index, 0), ha="center", va="bottom", fontsize=8, color="grey")
                         continue
                     middle = median(spread.values)
-                    ax.bar(index, middle, color="C0" if peer == "batchd" else "C7")
+                    reference = PEERS[peer].reference  # the floor: a bound, drawn apart
+                    color = "C0" if peer == "batchd" else "white" if reference else "C7"
+                    ax.bar(index, middle, color=color, edgecolor="C7", hatch="//" if reference else None)
                     ax.vlines(index, spread.low, spread.high, color="black", lw=1)
                     ax.annotate(_label(middle), (index, spread.high), ha="center", va="bottom", fontsize=7)
                     shown.append(middle)

@@ -39,9 +39,9 @@ HOST = "127.0.0.1"
 BENCH_SRC = CHECKOUT / "bench" / "src"
 MB = 1024 * 1024
 STOP_TIMEOUT_S = 30.0
-CEILING = "ceiling"
+CEILING = "ceiling"  # the pseudo-subject that takes its turn among the peers on MiniLM
 # Answers that no wait will change: the server is up and refuses the request itself.
-REFUSALS = frozenset({400, 405, 415, 422})  # the pseudo-subject that takes its turn among the peers on MiniLM
+REFUSALS = frozenset({400, 405, 415, 422})
 
 
 def environments(peers: Sequence[str], cache_dir: Path) -> tuple[dict[str, Path], list[PeerInfo]]:
