@@ -83,6 +83,7 @@ PERFORMANCE_CHARTS = {
     "autoscaling": ("autoscaling.png",),
     "generation": ("generation.png",),
     "router": ("router-keepalive.png", "router-zero.png"),
+    "peers": ("peers.png",),
 }
 
 

@@ -1,0 +1,196 @@
+"""Figures from the runs: medians over repeats, ratios within a repeat, the goals and where a peer
+is ahead; pure functions over `Results`, so that the report's numbers can be checked on made-up runs.
+
+A ratio between two peers is taken within each repeat (the two ran minutes apart, in the same
+conditions) and the median of those is quoted, rather than a ratio of medians from different
+minutes of a shared machine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from batchd.bench.kit.stats import median, ratio
+from batchd.bench.peers.catalog import PEERS
+from batchd.bench.peers.options import CEILING_GOAL
+from batchd.bench.peers.results import CeilingRun, Results, Run
+
+# The peers every other is compared with: the one the goals are set against, and ourselves.
+REFERENCES = ("mosec", "batchd")
+# A peer is said to be ahead of batchd only by more than this factor: closer than that, one
+# repeat's neighbours on a shared machine move the figures further.
+LEAD_FROM = 1.05
+FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_ms_per_request", "rss_mb", "pss_mb")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One peer on one model: medians over its measured repeats, and ratios to the references."""
+
+    peer: str
+    model: str
+    repeats: int  # measured
+    medians: dict[str, float]  # by FIGURES name
+    vs: dict[str, dict[str, float]]  # reference -> figure -> median of per-repeat ratios
+    ceiling_share: float = math.nan  # req/s over the model's own ceiling (MiniLM)
+    failure: str = ""  # why no repeat was measured
+    errors: int = 0  # non-200 answers and failed requests, all repeats
+    processes: int = 0
+
+
+def _measured(runs: Sequence[Run], model: str, peer: str) -> dict[int, Run]:
+    return {run.repeat: run for run in runs if run.model == model and run.peer == peer and run.measured}
+
+
+def paired(runs: Sequence[Run], model: str, peer: str, reference: str, figure: str) -> float:
+    """The median over repeats of `peer`'s figure over `reference`'s in the same repeat."""
+    mine, theirs = _measured(runs, model, peer), _measured(runs, model, reference)
+    shared = [repeat for repeat in mine if repeat in theirs]
+    return median([ratio(getattr(mine[r], figure), getattr(theirs[r], figure)) for r in shared])
+
+
+def ceiling_items_per_s(ceilings: Sequence[CeilingRun]) -> float:
+    return median([ceiling.items_per_s for ceiling in ceilings])
+
+
+def ceiling_share(runs: Sequence[Run], ceilings: Sequence[CeilingRun], peer: str) -> float:
+    """MiniLM req/s over the ceiling measured in the same repeat, median over repeats."""
+    by_repeat = {ceiling.repeat: ceiling.items_per_s for ceiling in ceilings}
+    mine = _measured(runs, "minilm", peer)
+    return median([ratio(run.rps, by_repeat[r]) for r, run in mine.items() if r in by_repeat])
+
+
+def rows(results: Results) -> list[Row]:
+    """A row per (model, peer) that was asked for, measured or not, in the options' order."""
+    table: list[Row] = []
+    models: Sequence[str] = results.options["models"]
+    for model in models:
+        for info in results.peers:
+            if model not in PEERS[info.name].models:
+                continue
+            runs = [run for run in results.runs if run.model == model and run.peer == info.name]
+            good = [run for run in runs if run.measured]
+            failure = info.unavailable or next((run.failure for run in runs if run.failure), "")
+            table.append(
+                Row(
+                    info.name,
+                    model,
+                    len(good),
+                    {figure: median([getattr(run, figure) for run in good]) for figure in FIGURES},
+                    {
+                        reference: {
+                            figure: paired(results.runs, model, info.name, reference, figure)
+                            for figure in ("rps", "p99_ms", "cpu_ms_per_request")
+                        }
+                        for reference in REFERENCES
+                    },
+                    ceiling_share(results.runs, results.ceilings, info.name)
+                    if model == "minilm"
+                    else math.nan,
+                    "" if good else failure,
+                    sum(run.errors for run in good),
+                    max((run.processes for run in good), default=0),
+                )
+            )
+    return table
+
+
+@dataclass(frozen=True)
+class Goal:
+    text: str
+    measured: float  # the ratio the goal is about
+    ok: bool | None  # None: not measured (a peer missing)
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Lead:
+    """A peer ahead of batchd on one figure (median of per-repeat ratios)."""
+
+    peer: str
+    model: str
+    figure: str  # "rps" | "p99_ms" | "cpu_ms_per_request"
+    factor: float  # how many times better than batchd (> 1)
+
+
+def _check(value: float, at_most: float | None = None, at_least: float | None = None) -> bool | None:
+    if math.isnan(value):
+        return None
+    return value <= at_most if at_most is not None else value >= (at_least or 0.0)
+
+
+def goals(results: Results) -> list[Goal]:
+    """The issue's goals, each as a ratio in this run."""
+    runs = results.runs
+    found: list[Goal] = []
+    if "adder" in results.options["models"]:
+        cpu = paired(runs, "adder", "batchd", "mosec", "cpu_ms_per_request")
+        rps = paired(runs, "adder", "batchd", "mosec", "rps")
+        p99 = paired(runs, "adder", "batchd", "mosec", "p99_ms")
+        found += [
+            Goal(
+                "Trivial adder: server CPU per request <= Mosec's (batchd / Mosec)",
+                cpu,
+                _check(cpu, at_most=1),
+            ),
+            Goal("Trivial adder: throughput >= Mosec's (batchd / Mosec)", rps, _check(rps, at_least=1)),
+            Goal("Trivial adder: p99 <= Mosec's (batchd / Mosec)", p99, _check(p99, at_most=1)),
+        ]
+    if "minilm" in results.options["models"]:
+        others = [
+            info.name for info in results.peers if info.name != "batchd" and not PEERS[info.name].reference
+        ]
+        versus = {peer: paired(runs, "minilm", "batchd", peer, "rps") for peer in others}
+        measured = {peer: value for peer, value in versus.items() if not math.isnan(value)}
+        lowest = min(measured.values(), default=math.nan)
+        closest = min(measured, key=measured.__getitem__, default="")
+        found.append(
+            Goal(
+                "MiniLM: throughput >= every peer's (batchd / the closest peer)",
+                lowest,
+                _check(lowest, at_least=1),
+                f"closest: {closest}" if closest else "no peer measured",
+            )
+        )
+        share = ceiling_share(runs, results.ceilings, "batchd")
+        found.append(
+            Goal(
+                f"MiniLM: throughput >= {CEILING_GOAL:g} of the model's batched ceiling (batchd / ceiling)",
+                share,
+                _check(share, at_least=CEILING_GOAL),
+            )
+        )
+    return found
+
+
+def leads(table: Sequence[Row]) -> list[Lead]:
+    """Every (peer, model, figure) where a peer beats batchd by more than LEAD_FROM: more req/s, a
+    lower p99, less CPU per request."""
+    found: list[Lead] = []
+    for row in table:
+        if row.peer == "batchd" or PEERS[row.peer].reference:
+            continue
+        against = row.vs["batchd"]
+        if against["rps"] > LEAD_FROM:
+            found.append(Lead(row.peer, row.model, "rps", against["rps"]))
+        for figure in ("p99_ms", "cpu_ms_per_request"):
+            if 0 < against[figure] < 1 / LEAD_FROM:
+                found.append(Lead(row.peer, row.model, figure, 1 / against[figure]))
+    return found
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The lowest and highest of a figure over repeats (the chart's whiskers)."""
+
+    low: float
+    high: float
+    values: list[float] = field(default_factory=list)
+
+
+def spread(runs: Sequence[Run], model: str, peer: str, figure: str) -> Spread:
+    values = [getattr(run, figure) for run in _measured(runs, model, peer).values()]
+    clean = [value for value in values if not math.isnan(value)]
+    return Spread(min(clean, default=math.nan), max(clean, default=math.nan), clean)

@@ -1,0 +1,140 @@
+"""What is compared: the models (and how many clients drive each) and the peers (how each starts and
+what it is sent), in one table each.
+
+Every server is sent the same bytes for the same model, `{"instances": [item]}`, at the route its
+framework gives it; PyTriton alone gets the Open Inference Protocol's body, the only one Triton
+reads. batchd runs from the project's own environment, every other peer from its own
+(`venvs`), started as `python -m batchd.bench.peers.servers.<module>` with bench/src on its path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from batchd.bench.kit.manifests import manifest
+from batchd.bench.kit.models import MINILM_SOURCE, SENTENCE
+from batchd.bench.peers.servers import models
+
+TRIVIAL_ADDER = "batchd.bench.kit.handlers:TrivialAdder.handle_batch"
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    title: str
+    item: Any  # every request carries this one item
+    clients: int  # the closed loop's: each sends its next request when its answer arrives
+
+
+MODELS: Mapping[str, Model] = {
+    "adder": Model("adder", "Trivial adder", 1, 128),
+    "minilm": Model("minilm", "MiniLM-L6 embeddings", SENTENCE, 64),
+}
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    title: str
+    distribution: str  # whose version the report quotes ("" for batchd: this checkout)
+    how: str  # what runs where, in a few words (the report's table)
+    module: str = ""  # under batchd.bench.peers.servers ("" for what runs from batchd's environment)
+    models: tuple[str, ...] = ("adder", "minilm")  # what it serves
+    # The floor is measured beside the peers as a bound, not as one of them: it is never said to
+    # be ahead of batchd, nor counted among the peers batchd should pass.
+    reference: bool = False
+
+    @property
+    def own_env(self) -> bool:
+        """Whether the peer runs from a virtual environment of its own (all but batchd and the floor)."""
+        return bool(self.module)
+
+    def path(self, model: Model) -> str:
+        return {
+            "batchd": f"/v1/models/{model.name}:predict",
+            "floor": f"/v1/models/{model.name}:predict",  # it answers any path alike
+            "mosec": "/inference",
+            "litserve": "/predict",
+            "ray": "/",
+            "bentoml": "/predict",
+            "pytriton": f"/v2/models/{model.name}/infer",
+        }[self.name]
+
+    def body(self, model: Model) -> bytes:
+        if self.name == "pytriton":
+            datatype = "INT64" if isinstance(model.item, int) else "BYTES"
+            tensor = {"name": "x", "shape": [1, 1], "datatype": datatype, "data": [model.item]}
+            return json.dumps({"inputs": [tensor]}).encode()
+        return json.dumps({"instances": [model.item]}).encode()
+
+    def command(self, python: Path, model: Model, manifest_path: Path | None = None) -> list[str]:
+        """The server's command line, less `--host H --port P` (which every one of them takes)."""
+        if self.name == "batchd":
+            assert manifest_path is not None
+            return [str(python.with_name("batchd")), "serve", str(manifest_path)]
+        if self.name == "floor":
+            return [str(python), "-m", "batchd.bench.kit.floor"]
+        if self.name == "bentoml":
+            return [str(python), "-m", "bentoml", "serve", f"{SERVERS}.{self.module}:Model"]
+        return [str(python), "-m", f"{SERVERS}.{self.module}", "--model", model.name]
+
+
+SERVERS = "batchd.bench.peers.servers"
+
+PEERS: Mapping[str, Peer] = {
+    peer.name: peer
+    for peer in (
+        Peer("batchd", "batchd", "", "uvicorn (httptools), raw ASGI front, model in the same process"),
+        Peer(
+            "floor",
+            "bare uvicorn (floor)",
+            "",
+            "uvicorn with batchd's settings answering a constant body: no framework, batching or model",
+            models=("adder",),
+            reference=True,
+        ),
+        Peer("mosec", "Mosec", "mosec", "Rust HTTP front, model in a Python worker process", "mosec_server"),
+        Peer(
+            "litserve",
+            "LitServe",
+            "litserve",
+            "FastAPI under uvicorn, model in a worker process fed through queues",
+            "litserve_server",
+        ),
+        Peer(
+            "ray",
+            "Ray Serve",
+            "ray",
+            "a local Ray cluster: HTTP proxy actor (uvicorn), replica actor with `@serve.batch`",
+            "ray_server",
+        ),
+        Peer(
+            "bentoml",
+            "BentoML",
+            "bentoml",
+            "`bentoml serve`: Starlette under uvicorn, adaptive batching, a worker process",
+            "bentoml_service",
+        ),
+        Peer(
+            "pytriton",
+            "Triton (PyTriton)",
+            "nvidia-pytriton",
+            "Triton Inference Server (C++) in front, model in a Python process",
+            "pytriton_server",
+        ),
+    )
+}
+
+
+def batchd_manifest(model: Model) -> dict[str, Any]:
+    """The BatchedDeployment batchd serves `model` from, with every peer's batching settings."""
+    batching = {"max_batch_size": models.MAX_BATCH_SIZE, "batch_wait_timeout_s": models.BATCH_WAIT_S}
+    if model.name == "adder":
+        block: dict[str, Any] = {"name": model.name, "handler": TRIVIAL_ADDER}
+    else:
+        block = {"name": model.name, "task": "feature-extraction", "source": MINILM_SOURCE, "device": "cpu"}
+    return manifest(f"peers-{model.name}", block, batching=batching)

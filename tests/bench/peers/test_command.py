@@ -1,0 +1,59 @@
+"""`python -m batchd.bench.peers` as a user runs it: bad options refused by name, and a smoke-sized
+run of batchd alone (no peer environment is made in tests: they take PyPI and minutes)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from batchd.bench.peers.__main__ import parse_args
+from tests.bench.conftest import RunModule
+
+MODULE = "batchd.bench.peers"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--peers", "tgi"], "--peers: expected some of batchd, floor, mosec"),
+        (["--models", "gpt5"], "--models: expected some of adder, minilm, got 'gpt5'"),
+        (["--repeats", "0"], "--repeats: expected 1 or more, got 0"),
+        (["--duration-s", "0"], "--duration-s: expected a positive number of seconds, got 0.0"),
+    ],
+)
+def test_a_bad_option_is_refused_naming_it_and_its_value(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse_args(args)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_smoke_sized_run_of_batchd_measures_it_and_writes_the_results(
+    run_module: RunModule, tmp_path: Path
+) -> None:
+    done = run_module(
+        MODULE,
+        "--peers",
+        "batchd",
+        "--models",
+        "adder",
+        "--quick",
+        "--output-dir",
+        str(tmp_path),
+        timeout_s=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "peers.json").read_text())
+    (run,) = results["runs"]
+    assert run["peer"] == "batchd" and run["failure"] == ""
+    assert run["requests"] > 0 and run["errors"] == 0
+    assert run["cpu_ms_per_request"] > 0 and run["rss_mb"] > 0
+    report = (tmp_path / "peers.md").read_text()
+    assert re.search(r"^\| batchd \| [0-9,]+ \| [0-9.]+ \|", report, re.MULTILINE), report
+    assert (tmp_path / "peers.png").stat().st_size > 0
