@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import huggingface_hub.constants
 import pytest
 from pydantic import ValidationError
 
@@ -160,7 +161,12 @@ def test_sources_resolve_and_say_which_field_is_wrong(tmp_path: Path) -> None:
         load(task="fill-mask", source="file:///no/such/dir", device="cpu")
 
 
-def test_an_hf_source_missing_offline_points_at_the_mirror_setting(tmp_path: Path) -> None:
+def test_an_hf_source_missing_offline_points_at_the_mirror_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The hub in offline mode (HF_HUB_OFFLINE=1, as air-gapped clusters set it) fails at once; an
+    # unreachable hub fails the same way after ~25 s of the hub client's retries.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ModelLoadError, match="BATCHD_MODEL_MIRROR"):
         load(tmp_path, task="fill-mask", source="hf://nobody/nothing", device="cpu")
 
