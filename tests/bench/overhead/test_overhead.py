@@ -10,8 +10,8 @@ import time
 
 import pytest
 
+from batchd.bench.kit.processtree import tree_cpu_s
 from batchd.bench.overhead.analysis import ratios, summarise
-from batchd.bench.overhead.cputree import tree_cpu_s
 from batchd.bench.overhead.results import Measurement
 from tests.bench.conftest import RunModule
 

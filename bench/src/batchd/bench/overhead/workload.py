@@ -14,10 +14,10 @@ from pathlib import Path
 import uvloop
 
 from batchd.bench.kit import loadgen, servers
+from batchd.bench.kit.processtree import tree_cpu_s
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.stats import percentile
 from batchd.bench.overhead import subjects
-from batchd.bench.overhead.cputree import tree_cpu_s
 from batchd.bench.overhead.results import Measurement
 
 logger = logging.getLogger("batchd.bench")

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import httpx
 
-from batchd.bench.kit import CHECKOUT, loadgen
+from batchd.bench.kit import CHECKOUT, loadgen, processtree
 from batchd.bench.kit.models import minilm_mirror
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.servers import ServerFailed, ServerProcess, free_port, write_manifest
 from batchd.bench.kit.stats import percentile
-from batchd.bench.peers import processtree, venvs
+from batchd.bench.peers import venvs
 from batchd.bench.peers.catalog import MODELS, PEERS, Model, Peer, batchd_manifest
 from batchd.bench.peers.options import Options
 from batchd.bench.peers.results import CeilingRun, PeerInfo, Run

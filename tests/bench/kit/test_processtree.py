@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from batchd.bench.peers import processtree
+from batchd.bench.kit import processtree
 
 
 def test_the_parent_is_read_past_a_command_name_with_spaces_and_parens() -> None:
