@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -393,3 +394,49 @@ def test_request_level_scheduling_answers_the_same_routes(gpt2_by_request: str) 
     with pytest.raises(openai.BadRequestError) as refused:
         api.completions.create(model="gpt2", prompt=PROMPT, logprobs=1)
     assert isinstance(refused.value.body, dict) and refused.value.body["param"] == "logprobs"
+
+
+@pytest.fixture(scope="module")
+def gpt2_one_row(gpt2_dir: Path) -> Iterator[str]:
+    """One row and one place in the queue: a third request finds the replica full."""
+    model = {
+        "task": "text-generation",
+        "source": f"file://{gpt2_dir}",
+        "device": "cpu",
+        "call_kwargs": {"max_new_tokens": ENDLESS, "min_new_tokens": ENDLESS},
+        "generation": {"max_new_tokens": ENDLESS},
+    }
+    batching = {"max_batch_size": 1, "max_queued_requests": 1, "request_timeout_s": 60}
+    document = manifests.manifest("gpt2", model, batching=batching)
+    with uvicorn_in_thread(create_app(parse_manifest(document), ReplicaSettings())) as url:
+        yield url
+
+
+def test_a_full_replica_answers_503_with_retry_after_which_the_client_retries(gpt2_one_row: str) -> None:
+    url = gpt2_one_row
+    running = client(url).completions.create(
+        model="gpt2", prompt=PROMPT, max_tokens=ENDLESS, temperature=0, stream=True
+    )
+    next(iter(running))  # the one row is taken
+    queued = threading.Thread(
+        target=lambda: client(url).completions.create(model="gpt2", prompt=PROMPT, max_tokens=8),
+        daemon=True,
+    )
+    queued.start()
+    wait_until(lambda: metric(url, "batchd_waiting_sequences") == 1, 30, "a request queued")
+    rejected = metric(url, "batchd_requests_total", 'outcome="rejected"')
+    retrying = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=1, timeout=60)
+    try:
+        with pytest.raises(openai.InternalServerError) as full:
+            retrying.completions.create(model="gpt2", prompt=PROMPT, max_tokens=8)
+    finally:
+        retrying.close()
+    assert full.value.status_code == 503
+    assert int(full.value.response.headers["retry-after"]) >= 1
+    assert isinstance(full.value.body, dict)
+    assert (full.value.body["type"], full.value.body["code"]) == ("service_unavailable_error", "queue_full")
+    # The client's built-in retry came back after Retry-After, and was refused again: two refusals.
+    assert metric(url, "batchd_requests_total", 'outcome="rejected"') == rejected + 2
+    running.close()
+    queued.join(timeout=60)
+    assert not queued.is_alive()  # the queued request got the row once the stream let it go
