@@ -111,7 +111,8 @@ async def test_load_scales_up_until_the_queues_are_under_target_then_back_down_l
 
 
 async def test_steady_load_does_not_flap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    autoscaling = {"min_replicas": 1, "max_replicas": 6, "upscale_delay_s": 1, "downscale_delay_s": 4}
+    # Both windows span a whole cycle of the wobble below (3 s), so the wobble alone moves nothing.
+    autoscaling = {"min_replicas": 1, "max_replicas": 6, "upscale_delay_s": 3, "downscale_delay_s": 4}
 
     # Batches twice as long, so half the requests are one and a half replicas' worth: every request
     # costs CPU (client, replica, stand-in cluster) and a batch only time, and the count must follow
