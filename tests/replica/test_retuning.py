@@ -27,6 +27,15 @@ def reloads(url: str, outcome: str) -> float:
     return parse_counter(httpx.get(f"{url}/metrics").text, "batchd_config_reloads", {"outcome": outcome})
 
 
+def replace(path: Path, text: str) -> None:
+    """Change the file at once, as the kubelet updates a ConfigMap volume (an atomic swap): written
+    in place, a poll could read it half written, count that as a change of its own, and then the
+    whole text as another."""
+    staged = path.with_name(f".{path.name}.new")
+    staged.write_text(text)
+    staged.replace(path)
+
+
 def with_generation(doc: dict[str, Any], generation: int) -> dict[str, Any]:
     doc["metadata"]["annotations"] = {BATCHING_REVISION_ANNOTATION: str(generation)}
     return doc
@@ -68,7 +77,7 @@ async def test_a_running_replica_batches_by_the_changed_file_without_a_restart(t
         second = with_generation(
             manifest("slow", SLOW, batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.1}), 2
         )
-        path.write_text(yaml.safe_dump(second))
+        replace(path, yaml.safe_dump(second))
         await asyncio.to_thread(
             wait_until,
             lambda: httpx.get(f"{url}/load").json()["batching_revision"] == 2,
@@ -86,15 +95,16 @@ async def test_a_running_replica_batches_by_the_changed_file_without_a_restart(t
         )
 
         # A broken file and a model change are refused; the replica keeps serving as it was.
-        path.write_text("spec: [not, a, manifest")
+        replace(path, "spec: [not, a, manifest")
         await asyncio.to_thread(
             wait_until,
             lambda: reloads(url, "invalid") == 1,
             10,
             "the invalid file noticed",
         )
-        path.write_text(
-            yaml.safe_dump(with_generation(manifest("slow", "batchd.testing.batch_handlers:add_one"), 3))
+        replace(
+            path,
+            yaml.safe_dump(with_generation(manifest("slow", "batchd.testing.batch_handlers:add_one"), 3)),
         )
         await asyncio.to_thread(
             wait_until,
