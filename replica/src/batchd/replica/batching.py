@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -469,7 +470,6 @@ class _Watch:
     deadline: float  # loop time
     abandoned: Abandoned | None
     due: float  # loop time
-    answered: bool = False  # its wait has ended: no watch to start
     why: BaseException | None = None  # why the watch cancelled the waiter
     task: asyncio.Task[None] | None = None
 
@@ -478,25 +478,21 @@ class _Watches:
     """Waits for a request's results; or raises DeadlineExceeded at its deadline, or
     ClientDisconnected once its client has gone. Both are watched by a task that starts only for
     requests still waiting WATCH_AFTER_S after admission, and that cancels the waiter when it has a
-    reason to. One timer serves every waiting request (a timer per request, set and cancelled, cost
-    a twentieth of the event loop's time per request on a cheap model): requests are due in the
-    order they came, so the timer is set for the first one still waiting, and when it fires it
-    starts the watches of those due and is set again. A request whose deadline comes sooner than
-    WATCH_AFTER_S (a caller's short timeout) is watched at once."""
+    reason to. One timer serves every waiting request: it fires when the earliest is due, starts
+    the watches of those due, and is set again for the next (a timer per request, set and
+    cancelled, cost a twentieth of the event loop's time per request on a cheap model)."""
 
     def __init__(self) -> None:
-        self._due: collections.deque[_Watch] = collections.deque()  # in the order they are due
+        self._waiting: dict[_Watch, None] = {}  # not watched yet
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
 
     async def wait(self, waiter: asyncio.Future[Any], deadline: float, abandoned: Abandoned | None) -> Any:
         loop = asyncio.get_running_loop()
-        watch = _Watch(waiter, deadline, abandoned, loop.time() + WATCH_AFTER_S)
-        if deadline <= watch.due:
-            watch.task = loop.create_task(_watch(watch))
-        else:
-            self._due.append(watch)
-            if self._timer is None:
-                self._timer = loop.call_at(watch.due, self._start_due, loop)
+        watch = _Watch(waiter, deadline, abandoned, min(loop.time() + WATCH_AFTER_S, deadline))
+        self._waiting[watch] = None
+        if watch.due < self._timer_at:
+            self._set_timer(loop, watch.due)
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -504,21 +500,28 @@ class _Watches:
                 raise watch.why from None
             raise
         finally:
-            watch.answered = True
+            self._waiting.pop(watch, None)
             if watch.task is not None:
                 watch.task.cancel()
 
+    def _set_timer(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(at, self._start_due, loop)
+        self._timer_at = at
+
     def _start_due(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer = None
+        self._timer, self._timer_at = None, math.inf
         now = loop.time()
-        due = self._due
-        # Each request leaves the queue once: started if due and still waiting, dropped if answered.
-        while due and (due[0].answered or due[0].due <= now):
-            watch = due.popleft()
-            if not watch.answered:
+        next_due = math.inf
+        for watch in list(self._waiting):
+            if watch.due <= now:
+                del self._waiting[watch]
                 watch.task = loop.create_task(_watch(watch))
-        if due:
-            self._timer = loop.call_at(due[0].due, self._start_due, loop)
+            else:
+                next_due = min(next_due, watch.due)
+        if next_due < math.inf:
+            self._set_timer(loop, next_due)
 
 
 async def _watch(watch: _Watch) -> None:
