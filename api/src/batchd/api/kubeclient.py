@@ -9,6 +9,9 @@ Needs the `kube` extra (`batchd-api[kube]`); the replica never imports it.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 
@@ -24,6 +27,18 @@ class ApiError(Exception):
         self.status = status
         self.reason = reason
         self.message = message
+
+    @classmethod
+    def of_answer(cls, status: int, raw: bytes) -> ApiError:
+        """The refusal an answer's body describes: a `Status` object's message and reason, or
+        the body itself when it is not one."""
+        try:
+            document: Any = json.loads(raw)
+        except ValueError:
+            document = None
+        if not isinstance(document, dict):
+            return cls(status, raw.decode(errors="replace"))
+        return cls(status, str(document.get("message", "")), str(document.get("reason", "")))
 
 
 def resource_path(

@@ -38,12 +38,12 @@ class KubeApi:
         )
         response = await self._client.call_api(method, url, header_params=headers, body=serialized)
         raw = await response.read()  # type: ignore[no-untyped-call]
+        if not 200 <= response.status < 300:
+            raise ApiError.of_answer(response.status, raw)
         try:
             payload: Any = json.loads(raw) if raw else {}
         except ValueError:
             payload = {"message": raw.decode(errors="replace")}
-        if not 200 <= response.status < 300:
-            raise ApiError(response.status, str(payload.get("message", raw)), str(payload.get("reason", "")))
         return payload if isinstance(payload, dict) else {}
 
     async def get(self, path: str) -> dict[str, Any] | None:

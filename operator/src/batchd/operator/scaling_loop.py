@@ -98,9 +98,9 @@ class ScalingLoop:
                 self.held = await self._read_routers()
                 await asyncio.gather(*(self._poll_logged(key) for key in list(self.resources)))
             elif asleep := self._at_zero():
-                held = await self._read_routers()
-                woken = [key for key in asleep if held and held.get(key, NOTHING_HELD).requests]
-                if woken and held is not None:
+                held = await self._read_routers() or {}
+                woken = [key for key in asleep if held.get(key, NOTHING_HELD).requests]
+                if woken:
                     self.held = {**(self.held or {}), **{key: held[key] for key in woken}}
                     await asyncio.gather(*(self._poll_logged(key) for key in woken))
             # A deployment may go to zero at any moment (its status arrives by watch): look again

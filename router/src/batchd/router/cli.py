@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         lifespan="on",  # the watches start in the lifespan: no lifespan, no routing
         **UVICORN_OPTIONS,
     )
-    server = RouterServer(config, app.router, app.holds, settings.drain_timeout_s)
+    server = RouterServer(config, app.router, settings.drain_timeout_s)
     try:
         server.run()
     except KeyboardInterrupt:

@@ -129,9 +129,6 @@ class Directory:
     def request_timeout_s(self, ref: DeploymentRef) -> float:
         return self._timeouts.get(ref, DEFAULT_REQUEST_TIMEOUT_S)
 
-    def model(self, ref: DeploymentRef) -> str | None:
-        return self._models.get(ref)
-
     def deployments(self) -> dict[DeploymentRef, str]:
         return dict(self._models)
 

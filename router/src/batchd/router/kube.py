@@ -40,12 +40,7 @@ class KubeClient:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         response = await self._client.call_api("GET", url, header_params=headers, _request_timeout=timeout)
         if not 200 <= response.status < 300:
-            raw = await response.read()  # type: ignore[no-untyped-call]
-            try:
-                message = str(orjson.loads(raw).get("message", raw))
-            except (orjson.JSONDecodeError, AttributeError):
-                message = raw.decode(errors="replace")
-            raise ApiError(response.status, message)
+            raise ApiError.of_answer(response.status, await response.read())  # type: ignore[no-untyped-call]
         return response
 
     async def list(

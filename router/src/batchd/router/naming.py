@@ -24,10 +24,10 @@ ROUTES = RouteTable()
 DEPLOYMENT_PREFIX = "/deployments/"
 
 
-def routed(method: str, path: str, table: RouteTable = ROUTES) -> RouteMatch | None:
+def routed(method: str, path: str) -> RouteMatch | None:
     """The route of an inference request the router forwards; None for anything else, and for a
     path whose model name is empty or holds a `/` (no Kubernetes name does)."""
-    found = table.match(method, path)
+    found = ROUTES.match(method, path)
     if found is None:
         return None
     if found.model_name is None:

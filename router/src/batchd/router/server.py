@@ -13,7 +13,6 @@ import logging
 import uvicorn
 
 from batchd.api.draining import DrainingServer
-from batchd.router.holding import Holds
 from batchd.router.proxy import Router
 
 logger = logging.getLogger(__name__)
@@ -25,10 +24,10 @@ FINISH_S = 5
 class RouterServer(DrainingServer):
     """uvicorn, plus: unready at once on SIGTERM, and a drain bounded by `drain_timeout_s`."""
 
-    def __init__(self, config: uvicorn.Config, router: Router, holds: Holds, drain_timeout_s: float) -> None:
+    def __init__(self, config: uvicorn.Config, router: Router, drain_timeout_s: float) -> None:
         super().__init__(config, drain_timeout_s)
         self.router = router
-        self.holds = holds
+        self.holds = router.holds
 
     def begin_draining(self) -> None:
         self.router.begin_draining()

@@ -122,7 +122,7 @@ def _check(value: float, at_most: float | None = None, at_least: float | None = 
 
 
 def goals(results: Results) -> list[Goal]:
-    """The issue's goals, each as a ratio in this run."""
+    """The benchmark's goals against its peers, each as a ratio in this run."""
     runs = results.runs
     found: list[Goal] = []
     if "adder" in results.options["models"]:

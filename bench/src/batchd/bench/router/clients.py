@@ -24,7 +24,7 @@ from batchd.bench.kit.servers import ServerProcess
 from batchd.bench.router.cost import BODY, PATH, listening, start_adder
 from batchd.bench.router.options import ClientsOptions
 from batchd.bench.router.results import ClientRound, ClientsResult
-from batchd.bench.router.standin import eventually
+from batchd.testing.operator_runner import eventually
 
 CLIENTS = ("aiohttp", "httptools protocol")
 
@@ -127,7 +127,9 @@ async def _compare(adder: ServerProcess, options: ClientsOptions) -> list[Client
 async def run_clients(options: ClientsOptions, workdir: Path, meta: RunRecord) -> ClientsResult:
     adder = start_adder(workdir)
     try:
-        await eventually(lambda: asyncio.to_thread(listening, adder), "the trivial adder listening")
+        await eventually(
+            lambda: asyncio.to_thread(listening, adder), timeout_s=60.0, what="the trivial adder listening"
+        )
         print("upstream clients", flush=True)
         rounds = await _compare(adder, options)
     finally:

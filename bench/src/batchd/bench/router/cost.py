@@ -17,7 +17,8 @@ from batchd.bench.kit.servers import ServerProcess, start_process
 from batchd.bench.kit.stats import percentile
 from batchd.bench.router.options import CostOptions
 from batchd.bench.router.results import CostResult, CostRound
-from batchd.bench.router.standin import eventually, routed
+from batchd.bench.router.standin import routed
+from batchd.testing.operator_runner import eventually
 
 MODEL = "adder"
 PATH = f"/v1/models/{MODEL}:predict"
@@ -64,7 +65,9 @@ async def run_cost(options: CostOptions, workdir: Path, meta: RunRecord) -> Cost
     adder = start_adder(workdir)
     rounds: list[CostRound] = []
     try:
-        await eventually(lambda: asyncio.to_thread(listening, adder), "the trivial adder listening")
+        await eventually(
+            lambda: asyncio.to_thread(listening, adder), timeout_s=60.0, what="the trivial adder listening"
+        )
         async with routed(workdir, MODEL, [adder]) as stand_in:
             router = stand_in.router
             paths = {"direct": adder, "router": router}

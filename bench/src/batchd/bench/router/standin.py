@@ -7,10 +7,8 @@ Every wait is a bounded poll on state; nothing sleeps to synchronise.
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ import yaml
 from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.servers import ServerProcess, start_process
 from batchd.testing.apiserver import ApiServer, Resource, default_resources, kubeconfig_for
+from batchd.testing.operator_runner import eventually
 
 NAMESPACE = "default"
 SLICES = f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices"
@@ -34,15 +33,6 @@ SERVICE_LABELS = {
     "app.kubernetes.io/component": "replica",
     "app.kubernetes.io/managed-by": "batchd",
 }
-
-
-async def eventually(probe: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 60.0) -> None:
-    """Poll `probe` until it is true; TimeoutError naming `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not await probe():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not true within {timeout_s:g} s")
-        await asyncio.sleep(0.02)
 
 
 async def answers(url: str, status: int = 200) -> bool:
@@ -120,7 +110,7 @@ async def routed(
                 router.check_alive()
                 return await answers(f"{router.url}/readyz")
 
-            await eventually(ready, "the router ready")
+            await eventually(ready, timeout_s=60.0, what="the router ready")
             yield stand_in
         finally:
             router.stop()

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import kmock
 import kopf
@@ -33,6 +33,10 @@ T = TypeVar("T")
 CR_PATH = "/apis/serving.batchd.dev/v1alpha1/namespaces/{ns}/batcheddeployments"
 
 
+@overload
+async def eventually(probe: Callable[[], Awaitable[T]], *, timeout_s: float = ..., what: str = ...) -> T: ...
+@overload
+async def eventually(probe: Callable[[], T], *, timeout_s: float = ..., what: str = ...) -> T: ...
 async def eventually(
     probe: Callable[[], T | Awaitable[T]], *, timeout_s: float = 15.0, what: str = "the condition"
 ) -> T:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 MODELS = ("adder", "minilm")
-# What batchd serves each model with, for every peer alike (the settings).
+# What batchd serves each model with, for every peer alike, so each serves with the same batch bounds.
 MAX_BATCH_SIZE = 32
 BATCH_WAIT_S = 0.01
 # Which model a server's worker processes load, where they are spawned apart from its main.
