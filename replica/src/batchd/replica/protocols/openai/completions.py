@@ -66,8 +66,7 @@ def _service(replica: Replica, ask: GenerationAsk) -> tuple[GenerationService, G
     service = replica.generator(replica.model_name)
     if ask.logprobs is not None and service.scheduling == "request":
         raise InvalidInput(
-            "logprobs: model.generation.scheduling: request gives no log-probabilities; token does",
-            param="logprobs",
+            "logprobs: model.generation.scheduling: request gives no log-probabilities; token does"
         )
     preparer = service.preparer
     params = parse_parameters(ask.parameters, preparer.limits, preparer.defaults, where="")

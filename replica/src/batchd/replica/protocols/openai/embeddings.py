@@ -40,8 +40,7 @@ async def embeddings(call: Call) -> dict[str, Any]:
     native = _dimensions(replica)  # None while the model loads (the batcher then answers 503)
     if ask.dimensions is not None and native is not None and ask.dimensions != native:
         raise InvalidInput(
-            f"dimensions: this model gives {native}-dimensional embeddings only, got {ask.dimensions}",
-            param="dimensions",
+            f"dimensions: this model gives {native}-dimensional embeddings only, got {ask.dimensions}"
         )
     tokenizer, max_tokens = await _tokenizer(replica)
     texts = [
