@@ -69,6 +69,12 @@ def _service(replica: Replica, ask: GenerationAsk) -> tuple[GenerationService, G
             "logprobs: model.generation.scheduling: request gives no log-probabilities; token does"
         )
     preparer = service.preparer
+    length, limit = ask.parameters.get("max_tokens"), preparer.limits.max_new_tokens
+    if length is not None and length > limit:  # named as the request gave it (chat: either field)
+        raise InvalidInput(
+            f"{ask.length_field}: {length} is more than this model allows "
+            f"(model.generation.max_new_tokens={limit})"
+        )
     params = parse_parameters(ask.parameters, preparer.limits, preparer.defaults, where="")
     return service, dataclasses.replace(params, logprobs=ask.logprobs)
 

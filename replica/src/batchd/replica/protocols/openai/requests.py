@@ -58,6 +58,7 @@ class GenerationAsk:
     stream: bool
     include_usage: bool
     logprobs: int | None = None  # alternatives per token with the chosen tokens' log-probabilities
+    length_field: str = "max_tokens"  # the field that gave `parameters["max_tokens"]`, for errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +170,10 @@ def _generation(
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise InvalidInput(f"user: expected a string, got {user!r:.60}")
-    return GenerationAsk(body["model"], prompts, parameters, choices, stream, include_usage)
+    length_field = given[0] if given else "max_tokens"
+    return GenerationAsk(
+        body["model"], prompts, parameters, choices, stream, include_usage, None, length_field
+    )
 
 
 def _choices(body: Mapping[str, Any]) -> int:
