@@ -234,6 +234,11 @@ def test_bad_chat_parameters_are_refused_by_name(gpt2: str) -> None:
     with pytest.raises(openai.BadRequestError) as refused:
         api.chat.completions.create(model="tiny/gpt2", messages=image)
     assert isinstance(refused.value.body, dict) and refused.value.body["param"] == "messages[0].content[0]"
+    with pytest.raises(openai.BadRequestError) as refused:
+        api.chat.completions.create(
+            model="tiny/gpt2", messages=[{"role": "user", "content": "hi"}], max_completion_tokens=ENDLESS + 1
+        )
+    assert isinstance(refused.value.body, dict) and refused.value.body["param"] == "max_completion_tokens"
     with pytest.raises(openai.NotFoundError) as unknown:
         api.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
     assert isinstance(unknown.value.body, dict) and unknown.value.body["param"] == "model"

@@ -43,12 +43,12 @@ class BatchSizeMismatch(ValueError):
 
 
 class InvalidInput(ValueError):
-    """The request is malformed; the message names the field and the value (and `param`, the
-    field alone, where the message does not start with it)."""
+    """The request is malformed; the message names the field (its first word) and the value."""
 
-    def __init__(self, message: str, *, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param if param is not None else field_named(message)
+    @property
+    def param(self) -> str | None:
+        """The field the message names (OpenAI's `param`)."""
+        return field_named(str(self))
 
 
 class TooLarge(ValueError):
@@ -182,10 +182,8 @@ def openai_error_body(error: BaseException) -> dict[str, Any]:
     status as `error_body`; `param` names the field of a malformed request."""
     answer = answer_for(error)
     message = describe(error)
-    if isinstance(error, InvalidInput):
-        param = error.param
-    else:  # a request too large, or for a model not served here, names its field as its first word
-        param = field_named(message) if answer.status in (404, 413) else None
+    # A malformed request, one too large, or one for a model not served here names its field first.
+    param = field_named(message) if answer.status in (400, 404, 413) else None
     return {
         "error": {
             "message": message,

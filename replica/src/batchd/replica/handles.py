@@ -208,13 +208,13 @@ class DeploymentHandle:
 
     # -- one call ----------------------------------------------------------------------------
 
-    async def _call(self, items: list[Any], route: _Route | None = None) -> list[Any]:
+    async def _call(self, items: list[Any], route: _Route = _PREDICT) -> list[Any]:
         left = seconds_left(self._default_timeout_s)
         if left <= 0:
             raise self._error(CalleeTimeout, "not called: the requests it was for are past their deadline")
         try:
             async with asyncio.timeout(left):
-                return await self._send(items, route or _PREDICT)
+                return await self._send(items, route)
         except TimeoutError:
             raise self._error(
                 CalleeTimeout, f"no answer within the {left:.3g} s left to the requests it was called for"

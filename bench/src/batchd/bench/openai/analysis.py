@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.stats import median, percentile, ratio
+from batchd.bench.kit.stats import median, ratio
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,6 @@ class Results:
     streaming: list[StreamingPoint]
     embedding_runs: list[EmbeddingRun]
     streaming_runs: list[StreamingRun]
-
-
-def ttft_p99_ms(firsts_s: Sequence[float]) -> float:
-    return percentile(firsts_s, 99) * 1000
 
 
 def rate_between_completions(done_s: Sequence[float]) -> float:

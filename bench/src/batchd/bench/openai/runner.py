@@ -18,7 +18,7 @@ from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.models import minilm_mirror
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.stats import p99_ms
-from batchd.bench.openai.analysis import EmbeddingRun, StreamingRun, rate_between_completions, ttft_p99_ms
+from batchd.bench.openai.analysis import EmbeddingRun, StreamingRun, rate_between_completions
 from batchd.bench.openai.workload import (
     CHAT_BATCHING,
     EMBEDDING_ROUTES,
@@ -147,7 +147,7 @@ async def _streams(url: str, route: Route, clients: int, repeat: int, setup: Set
     ) as session:
         await asyncio.gather(*(client(session) for _ in range(clients)))
     tokens_per_s = rate_between_completions(ends) * NEW_TOKENS
-    return StreamingRun(route.label, clients, repeat, tokens_per_s, ttft_p99_ms(firsts), len(ends), errors)
+    return StreamingRun(route.label, clients, repeat, tokens_per_s, p99_ms(firsts), len(ends), errors)
 
 
 def measure_streaming(setup: Setup, repeats: int, workdir: Path, threads: int) -> list[StreamingRun]:

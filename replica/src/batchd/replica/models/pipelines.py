@@ -116,7 +116,7 @@ def _embeddings(location: str, device: str, dtype: Any, executor: ModelExecutor)
 
     tokenizer = AutoTokenizer.from_pretrained(location)
     model = AutoModel.from_pretrained(location, dtype=dtype).to(device).eval()
-    pooling, normalize, max_length = _sentence_transformers_config(Path(location), tokenizer.model_max_length)
+    pooling, normalize, max_length = sentence_transformers_config(Path(location), tokenizer.model_max_length)
     # Rust tokenizers refuse concurrent use from several threads ("Already borrowed").
     tokenizer_lock = threading.Lock()
 
@@ -149,7 +149,7 @@ def _embeddings(location: str, device: str, dtype: Any, executor: ModelExecutor)
     return PipelineModel(embed, executor, metadata)
 
 
-def _sentence_transformers_config(directory: Path, model_max_length: int) -> tuple[str, bool, int]:
+def sentence_transformers_config(directory: Path, model_max_length: int) -> tuple[str, bool, int]:
     """Pooling mode, L2 normalisation and max sequence length, read as sentence-transformers does."""
     pooling, normalize, max_length = "mean", False, min(model_max_length, 512)
     pooling_file = directory / "1_Pooling" / "config.json"

@@ -66,10 +66,15 @@ def _service(replica: Replica, ask: GenerationAsk) -> tuple[GenerationService, G
     service = replica.generator(replica.model_name)
     if ask.logprobs is not None and service.scheduling == "request":
         raise InvalidInput(
-            "logprobs: model.generation.scheduling: request gives no log-probabilities; token does",
-            param="logprobs",
+            "logprobs: model.generation.scheduling: request gives no log-probabilities; token does"
         )
     preparer = service.preparer
+    length, limit = ask.parameters.get("max_tokens"), preparer.limits.max_new_tokens
+    if length is not None and length > limit:  # named as the request gave it (chat: either field)
+        raise InvalidInput(
+            f"{ask.length_field}: {length} is more than this model allows "
+            f"(model.generation.max_new_tokens={limit})"
+        )
     params = parse_parameters(ask.parameters, preparer.limits, preparer.defaults, where="")
     return service, dataclasses.replace(params, logprobs=ask.logprobs)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import weakref
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ from batchd.replica.protocols.openai.requests import read_embedding
 from batchd.replica.replica import Replica
 
 EMBEDDING_TASK = "feature-extraction"
-MAX_TOKENS = 512  # what the embedding model reads of an input at most, where its config says nothing
 
 _TOKENIZERS: weakref.WeakKeyDictionary[Replica, asyncio.Future[Any]] = weakref.WeakKeyDictionary()
 
@@ -40,8 +38,7 @@ async def embeddings(call: Call) -> dict[str, Any]:
     native = _dimensions(replica)  # None while the model loads (the batcher then answers 503)
     if ask.dimensions is not None and native is not None and ask.dimensions != native:
         raise InvalidInput(
-            f"dimensions: this model gives {native}-dimensional embeddings only, got {ask.dimensions}",
-            param="dimensions",
+            f"dimensions: this model gives {native}-dimensional embeddings only, got {ask.dimensions}"
         )
     tokenizer, max_tokens = await _tokenizer(replica)
     texts = [
@@ -89,18 +86,16 @@ async def _tokenizer(replica: Replica) -> tuple[Any, int]:
 
 
 def _load_tokenizer(replica: Replica) -> tuple[Any, int]:
-    """The model's tokenizer and how many tokens of an input the model reads (sentence-transformers'
-    `max_seq_length`, else the tokenizer's, at most MAX_TOKENS)."""
+    """The model's tokenizer and how many tokens of an input the model reads, as the model's
+    pipeline reads it (`models.pipelines`)."""
     from transformers import AutoTokenizer
 
+    from batchd.replica.models.pipelines import sentence_transformers_config
     from batchd.replica.models.sources import resolve_source
 
     spec, settings = replica.manifest.spec.model, replica.settings
     assert spec.source is not None  # a task always has one
     location = resolve_source(spec.source, mirror_dir=settings.model_mirror, pvc_root=settings.pvc_root)
     tokenizer = AutoTokenizer.from_pretrained(location)
-    limit = min(int(tokenizer.model_max_length), MAX_TOKENS)
-    config = Path(location) / "sentence_bert_config.json"
-    if config.is_file():
-        limit = int(json.loads(config.read_text()).get("max_seq_length", limit))
+    _, _, limit = sentence_transformers_config(Path(location), int(tokenizer.model_max_length))
     return tokenizer, limit

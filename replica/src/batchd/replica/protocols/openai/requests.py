@@ -58,6 +58,7 @@ class GenerationAsk:
     stream: bool
     include_usage: bool
     logprobs: int | None = None  # alternatives per token with the chosen tokens' log-probabilities
+    length_field: str = "max_tokens"  # the field that gave `parameters["max_tokens"]`, for errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,7 @@ def read_chat(body: Any) -> tuple[GenerationAsk, list[dict[str, str]]]:
     if top is not None and (not _is_int(top) or not 0 <= top <= MAX_TOP_LOGPROBS):
         raise InvalidInput(f"top_logprobs: expected an integer from 0 to {MAX_TOP_LOGPROBS}, got {top!r:.60}")
     if top is not None and not wanted:
-        raise InvalidInput("top_logprobs: only with logprobs: true", param="top_logprobs")
+        raise InvalidInput("top_logprobs: only with logprobs: true")
     choices = _choices(body)
     ask = _generation(body, (), choices, length_fields=("max_completion_tokens", "max_tokens"))
     return dataclasses.replace(ask, logprobs=(top or 0) if wanted else None), messages
@@ -134,7 +135,7 @@ def _object(body: Any, known: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _refuse(field: str, why: str) -> None:
-    raise InvalidInput(f"{field}: {why}", param=field)
+    raise InvalidInput(f"{field}: {why}")
 
 
 def _generation(
@@ -165,11 +166,14 @@ def _generation(
     if not isinstance(include_usage, bool):
         raise InvalidInput(f"stream_options.include_usage: expected true or false, got {include_usage!r:.60}")
     if options and not stream:
-        raise InvalidInput("stream_options: only with stream: true", param="stream_options")
+        raise InvalidInput("stream_options: only with stream: true")
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise InvalidInput(f"user: expected a string, got {user!r:.60}")
-    return GenerationAsk(body["model"], prompts, parameters, choices, stream, include_usage)
+    length_field = given[0] if given else "max_tokens"
+    return GenerationAsk(
+        body["model"], prompts, parameters, choices, stream, include_usage, None, length_field
+    )
 
 
 def _choices(body: Mapping[str, Any]) -> int:

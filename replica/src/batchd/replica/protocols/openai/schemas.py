@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from batchd.replica.protocols.openai.requests import MAX_CHOICES
+from batchd.replica.protocols.openai.requests import MAX_CHOICES, MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
 
 TextOrTokens = str | list[str] | list[int] | list[list[int]]
 
@@ -37,6 +37,13 @@ class _Sampling(BaseModel):
 
 class CompletionRequest(_Sampling):
     prompt: TextOrTokens = Field(description="A prompt, prompts, token ids or lists of token ids.")
+    logprobs: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_COMPLETION_LOGPROBS,
+        description="The chosen tokens' log-probabilities, with this many likeliest alternatives.",
+    )
+    best_of: int | None = Field(default=None, description="Only equal to n.")
 
 
 class ChatMessage(BaseModel):
@@ -48,6 +55,13 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1, description="Written by the model's chat template.")
     max_completion_tokens: int | None = Field(default=None, ge=1, description="The same as max_tokens.")
+    logprobs: bool | None = Field(default=None, description="The chosen tokens' log-probabilities.")
+    top_logprobs: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_TOP_LOGPROBS,
+        description="Likeliest alternatives per token; with logprobs.",
+    )
 
 
 class Usage(BaseModel):
@@ -59,7 +73,9 @@ class Usage(BaseModel):
 class CompletionChoice(BaseModel):
     index: int
     text: str
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = Field(
+        default=None, description="Where asked: tokens, token_logprobs, top_logprobs, text_offset."
+    )
     finish_reason: Literal["stop", "length"]
 
 
@@ -83,7 +99,7 @@ class AssistantMessage(BaseModel):
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = Field(default=None, description="Where asked: content, one per token.")
     finish_reason: Literal["stop", "length"]
 
 
