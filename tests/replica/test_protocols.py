@@ -56,6 +56,22 @@ def test_the_seeds_simple_call_coerces_the_query_to_the_handlers_item_type(adder
     assert httpx.post(f"{adder}/", params={"number": "1"}).json() == 2
 
 
+def test_a_result_past_64_bits_is_answered_exactly(adder: str) -> None:
+    # JSON has no bound on integers, and Python's clients read them exactly.
+    beyond = -(2**63) - 2
+    assert httpx.get(f"{adder}/", params={"number": str(beyond)}).json() == beyond + 1
+
+
+def test_a_result_that_is_no_json_is_an_error_answer_and_the_replica_serves_on() -> None:
+    for url in serve(manifest("opaque", "batchd.testing.batch_handlers:not_json")):
+        response = httpx.post(f"{url}/v1/models/opaque:predict", json={"instances": [1]})
+        assert response.status_code == 500
+        assert "not JSON" in response.json()["error"], response.text
+        metrics = httpx.get(f"{url}/metrics").text
+        assert parse_counter(metrics, "batchd_requests", {"outcome": "error"}) == 1
+        assert parse_counter(metrics, "batchd_requests", {"outcome": "success"}) == 0
+
+
 def test_health_and_metadata_routes(adder: str) -> None:
     assert httpx.get(f"{adder}/v2/health/live").json() == {"live": True}
     assert httpx.get(f"{adder}/v2/health/ready").json() == {"ready": True}

@@ -41,6 +41,7 @@ from batchd.replica.errors import (
     http_error,
 )
 from batchd.replica.replica import Replica
+from batchd.replica.results import json_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,8 @@ class InferenceRoutes:
                 if isinstance(payload, EventStream):
                     stream = _StreamSender(payload)
                     await stream.send_all(send)
+                elif not isinstance(payload, BinaryAnswer):
+                    payload = json_bytes(payload)  # here, so a result that is no JSON is an error answer
         except Exception as error:
             answer = answer_for(error)
             replica.metrics.request_done(answer.outcome, time.perf_counter() - started)
@@ -194,9 +197,8 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
 
 
 async def _send_json(
-    send: Send, status: int, payload: Any, headers: list[tuple[bytes, bytes]] | None = None
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
-    body = orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
     # With its length said, the body goes as it is (no chunked framing for either side to make or read).
     length = (b"content-length", str(len(body)).encode())
     await send(
@@ -209,4 +211,4 @@ async def _send_error(send: Send, error: Exception, endpoint: Endpoint) -> None:
     if answer_for(error).outcome == "error":
         logger.error("request failed: %s", describe(error))
     answer = http_error(error, endpoint.error_body)
-    await _send_json(send, answer.status, answer.body, answer.headers)
+    await _send_json(send, answer.status, orjson.dumps(answer.body), answer.headers)

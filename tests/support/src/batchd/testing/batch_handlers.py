@@ -44,6 +44,11 @@ class NotAList:
         return {"n": len(items)}
 
 
+def not_json(items: list[int]) -> list[object]:
+    """One result per item, but none that JSON can carry."""
+    return [object() for _ in items]
+
+
 class WithWarmup:
     def __init__(self) -> None:
         self.warmed = False
