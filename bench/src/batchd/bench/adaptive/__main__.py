@@ -34,9 +34,8 @@ def read_report(path: Path) -> Report:
 
 def write_reports(report: Report, output: Path) -> None:
     """adaptive.json, adaptive.md and adaptive.png."""
-    records.write_json(output / "adaptive.json", report)
     text = to_markdown(report)
-    (output / "adaptive.md").write_text(text)
+    records.publish(output, "adaptive", report, text)
     draw_chart(report, output / "adaptive.png")
     print(text)
     print(f"results: {output / 'adaptive.json'}, .md and .png")

@@ -92,10 +92,7 @@ def read_results(path: Path) -> Results:
 def write_results(output_dir: Path, new: Results) -> Results:
     """The sections of `new` over those autoscaling.json had, written with autoscaling.md from
     both: the two modes run separately but report together."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / "autoscaling.json"
-    before = read_results(path)
+    before = read_results(output_dir / "autoscaling.json")
     results = Results(new.step or before.step, new.calibration or before.calibration)
-    records.write_json(path, results)
-    (output_dir / "autoscaling.md").write_text(to_markdown(results))
+    records.publish(output_dir, "autoscaling", results, to_markdown(results))
     return results

@@ -62,12 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for key in args.models
             },
         )
-    args.output_dir.mkdir(parents=True, exist_ok=True)
     stem = "generation" if args.device == "cpu" else f"generation-{args.device}"
-    records.write_json(args.output_dir / f"{stem}.json", results)
-    (args.output_dir / f"{stem}.md").write_text(to_markdown(results))
+    markdown = to_markdown(results)
+    records.publish(args.output_dir, stem, results, markdown)
     draw_chart(results, args.output_dir / f"{stem}.png")
-    print(to_markdown(results))
+    print(markdown)
     return 0
 
 

@@ -212,10 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             for threads in args.threads
         ]
     results = {"meta": meta, "runs": runs}
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    records.write_json(args.output_dir / "hf-continuous.json", results)
-    (args.output_dir / "hf-continuous.md").write_text(to_markdown(results))
-    print(to_markdown(results))
+    markdown = to_markdown(results)
+    records.publish(args.output_dir, "hf-continuous", results, markdown)
+    print(markdown)
     return 0
 
 

@@ -67,10 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         embedding_runs=embedding_runs,
         streaming_runs=streaming_runs,
     )
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    records.write_json(args.output_dir / "openai.json", results)
-    (args.output_dir / "openai.md").write_text(to_markdown(results))
-    print(to_markdown(results))
+    markdown = to_markdown(results)
+    records.publish(args.output_dir, "openai", results, markdown)
+    print(markdown)
     return 0
 
 

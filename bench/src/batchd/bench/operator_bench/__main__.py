@@ -59,9 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     result = OperatorResult(RunRecord.now("batchd.bench.operator_bench", argv), convergence, polling)
     for line in report_lines(result):
         print(line)
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    records.write_json(args.output_dir / "operator.json", result)
-    (args.output_dir / "operator.md").write_text(to_markdown(result))
+    records.publish(args.output_dir, "operator", result, to_markdown(result))
     if polling and polling.replicas_polled < polling.replicas:
         return cli.exit_status(f"only {polling.replicas_polled} of {polling.replicas} replicas were polled")
     return 0

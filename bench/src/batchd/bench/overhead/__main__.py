@@ -80,9 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = Results(
         meta, options.clients, options.duration_s, measurements, summaries, analysis.ratios(summaries)
     )
-    markdown, data = write_results(results, args.output_dir)
+    data = write_results(results, args.output_dir)
     print(to_markdown(results))
-    print(f"written: {markdown}, {data}")
+    print(f"written: {data} and the .md beside it")
     errors = sum(s.errors for s in summaries)
     return cli.exit_status(f"{errors} request(s) failed" if errors else None)
 

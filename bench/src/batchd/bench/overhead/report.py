@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from batchd.bench.kit.formatting import figure, number
-from batchd.bench.kit.records import from_json, ran, write_json
+from batchd.bench.kit.records import from_json, publish, ran
 from batchd.bench.overhead import subjects
 from batchd.bench.overhead.results import Results
 
@@ -54,12 +54,9 @@ def to_markdown(results: Results) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(results: Results, output_dir: Path, stem: str = "overhead") -> tuple[Path, Path]:
-    output_dir.mkdir(parents=True, exist_ok=True)
-    markdown, data = output_dir / f"{stem}.md", output_dir / f"{stem}.json"
-    markdown.write_text(to_markdown(results))
-    write_json(data, results)
-    return markdown, data
+def write_results(results: Results, output_dir: Path, stem: str = "overhead") -> Path:
+    """`<stem>.json` and `<stem>.md`; returns the JSON file's path."""
+    return publish(output_dir, stem, results, to_markdown(results))
 
 
 def read_results(path: Path) -> Results:

@@ -25,10 +25,8 @@ def main(argv: list[str] | None = None) -> int:
         report = asyncio.run(run(args.duration, args.times, Path(workdir)))
     text = markdown(report)
     print(text)
-    args.output_dir.mkdir(parents=True, exist_ok=True)
     meta = records.run_meta("batchd.bench.overload", sys.argv[1:] if argv is None else argv)
-    records.write_json(args.output_dir / "overload.json", {"meta": meta, **records.to_json(report)})
-    (args.output_dir / "overload.md").write_text(text)
+    records.publish(args.output_dir, "overload", {"meta": meta, **records.to_json(report)}, text)
     return 0 if all(verdicts(report).values()) else 1
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from batchd.bench.kit.formatting import figure, number, share, verdict
-from batchd.bench.kit.records import from_json, ran, write_json
+from batchd.bench.kit.records import from_json, publish, ran
 from batchd.bench.peers import analysis
 from batchd.bench.peers.catalog import MODELS, PEERS
 from batchd.bench.peers.results import Results
@@ -16,8 +16,7 @@ FIGURE_NAMES = {"rps": "req/s", "p99_ms": "p99", "cpu_ms_per_request": "server C
 
 
 def write_results(output_dir: Path, results: Results) -> None:
-    write_json(output_dir / "peers.json", results)
-    (output_dir / "peers.md").write_text(to_markdown(results))
+    publish(output_dir, "peers", results, to_markdown(results))
 
 
 def read_results(path: Path) -> Results:

@@ -367,9 +367,7 @@ def read_results(path: Path) -> Results:
 
 def write_results(output_dir: Path, new: Results) -> Results:
     """The parts of `new` over those router.json had, written with router.md from both."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / "router.json"
-    before = read_results(path)
+    before = read_results(output_dir / "router.json")
     results = Results(
         new.keepalive or before.keepalive,
         new.cost or before.cost,
@@ -377,6 +375,5 @@ def write_results(output_dir: Path, new: Results) -> Results:
         new.clients or before.clients,
         new.bound or before.bound,
     )
-    records.write_json(path, results)
-    (output_dir / "router.md").write_text(to_markdown(results))
+    records.publish(output_dir, "router", results, to_markdown(results))
     return results

@@ -101,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     markdown = report.to_markdown(result)
     if failures:
         markdown += "\n" + "\n".join(f"- **{n} failed**: {e.splitlines()[0]}" for n, e in failures.items())
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    records.write_json(args.output_dir / "latest.json", result)
-    (args.output_dir / "latest.md").write_text(markdown)
+    records.publish(args.output_dir, "latest", result, markdown)
     print(markdown)
     print(f"results: {args.output_dir / 'latest.json'} and {args.output_dir / 'latest.md'}")
     return cli.exit_status(f"scenario(s) failed: {', '.join(failures)}" if failures else None)
