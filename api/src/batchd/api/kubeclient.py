@@ -10,7 +10,8 @@ Needs the `kube` extra (`batchd-api[kube]`); the replica never imports it.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar, Self
 
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
@@ -63,3 +64,51 @@ async def connect(component: str, kubeconfig: str = "") -> aio_client.ApiClient:
     api_client = aio_client.ApiClient(configuration)
     api_client.user_agent = f"batchd-{component}/{__version__}"
     return api_client
+
+
+class KubeConnection:
+    """One connection pool to the API for a process's lifetime, opened at startup and closed at
+    shutdown; `call` sends one request and raises the API server's refusal as `ApiError`. The
+    operator's writes and the router's reads are built on it."""
+
+    component: ClassVar[str]  # who calls, in the user agent
+
+    def __init__(self, api_client: aio_client.ApiClient) -> None:
+        self._client = api_client
+
+    @classmethod
+    async def connect(cls, kubeconfig: str = "") -> Self:
+        return cls(await connect(cls.component, kubeconfig))
+
+    async def close(self) -> None:
+        await self._client.close()  # type: ignore[no-untyped-call]
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str | None = None,
+        transport_timeout: Any = None,
+    ) -> Any:
+        """The answer (2xx) to one request, its body not yet read; `transport_timeout` is an
+        `aiohttp.ClientTimeout` for the whole exchange."""
+        header_params = {"Accept": "application/json"}
+        if content_type is not None:
+            header_params["Content-Type"] = content_type
+        _, url, headers, serialized, _ = await self._client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query),
+            header_params=header_params,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = await self._client.call_api(
+            method, url, header_params=headers, body=serialized, _request_timeout=transport_timeout
+        )
+        if not 200 <= response.status < 300:
+            raise ApiError.of_answer(response.status, await response.read())  # type: ignore[no-untyped-call]
+        return response

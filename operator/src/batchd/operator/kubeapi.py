@@ -6,40 +6,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubernetes.aio import client as aio_client
-
-from batchd.api.kubeclient import ApiError, connect
+from batchd.api.kubeclient import ApiError, KubeConnection
 
 MERGE_PATCH = "application/merge-patch+json"
 
 
-class KubeApi:
-    """One connection pool for the operator's lifetime; opened at startup, closed at cleanup."""
+class KubeApi(KubeConnection):
+    """The operator's requests; one connection pool for its lifetime, opened at startup, closed at
+    cleanup."""
 
-    def __init__(self, api_client: aio_client.ApiClient) -> None:
-        self._client = api_client
-
-    @classmethod
-    async def connect(cls, kubeconfig: str = "") -> KubeApi:
-        return cls(await connect("operator", kubeconfig))
-
-    async def close(self) -> None:
-        await self._client.close()  # type: ignore[no-untyped-call]
+    component = "operator"
 
     async def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json"
     ) -> dict[str, Any]:
-        _, url, headers, serialized, _ = await self._client.param_serialize(
-            method=method,
-            resource_path=path,
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = await self._client.call_api(method, url, header_params=headers, body=serialized)
-        raw = await response.read()  # type: ignore[no-untyped-call]
-        if not 200 <= response.status < 300:
-            raise ApiError.of_answer(response.status, raw)
+        response = await self.call(method, path, body=body, content_type=content_type)
+        raw = await response.read()
         try:
             payload: Any = json.loads(raw) if raw else {}
         except ValueError:

@@ -9,39 +9,21 @@ from typing import Any
 
 import aiohttp
 import orjson
-from kubernetes.aio import client as aio_client
 
-from batchd.api.kubeclient import ApiError, connect
+from batchd.api.kubeclient import ApiError, KubeConnection
 
 MAX_EVENT_BYTES = 8 * 1024 * 1024
 
 
-class KubeClient:
-    """One connection pool for the router's lifetime; opened at startup, closed at shutdown."""
+class KubeClient(KubeConnection):
+    """The router's reads; one connection pool for its lifetime, opened at startup, closed at
+    shutdown."""
 
-    def __init__(self, api_client: aio_client.ApiClient) -> None:
-        self._client = api_client
-
-    @classmethod
-    async def connect(cls, kubeconfig: str = "") -> KubeClient:
-        return cls(await connect("router", kubeconfig))
-
-    async def close(self) -> None:
-        await self._client.close()  # type: ignore[no-untyped-call]
+    component = "router"
 
     async def _open(self, path: str, params: list[tuple[str, str]], timeout_s: float) -> Any:
-        _, url, headers, _, _ = await self._client.param_serialize(
-            method="GET",
-            resource_path=path,
-            query_params=params,
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
         timeout = aiohttp.ClientTimeout(total=timeout_s)
-        response = await self._client.call_api("GET", url, header_params=headers, _request_timeout=timeout)
-        if not 200 <= response.status < 300:
-            raise ApiError.of_answer(response.status, await response.read())  # type: ignore[no-untyped-call]
-        return response
+        return await self.call("GET", path, query=params, transport_timeout=timeout)
 
     async def list(
         self, path: str, label_selector: str, timeout_s: float = 30.0
