@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from batchd.bench.kit.promtext import parse_histogram
+from batchd.testing import manifests
 from batchd.testing.cluster import Cluster, PodView
 from batchd.testing.manifests import manifest
 from batchd.testing.operator_runner import api_server, create, eventually, running_operator
@@ -33,11 +34,7 @@ async def test_a_composers_calls_reach_its_callees_service_and_are_batched_there
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("BATCHD_DRAIN_DELAY_S", "0")
-    callee = manifest(
-        "doubler",
-        "batchd.testing.batch_handlers:Failing.handle",
-        batching={"max_batch_size": 16, "batch_wait_timeout_s": 0.05},
-    )
+    callee = manifests.doubler("doubler", batch_wait_timeout_s=0.05)
     composer = manifest(
         "relay",
         {"handler": "batchd.testing.batch_handlers:Relay", "calls": {"double": "doubler"}},

@@ -30,7 +30,7 @@ from batchd.bench.kit.promtext import Histogram, parse_histogram
 from batchd.replica import cli
 from batchd.replica.models import ModelLoadError, load_model
 from batchd.replica.settings import ReplicaSettings
-from batchd.testing import ROOT
+from batchd.testing import ROOT, manifests
 from batchd.testing.manifests import manifest
 from batchd.testing.models import minilm_mirror
 from batchd.testing.servers import (
@@ -66,16 +66,8 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     directory = tmp_path_factory.mktemp("composition")
-    callee = manifest(
-        "callee",
-        "batchd.testing.batch_handlers:Failing.handle",
-        batching={"max_batch_size": 16, "batch_wait_timeout_s": 0.05},
-    )
-    tight = manifest(
-        "tight",
-        {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": TIGHT_BATCH_S}},
-        batching={"max_batch_size": 1, "max_queued_requests": 1, "batch_wait_timeout_s": 0},
-    )
+    callee = manifests.doubler("callee", batch_wait_timeout_s=0.05)
+    tight = manifests.tight(TIGHT_BATCH_S)
     composer = manifest(
         "composer",
         {
@@ -98,16 +90,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def batch_sizes(server: ServerProcess) -> Histogram:
     return parse_histogram(server.metrics(), "batchd_batch_size")
-
-
-def load(server: ServerProcess) -> dict[str, Any]:
-    answer: dict[str, Any] = httpx.get(f"{server.url}/load", timeout=5).json()
-    return answer
-
-
-def idle(server: ServerProcess) -> bool:
-    now = load(server)
-    return bool(now["queued_items"] == 0 and now["running_items"] == 0)
 
 
 async def call(client: httpx.AsyncClient, stack: Stack, **item: Any) -> httpx.Response:
@@ -150,13 +132,13 @@ async def test_a_failing_callee_gives_the_caller_an_error_naming_it(stack: Stack
 
 
 async def test_an_overloaded_callee_gives_the_caller_503_with_retry_after_naming_it(stack: Stack) -> None:
-    wait_until(lambda: idle(stack.tight), 10, "tight idle")
+    wait_until(lambda: stack.tight.idle(), 10, "tight idle")
     async with httpx.AsyncClient() as client:
         # One call holds the callee's model, a second fills its one place in the queue ...
         busy = asyncio.ensure_future(call(client, stack, to="tight", n=1))
-        await asyncio.to_thread(wait_until, lambda: load(stack.tight)["running_items"] == 1, 5, "tight busy")
+        await asyncio.to_thread(wait_until, lambda: stack.tight.load()["running_items"] == 1, 5, "tight busy")
         queued = asyncio.ensure_future(call(client, stack, to="tight", n=2))
-        await asyncio.to_thread(wait_until, lambda: load(stack.tight)["queued_items"] == 1, 5, "tight full")
+        await asyncio.to_thread(wait_until, lambda: stack.tight.load()["queued_items"] == 1, 5, "tight full")
         # ... so the third is refused by the callee, and the composer's caller is told so.
         started = time.monotonic()
         refused = await call(client, stack, to="tight", n=3)
@@ -172,7 +154,7 @@ async def test_an_overloaded_callee_gives_the_caller_503_with_retry_after_naming
 
 
 async def test_the_composers_deadline_bounds_the_whole_call(stack: Stack) -> None:
-    wait_until(lambda: idle(stack.tight), 10, "tight idle")
+    wait_until(lambda: stack.tight.idle(), 10, "tight idle")
     async with httpx.AsyncClient() as client:
         started = time.monotonic()
         answer = await call(client, stack, to="tight", n=1)  # the callee takes 3 s
@@ -181,8 +163,8 @@ async def test_the_composers_deadline_bounds_the_whole_call(stack: Stack) -> Non
         assert COMPOSER_TIMEOUT_S - 0.1 <= elapsed < COMPOSER_TIMEOUT_S + 1.0
         # The composer's batch let go of the call at its deadline: the composer is empty again
         # while the callee is still computing its 3 s batch.
-        await asyncio.to_thread(wait_until, lambda: idle(stack.composer), 1.0, "composer idle")
-        assert load(stack.tight)["running_items"] == 1
+        await asyncio.to_thread(wait_until, lambda: stack.composer.idle(), 1.0, "composer idle")
+        assert stack.tight.load()["running_items"] == 1
         assert time.monotonic() - started < TIGHT_BATCH_S
         # ... and it answers its next request as usual.
         assert (await call(client, stack, to="callee", n=4)).json()["predictions"] == [8]

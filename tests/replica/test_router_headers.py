@@ -13,12 +13,11 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from batchd.testing.manifests import manifest
+from batchd.testing import manifests
 from batchd.testing.servers import ServerProcess, replica_process, wait_until, write_manifest
 
 pytestmark = pytest.mark.slow
@@ -27,38 +26,20 @@ BATCH_S = 2.0  # one batch of one item at a time, each this long: easy to fill, 
 PREDICT = "/v1/models/tight:predict"
 
 
-def tight_manifest() -> dict[str, Any]:
-    return manifest(
-        "tight",
-        {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": BATCH_S}},
-        batching={"max_batch_size": 1, "max_queued_requests": 1, "batch_wait_timeout_s": 0},
-    )
-
-
 @pytest.fixture(scope="module")
 def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     directory = tmp_path_factory.mktemp("tight")
-    with replica_process(write_manifest(directory, tight_manifest()), directory) as server:
+    with replica_process(write_manifest(directory, manifests.tight(BATCH_S)), directory) as server:
         yield server
 
 
-def load(server: ServerProcess) -> dict[str, Any]:
-    answer: dict[str, Any] = httpx.get(f"{server.url}/load", timeout=5).json()
-    return answer
-
-
-def idle(server: ServerProcess) -> bool:
-    now = load(server)
-    return bool(now["queued_items"] == 0 and now["running_items"] == 0)
-
-
 async def test_a_full_queue_refuses_with_the_refused_header(tight: ServerProcess) -> None:
-    wait_until(lambda: idle(tight), 10, "tight idle")
+    wait_until(lambda: tight.idle(), 10, "tight idle")
     async with httpx.AsyncClient(base_url=tight.url, timeout=30) as client:
         running = asyncio.ensure_future(client.post(PREDICT, json={"instances": [1]}))
-        await asyncio.to_thread(wait_until, lambda: load(tight)["running_items"] == 1, 5, "tight busy")
+        await asyncio.to_thread(wait_until, lambda: tight.load()["running_items"] == 1, 5, "tight busy")
         queued = asyncio.ensure_future(client.post(PREDICT, json={"instances": [2]}))
-        await asyncio.to_thread(wait_until, lambda: load(tight)["queued_items"] == 1, 5, "tight full")
+        await asyncio.to_thread(wait_until, lambda: tight.load()["queued_items"] == 1, 5, "tight full")
         refused = await client.post(PREDICT, json={"instances": [3]})
         accepted = await asyncio.gather(running, queued)
     assert refused.status_code == 503, refused.text
@@ -69,7 +50,7 @@ async def test_a_full_queue_refuses_with_the_refused_header(tight: ServerProcess
 
 
 async def test_the_clients_timeout_header_bounds_the_request(tight: ServerProcess) -> None:
-    wait_until(lambda: idle(tight), 10, "tight idle")
+    wait_until(lambda: tight.idle(), 10, "tight idle")
     async with httpx.AsyncClient(base_url=tight.url, timeout=30) as client:
         started = time.monotonic()
         late = await client.post(PREDICT, json={"instances": [1]}, headers={"batchd-timeout-s": "0.3"})
@@ -79,7 +60,7 @@ async def test_the_clients_timeout_header_bounds_the_request(tight: ServerProces
         assert "batchd-refused" not in late.headers  # it was accepted, then given up
         assert elapsed < BATCH_S  # not request_timeout_s, not the batch's time
         # A longer time than the batch takes is no bound: the answer comes as usual.
-        await asyncio.to_thread(wait_until, lambda: idle(tight), 10, "tight idle")
+        await asyncio.to_thread(wait_until, lambda: tight.idle(), 10, "tight idle")
         answer = await client.post(PREDICT, json={"instances": [1]}, headers={"batchd-timeout-s": "20"})
         assert answer.status_code == 200 and answer.json()["predictions"] == [2]
 
@@ -97,7 +78,7 @@ async def test_a_bad_timeout_header_is_a_400_naming_it_and_the_value(
 
 
 async def test_a_draining_replica_refuses_with_the_refused_header(tmp_path: Path) -> None:
-    with replica_process(write_manifest(tmp_path, tight_manifest()), tmp_path) as replica:
+    with replica_process(write_manifest(tmp_path, manifests.tight(BATCH_S)), tmp_path) as replica:
         # Two keep-alive connections opened before SIGTERM: one to see the replica turn unready,
         # one to send work once it has (a draining replica takes no new connections).
         async with (

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from batchd.testing import manifests
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import (
     ServerProcess,
@@ -47,16 +48,8 @@ class Composed:
 
 @pytest.fixture
 async def composed(stand_in: Any, tmp_path: Path) -> AsyncIterator[Composed]:
-    callee = manifest(
-        "callee",
-        "batchd.testing.batch_handlers:Failing.handle",
-        batching={"max_batch_size": 16, "batch_wait_timeout_s": 0.02},
-    )
-    tight = manifest(
-        "tight",
-        {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": TIGHT_BATCH_S}},
-        batching={"max_batch_size": 1, "max_queued_requests": 1, "batch_wait_timeout_s": 0},
-    )
+    callee = manifests.doubler("callee", batch_wait_timeout_s=0.02)
+    tight = manifests.tight(TIGHT_BATCH_S)
     composer = manifest(
         "composer",
         {"handler": "batchd.testing.batch_handlers:Relay", "calls": {"callee": "callee", "tight": "tight"}},

@@ -141,9 +141,9 @@ async def test_a_request_a_full_replica_refused_is_answered_by_another(stand_in:
             # One request in the model, then one in its queue: sent together, the second could
             # find the first still queued, and be refused.
             busy = [asyncio.ensure_future(client.post(direct, json={"instances": [0]}))]
-            await stand_in.eventually(lambda: load(full)["running_items"] == 1, what="full's model busy")
+            await stand_in.eventually(lambda: full.load()["running_items"] == 1, what="full's model busy")
             busy.append(asyncio.ensure_future(client.post(direct, json={"instances": [1]})))
-            await stand_in.eventually(lambda: load(full)["queued_items"] == 1, what="full's queue full")
+            await stand_in.eventually(lambda: full.load()["queued_items"] == 1, what="full's queue full")
             answers = [
                 await client.post(URL.format(router=router.url), json={"instances": [n]}) for n in range(10)
             ]
@@ -160,8 +160,3 @@ async def test_a_request_a_full_replica_refused_is_answered_by_another(stand_in:
         r'^batchd_rejections_total\{[^}]*reason="queue_full"[^}]*\} (\S+)$', full_metrics, re.M
     )
     assert float(refused_by_full[0]) == float(retried[0])  # each refusal retried once, none twice
-
-
-def load(replica: ServerProcess) -> dict[str, Any]:
-    answer: dict[str, Any] = httpx.get(f"{replica.url}/load", timeout=5).json()
-    return answer

@@ -118,6 +118,16 @@ class ServerProcess:
             raise ServerFailed(f"{self.name}: GET /metrics answered {response.status_code}")
         return response.text
 
+    def load(self) -> dict[str, Any]:
+        """A replica's `GET /load`: what it holds now (queued and running items, requests)."""
+        answer: dict[str, Any] = httpx.get(f"{self.url}/load", timeout=5).json()
+        return answer
+
+    def idle(self) -> bool:
+        """A replica with nothing queued and nothing in its model."""
+        now = self.load()
+        return bool(now["queued_items"] == 0 and now["running_items"] == 0)
+
     def sample(self) -> procstat.ProcessSample:
         return procstat.sample(self.pid)
 
