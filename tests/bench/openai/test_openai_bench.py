@@ -42,6 +42,21 @@ def test_streaming_compares_tokens_per_second_and_time_to_first_token() -> None:
     assert point.throughput_share == 0.8 and point.ttft_share == 0.8
 
 
+def test_the_time_to_first_token_p99_is_taken_over_every_repeats_samples_together() -> None:
+    # One late first token in 100 is the OpenAI route's p99 no more than a single sample; two in 100
+    # are generate_stream's. Each window alone (50 samples) would make its one late token its p99.
+    runs = [
+        StreamingRun("openai", 16, 0, 100, 50.8, 50, 0, [10.0] * 49 + [90.0]),
+        StreamingRun("openai", 16, 1, 100, 10.0, 50, 0, [10.0] * 50),
+        StreamingRun("oip_generate_stream", 16, 0, 100, 10.0, 50, 0, [10.0] * 50),
+        StreamingRun("oip_generate_stream", 16, 1, 100, 30.0, 50, 0, [10.0] * 48 + [30.0] * 2),
+    ]
+    (point,) = streaming_points(runs)
+    assert point.ttft_p99_ms["openai"] == pytest.approx(10.8)  # between the 99th and 100th sample
+    assert point.ttft_p99_ms["oip_generate_stream"] == pytest.approx(30.0)
+    assert point.ttft_share == pytest.approx(30.0 / 10.8)
+
+
 def results(share: float) -> Results:
     embeddings = embedding_points(
         [EmbeddingRun("openai", 1, 0, 100 * share, 10, 0), EmbeddingRun("kserve_v1", 1, 0, 100, 10, 0)]

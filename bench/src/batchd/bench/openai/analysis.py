@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.stats import median, ratio
+from batchd.bench.kit.stats import median, percentile, ratio
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class StreamingRun:
     ttft_p99_ms: float
     answers: int
     errors: int
+    # Every time to first token of the window: a window holds a few hundred at most, so its own p99
+    # is one of its three largest; the point's p99 is taken over every repeat's together.
+    ttft_ms: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ class EmbeddingPoint:
 class StreamingPoint:
     clients: int
     tokens_per_s: dict[str, float]
-    ttft_p99_ms: dict[str, float]
+    ttft_p99_ms: dict[str, float]  # over every repeat's first tokens together (see `pooled_p99`)
     errors: int
     throughput_share: float  # the OpenAI route's tokens/s over generate_stream's (median of repeats')
     ttft_share: float  # generate_stream's p99 TTFT over the OpenAI route's (above 1: OpenAI's sooner)
@@ -92,18 +96,16 @@ def _by_route(runs: Sequence[Run], clients: int, figure: Callable[[Run], float])
     }
 
 
-def _paired(
-    runs: Sequence[Run], clients: int, figure: Callable[[Run], float], over: str, reverse: bool = False
-) -> float:
-    """The median over repeats of the OpenAI route's figure over route `over`'s in the same repeat
-    (`reverse`: `over`'s over the OpenAI route's), the two windows side by side."""
+def _paired(runs: Sequence[Run], clients: int, figure: Callable[[Run], float], over: str) -> float:
+    """The median over repeats of the OpenAI route's figure over route `over`'s in the same repeat,
+    the two windows side by side."""
     at = [run for run in runs if run.clients == clients]
     ratios = []
     for repeat in sorted({run.repeat for run in at}):
         mine = [figure(run) for run in at if run.repeat == repeat and run.route == "openai"]
         theirs = [figure(run) for run in at if run.repeat == repeat and run.route == over]
         if mine and theirs:
-            ratios.append(ratio(theirs[0], mine[0]) if reverse else ratio(mine[0], theirs[0]))
+            ratios.append(ratio(mine[0], theirs[0]))
     return median(ratios)
 
 
@@ -125,14 +127,28 @@ def embedding_points(runs: Sequence[EmbeddingRun], other: str = "kserve_v1") -> 
     return points
 
 
+def pooled_p99(runs: Sequence[StreamingRun], clients: int) -> dict[str, float]:
+    """Per route, the p99 time to first token over every repeat's samples together. The routes'
+    windows take turns within each repeat, so a slower machine in one repeat weighs on both; a
+    repeat's own p99 (one of its three largest samples) moves by a fifth from repeat to repeat.
+    Runs that kept no samples give the median of their own p99s instead."""
+    at = [run for run in runs if run.clients == clients]
+    p99 = {}
+    for route in sorted({run.route for run in at}):
+        mine = [run for run in at if run.route == route]
+        samples = [ms for run in mine for ms in run.ttft_ms]
+        p99[route] = percentile(samples, 99) if samples else median([run.ttft_p99_ms for run in mine])
+    return p99
+
+
 def streaming_points(
     runs: Sequence[StreamingRun], other: str = "oip_generate_stream"
 ) -> list[StreamingPoint]:
     points = []
     for clients in _clients(runs):
         tps = _by_route(runs, clients, lambda run: run.tokens_per_s)
-        ttft = _by_route(runs, clients, lambda run: run.ttft_p99_ms)
+        ttft = pooled_p99(runs, clients)
         share = _paired(runs, clients, lambda run: run.tokens_per_s, other)
-        first = _paired(runs, clients, lambda run: run.ttft_p99_ms, other, reverse=True)
+        first = ratio(ttft.get(other, math.nan), ttft.get("openai", math.nan))
         points.append(StreamingPoint(clients, tps, ttft, _errors(runs, clients), share, first))
     return points

@@ -103,6 +103,9 @@ def to_markdown(results: Results) -> str:
             f"## Chat streaming: tiny GPT-2 (4 layers x 256), {NEW_TOKENS} tokens per answer, "
             "token-level scheduling",
             "",
+            "Tokens/s are medians over the repeats (their share, the median of each repeat's); each "
+            "TTFT p99 is taken over every repeat's first tokens together.",
+            "",
             streaming_table(results.streaming),
             "",
         ]

@@ -147,7 +147,16 @@ async def _streams(url: str, route: Route, clients: int, repeat: int, setup: Set
     ) as session:
         await asyncio.gather(*(client(session) for _ in range(clients)))
     tokens_per_s = rate_between_completions(ends) * NEW_TOKENS
-    return StreamingRun(route.label, clients, repeat, tokens_per_s, p99_ms(firsts), len(ends), errors)
+    return StreamingRun(
+        route.label,
+        clients,
+        repeat,
+        tokens_per_s,
+        p99_ms(firsts),
+        len(ends),
+        errors,
+        [round(s * 1000, 3) for s in firsts],
+    )
 
 
 def measure_streaming(setup: Setup, repeats: int, workdir: Path, threads: int) -> list[StreamingRun]:

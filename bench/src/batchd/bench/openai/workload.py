@@ -64,7 +64,7 @@ STREAMING_ROUTES = (
 )
 
 EMBEDDINGS = Setup(clients=(1, 8, 32, 64), duration_s=6.0, warmup_s=1.0)
-STREAMING = Setup(clients=(1, 4, 16), duration_s=6.0, warmup_s=1.0)
+STREAMING = Setup(clients=(1, 4, 16), duration_s=10.0, warmup_s=1.0)
 QUICK = {"embeddings": Setup((1, 8), 1.0, 0.3), "streaming": Setup((1, 4), 2.0, 0.3)}
 
 
