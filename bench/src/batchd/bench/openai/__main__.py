@@ -26,7 +26,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument(
-        "--repeats", type=int, default=None, help="interleaved repeats (default 5; 1 with --quick)"
+        "--repeats",
+        type=int,
+        default=None,
+        help="repeats, both routes at once in each (default 5; 1 with --quick)",
     )
     parser.add_argument(
         "--threads",

@@ -128,8 +128,8 @@ def embedding_points(runs: Sequence[EmbeddingRun], other: str = "kserve_v1") -> 
 
 
 def pooled_p99(runs: Sequence[StreamingRun], clients: int) -> dict[str, float]:
-    """Per route, the p99 time to first token over every repeat's samples together. The routes'
-    windows take turns within each repeat, so a slower machine in one repeat weighs on both; a
+    """Per route, the p99 time to first token over every repeat's samples together. The routes
+    share each repeat's window, so a slower machine in one repeat weighs on both; a
     repeat's own p99 (one of its three largest samples) moves by a fifth from repeat to repeat.
     Runs that kept no samples give the median of their own p99s instead."""
     at = [run for run in runs if run.clients == clients]

@@ -87,8 +87,9 @@ def to_markdown(results: Results) -> str:
     lines = [
         "# The OpenAI routes against KServe V1 and generate_stream",
         "",
-        f"{ran(results.meta)}. Closed loops on keep-alive connections; medians of {results.repeats} "
-        f"interleaved repeat(s); {results.torch_threads} torch thread(s) per replica.",
+        f"{ran(results.meta)}. Closed loops on keep-alive connections, both routes at once with the "
+        f"clients counted on each; medians of {results.repeats} repeat(s); {results.torch_threads} "
+        "torch thread(s) per replica.",
         "",
     ]
     if results.embeddings:

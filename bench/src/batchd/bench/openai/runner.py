@@ -1,4 +1,4 @@
-"""Running both parts: one replica per part, both of its routes in turn at every client count."""
+"""Running both parts: one replica per part, both of its routes at once at every client count."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from batchd.bench.kit import servers
 from batchd.bench.kit.connections import Request, RequestFailed, Session
 from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.models import minilm_mirror
-from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.stats import p99_ms
 from batchd.bench.openai.analysis import EmbeddingRun, StreamingRun, rate_between_completions
 from batchd.bench.openai.workload import (
@@ -41,16 +40,15 @@ _ENDS: dict[str, Callable[[bytes], bool]] = {
 }
 
 
-def _interleaved(
-    setup: Setup, repeats: int, routes: tuple[Route, ...], measure: Callable[[Route, int, int], None]
-) -> None:
-    """Every repeat of one client count before the next: the two routes' windows of a repeat lie
-    side by side, so that what else the machine does falls on both (their ratio is paired)."""
+def _side_by_side(setup: Setup, repeats: int, measure: Callable[[int, int], None]) -> None:
+    """Every repeat of one client count before the next. In each, `measure` drives both routes at
+    once, `clients` on each, through one window: the replica's batches mix the two routes' items,
+    and whatever else the machine does at that moment falls on both alike. (Taking turns, a route's
+    window met a machine up to a quarter faster or slower than the other's.)"""
     for clients in setup.clients:
         for repeat in range(repeats):
-            for route in rotated(routes, repeat):
-                logger.info("%d client(s), repeat %d, %s", clients, repeat + 1, route.label)
-                measure(route, clients, repeat)
+            logger.info("%d client(s) on each route, repeat %d", clients, repeat + 1)
+            measure(clients, repeat)
 
 
 def measure_embeddings(setup: Setup, repeats: int, workdir: Path, threads: int) -> list[EmbeddingRun]:
@@ -64,13 +62,17 @@ def measure_embeddings(setup: Setup, repeats: int, workdir: Path, threads: int) 
         address = urlsplit(replica.url)
         host, port = address.hostname or "127.0.0.1", address.port or 80
 
-        def measure(route: Route, clients: int, repeat: int) -> None:
-            request = Request.post_json(host, port, route.path, route.body)
-            rps, latencies, errors = uvloop.run(_requests(host, port, request, clients, setup))
-            replica.check_alive()
-            runs.append(EmbeddingRun(route.label, clients, repeat, rps, p99_ms(latencies), errors))
+        async def both(clients: int) -> list[tuple[float, list[float], int]]:
+            requests = [Request.post_json(host, port, route.path, route.body) for route in EMBEDDING_ROUTES]
+            return await asyncio.gather(*(_requests(host, port, r, clients, setup) for r in requests))
 
-        _interleaved(setup, repeats, EMBEDDING_ROUTES, measure)
+        def measure(clients: int, repeat: int) -> None:
+            measured = uvloop.run(both(clients))
+            for route, (rps, latencies, errors) in zip(EMBEDDING_ROUTES, measured, strict=True):
+                runs.append(EmbeddingRun(route.label, clients, repeat, rps, p99_ms(latencies), errors))
+            replica.check_alive()
+
+        _side_by_side(setup, repeats, measure)
     return runs
 
 
@@ -169,11 +171,15 @@ def measure_streaming(setup: Setup, repeats: int, workdir: Path, threads: int) -
     runs: list[StreamingRun] = []
     with servers.replica_process(path, workdir / "logs", env={"OMP_NUM_THREADS": str(threads)}) as replica:
 
-        def measure(route: Route, clients: int, repeat: int) -> None:
+        async def both(clients: int, repeat: int) -> list[StreamingRun]:
+            streams = (_streams(replica.url, route, clients, repeat, setup) for route in STREAMING_ROUTES)
+            return await asyncio.gather(*streams)
+
+        def measure(clients: int, repeat: int) -> None:
             started = time.perf_counter()
-            runs.append(uvloop.run(_streams(replica.url, route, clients, repeat, setup)))
+            runs.extend(uvloop.run(both(clients, repeat)))
             replica.check_alive()
             logger.info("  %.1f s", time.perf_counter() - started)
 
-        _interleaved(setup, repeats, STREAMING_ROUTES, measure)
+        _side_by_side(setup, repeats, measure)
     return runs
