@@ -19,7 +19,7 @@ MODULE = "batchd.bench.peers"
     ("args", "message"),
     [
         (["--peers", "tgi"], "--peers: expected some of batchd, floor, mosec"),
-        (["--models", "gpt5"], "--models: expected some of adder, minilm, got 'gpt5'"),
+        (["--models", "gpt5"], "--models: expected some of adder, minilm, gpt2, got 'gpt5'"),
         (["--repeats", "0"], "--repeats: expected 1 or more, got 0"),
         (["--duration-s", "0"], "--duration-s: expected a positive number of seconds, got 0.0"),
     ],

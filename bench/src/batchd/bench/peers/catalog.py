@@ -20,6 +20,8 @@ from batchd.bench.kit.models import MINILM_SOURCE, SENTENCE
 from batchd.bench.peers.servers import models
 
 TRIVIAL_ADDER = "batchd.bench.kit.handlers:TrivialAdder.handle_batch"
+# What every generation request asks to continue (the answer: models.NEW_TOKENS tokens).
+PROMPT = "Once upon a time there was a batching server that gathered requests into batches."
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,8 @@ class Model:
 MODELS: Mapping[str, Model] = {
     "adder": Model("adder", "Trivial adder", 1, 128),
     "minilm": Model("minilm", "MiniLM-L6 embeddings", SENTENCE, 64),
+    # As many clients as a batch has rows: a server that batches whole requests runs full batches.
+    "gpt2": Model("gpt2", f"Tiny GPT-2 generation, {models.NEW_TOKENS} new tokens a request", PROMPT, 32),
 }
 
 
@@ -43,7 +47,7 @@ class Peer:
     distribution: str  # whose version the report quotes ("" for batchd: this checkout)
     how: str  # what runs where, in a few words (the report's table)
     module: str = ""  # under batchd.bench.peers.servers ("" for what runs from batchd's environment)
-    models: tuple[str, ...] = ("adder", "minilm")  # what it serves
+    models: tuple[str, ...] = ("adder", "minilm", "gpt2")  # what it serves
     # The floor is measured beside the peers as a bound, not as one of them: it is never said to
     # be ahead of batchd, nor counted among the peers batchd should pass.
     reference: bool = False
@@ -130,11 +134,24 @@ PEERS: Mapping[str, Peer] = {
 }
 
 
-def batchd_manifest(model: Model) -> dict[str, Any]:
-    """The BatchedDeployment batchd serves `model` from, with every peer's batching settings."""
+def batchd_manifest(model: Model, gpt2_dir: Path | None = None) -> dict[str, Any]:
+    """The BatchedDeployment batchd serves `model` from, with every peer's batching settings (the
+    generator: batchd's own default, token-level scheduling, at as many rows as a peer's batch)."""
     batching = {"max_batch_size": models.MAX_BATCH_SIZE, "batch_wait_timeout_s": models.BATCH_WAIT_S}
     if model.name == "adder":
         block: dict[str, Any] = {"name": model.name, "handler": TRIVIAL_ADDER}
-    else:
+    elif model.name == "minilm":
         block = {"name": model.name, "task": "feature-extraction", "source": MINILM_SOURCE, "device": "cpu"}
+    else:
+        assert gpt2_dir is not None, "the generator needs the folder of its tiny GPT-2"
+        tokens = models.NEW_TOKENS
+        block = {
+            "name": model.name,
+            "task": "text-generation",
+            "source": f"file://{gpt2_dir}",
+            "device": "cpu",
+            # Greedy, and every answer runs to exactly `tokens` new tokens, as the peers' do.
+            "call_kwargs": {"max_new_tokens": tokens, "min_new_tokens": tokens, "do_sample": False},
+            "generation": {"max_new_tokens": tokens},
+        }
     return manifest(f"peers-{model.name}", block, batching=batching)

@@ -32,6 +32,7 @@ from batchd.bench.peers.catalog import MODELS, PEERS, Model, Peer, batchd_manife
 from batchd.bench.peers.options import Options
 from batchd.bench.peers.results import CeilingRun, PeerInfo, Run
 from batchd.bench.peers.servers import models
+from batchd.testing.models import build_gpt2
 
 logger = logging.getLogger("batchd.bench.peers")
 
@@ -86,14 +87,27 @@ def server_env(peer: str, model: Model, cores: set[int] | None, workdir: Path) -
         env["LD_LIBRARY_PATH"] = str(sysconfig.get_config_var("LIBDIR"))
     if model.name == "minilm":
         env["BATCHD_MODEL_MIRROR"] = str(minilm_mirror(workdir / "mirror"))
+    if model.name == "gpt2":
+        env[models.GPT2_DIR_VARIABLE] = str(gpt2_dir(workdir))
     return env
+
+
+def gpt2_dir(workdir: Path) -> Path:
+    """The tiny GPT-2 every server generates with, built once per run (random weights, seeded)."""
+    directory = workdir / "gpt2-tiny"
+    if not (directory / "config.json").exists():
+        build_gpt2(directory)
+    return directory
 
 
 def start(peer: Peer, model: Model, python: Path, workdir: Path, cores: set[int] | None) -> ServerProcess:
     """The peer's server in a process group of its own (so that stopping it reaches every process
     it started), pinned to `cores`, its output in a log file of its own."""
     port = free_port(HOST)
-    manifest_path = write_manifest(workdir, batchd_manifest(model)) if peer.name == "batchd" else None
+    manifest_path = None
+    if peer.name == "batchd":
+        generator = gpt2_dir(workdir) if model.name == "gpt2" else None
+        manifest_path = write_manifest(workdir, batchd_manifest(model, generator))
     command = [*peer.command(python, model, manifest_path), "--host", HOST, "--port", str(port)]
     log_path = workdir / f"{peer.name}-{model.name}-{port}.log"
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None

@@ -4,7 +4,8 @@ process through shared memory.
     python -m batchd.bench.peers.servers.pytriton_server --model adder --host H --port P
 
 Triton speaks the Open Inference Protocol only: POST /v2/models/<model>/infer with one input
-`x` of one item (INT64 for the adder, BYTES for MiniLM) answers one output `y`.
+`x` of one item (INT64 for the adder, BYTES for MiniLM and GPT-2) answers one output `y`
+(INT64, FP32 vectors, BYTES text).
 """
 
 from __future__ import annotations
@@ -35,11 +36,18 @@ def main() -> None:
         if args.model == "adder":
             return {"y": np.asarray(predict_batch(x[:, 0].tolist()), dtype=np.int64)[:, None]}
         texts = [item[0].decode() for item in x]
+        if args.model == "gpt2":
+            return {"y": np.asarray([[text.encode()] for text in predict_batch(texts)], dtype=np.object_)}
         return {"y": np.asarray(predict_batch(texts), dtype=np.float32)}
 
     adder = args.model == "adder"
     inputs = [Tensor(name="x", dtype=np.int64 if adder else bytes, shape=(1,))]
-    outputs = [Tensor(name="y", dtype=np.int64 if adder else np.float32, shape=(1,) if adder else (-1,))]
+    output: dict[str, Tensor] = {
+        "adder": Tensor(name="y", dtype=np.int64, shape=(1,)),
+        "minilm": Tensor(name="y", dtype=np.float32, shape=(-1,)),
+        "gpt2": Tensor(name="y", dtype=bytes, shape=(1,)),
+    }
+    outputs = [output[args.model]]
     # Triton's gRPC and metrics endpoints on loopback too, on ports of their own.
     config = TritonConfig(
         http_address=args.host,
