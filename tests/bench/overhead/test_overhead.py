@@ -3,14 +3,18 @@ reports, and the options it refuses."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import httpx
 import pytest
 
 from batchd.bench.kit.processtree import tree_cpu_s
+from batchd.bench.overhead import subjects
 from batchd.bench.overhead.analysis import ratios, summarise
 from batchd.bench.overhead.results import Measurement
 from tests.bench.conftest import RunModule
@@ -67,3 +71,20 @@ def test_a_baseline_without_its_source_tree_is_refused_by_name(run_module: RunMo
     done = run_module("batchd.bench.overhead", "--subjects", "batchd", "baseline", timeout_s=60)
     assert done.returncode == 2
     assert "--subjects: baseline needs --baseline-src" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_minimal_server_answers_each_request_in_batches_as_the_replica_would(tmp_path: Path) -> None:
+    server = subjects.start(subjects.MINIMAL, tmp_path, cores=None)
+    try:
+        server.wait_ready(60)
+
+        async def ask_all() -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+                asks = [client.post(subjects.REPLICA_PATH, json={"instances": [n]}) for n in range(40)]
+                return await asyncio.gather(*asks)
+
+        answers = asyncio.run(ask_all())
+        assert [a.json() for a in answers] == [{"predictions": [n + 1]} for n in range(40)]
+    finally:
+        server.stop()

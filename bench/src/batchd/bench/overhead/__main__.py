@@ -30,8 +30,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, workload.Option
         "--subjects",
         nargs="+",
         default=None,
-        help="some of batchd, baseline, bare, mosec, split, split2 (default: batchd bare, mosec when its "
-        "python is known, baseline when its source is given)",
+        help="some of batchd, baseline, bare, mosec, split, split2, minimal (default: batchd bare, "
+        "mosec when its python is known, baseline when its source is given)",
     )
     parser.add_argument(
         "--baseline-src", type=Path, default=None, help="a replica source tree to compare with"

@@ -39,7 +39,9 @@ MOSEC = Subject("mosec", MOSEC_PATH, "/")
 # The split prototype (`split_prototype`) with one front process, and with two.
 SPLIT = Subject("split", REPLICA_PATH, servers.REPLICA_READY_PATH)
 SPLIT2 = Subject("split2", REPLICA_PATH, servers.REPLICA_READY_PATH)
-ALL = (BATCHD, BASELINE, BARE, MOSEC, SPLIT, SPLIT2)
+# The least a batching server on uvicorn does (`minimal`).
+MINIMAL = Subject("minimal", REPLICA_PATH, "/load")
+ALL = (BATCHD, BASELINE, BARE, MOSEC, SPLIT, SPLIT2, MINIMAL)
 
 
 def adder_manifest() -> dict[str, object]:
@@ -87,9 +89,12 @@ def start(
         process = servers.start_process(
             subject.name, command, workdir, cores=cores, ready_path=subject.ready_path
         )
-    elif subject in (SPLIT, SPLIT2):
-        fronts = "1" if subject is SPLIT else "2"
-        command = [sys.executable, "-m", "batchd.bench.overhead.split_prototype", "--fronts", fronts]
+    elif subject in (SPLIT, SPLIT2, MINIMAL):
+        if subject is MINIMAL:
+            command = [sys.executable, "-m", "batchd.bench.overhead.minimal"]
+        else:
+            fronts = "1" if subject is SPLIT else "2"
+            command = [sys.executable, "-m", "batchd.bench.overhead.split_prototype", "--fronts", fronts]
         process = servers.start_process(
             subject.name, command, workdir, cores=cores, ready_path=subject.ready_path
         )

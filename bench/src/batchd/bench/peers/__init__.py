@@ -11,10 +11,11 @@ the file is unchanged; the first run downloads Ray and the others from PyPI, min
 server is a small script in `servers/` calling the same model code (`servers/models.py`): the
 trivial adder (128 clients), MiniLM-L6 embeddings from the bundled weights (64 clients) and a
 tiny GPT-2 built here (32 clients, 64 new tokens a request, greedy: transformers' `generate` on
-each batch the peer forms; batchd schedules tokens), max batch 32 and a 10 ms wait everywhere. One server runs at a time, its every process on the first
-core and the load generator (the kit's closed loop) on the others; the servers' order turns each
-repeat; req/s, p50/p99, the server tree's CPU per request and memory are read per run, and the
-MiniLM model alone (in-process, batch 32) takes its turn as the ceiling. Ratios to Mosec and to
+each batch the peer forms; batchd schedules tokens), max batch 32 and a 10 ms wait everywhere.
+One server runs at a time, its every process on the first core and the load generator (the
+kit's closed loop) on the others; the servers' order turns each repeat; req/s, p50/p99, the
+server tree's CPU per request and memory are read per run, and the MiniLM model alone
+(in-process, batch 32) takes its turn as the ceiling. Ratios to Mosec and to
 batchd are taken within each repeat. A peer that cannot be installed or started is reported with
 the reason, and the others go on. Goals are checked and reported, not failed on; a run exits 1
 only when nothing could be measured.
