@@ -534,7 +534,10 @@ class _Pod:
         if get is None:
             return True
         url = f"http://{get.get('host', self.ip)}:{self.port_of(get.get('port'))}{get.get('path', '/')}"
-        timeout = min(float((self.container["readinessProbe"]).get("timeoutSeconds", 1)), 1.0)
+        # The manifest's timeout, as the kubelet takes it (default 1 s): the stand-in probes every
+        # `probe_period_s`, far more often than the manifest's period, so a capped timeout made two
+        # slow answers from a busy replica on this shared CPU read as an unready pod.
+        timeout = float(self.container["readinessProbe"].get("timeoutSeconds", 1))
         try:
             async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
                 return 200 <= response.status < 400
