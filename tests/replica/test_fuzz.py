@@ -27,7 +27,7 @@ from batchd.replica.settings import ReplicaSettings
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import uvicorn_in_thread
 
-EXAMPLES_PER_OPERATION = 200
+EXAMPLES_PER_OPERATION = 100
 CASES: list[tuple[str, str, int]] = []  # (method, path, status) of every request made
 
 
