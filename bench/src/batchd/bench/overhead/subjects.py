@@ -65,39 +65,32 @@ def start(
     mosec_python: Path | None = None,
 ) -> servers.ServerProcess:
     """Start one subject's server (not waited on: `ServerProcess.wait_ready`)."""
-    quiet = {"BATCHD_LOG_LEVEL": "warning"}
     if subject in (BATCHD, BASELINE):
+        quiet = {"BATCHD_LOG_LEVEL": "warning"}
         path = servers.write_manifest(workdir, adder_manifest())
         # A source tree first on the path wins over the installed `batchd.replica`.
         env = quiet if subject is BATCHD else {**quiet, "PYTHONPATH": str(baseline_src)}
-        process = servers.start_replica(path, workdir, name=subject.name, env=env, cores=cores)
-    elif subject is BARE:
-        command = [
+        return servers.start_replica(path, workdir, name=subject.name, env=env, cores=cores)
+    command = _command(subject, mosec_python)
+    return servers.start_process(subject.name, command, workdir, cores=cores, ready_path=subject.ready_path)
+
+
+def _command(subject: Subject, mosec_python: Path | None) -> list[str]:
+    """The command line of a subject that is no batchd replica."""
+    if subject is BARE:
+        return [
             sys.executable, "-m", "uvicorn", "batchd.bench.router.trivial_adder:app",
             "--loop", str(UVICORN_OPTIONS["loop"]), "--http", str(UVICORN_OPTIONS["http"]),
             "--backlog", str(UVICORN_OPTIONS["backlog"]), "--no-proxy-headers",
             "--timeout-keep-alive", str(UVICORN_OPTIONS["timeout_keep_alive"]),
             "--no-access-log", "--log-level", "warning",
         ]  # fmt: skip
-        process = servers.start_process(
-            subject.name, command, workdir, cores=cores, ready_path=subject.ready_path
-        )
-    elif subject is MOSEC:
+    if subject is MOSEC:
         assert mosec_python is not None
-        script = Path(__file__).with_name("mosec_adder.py")
-        command = [str(mosec_python), str(script), "--log-level", "warning"]
-        process = servers.start_process(
-            subject.name, command, workdir, cores=cores, ready_path=subject.ready_path
-        )
-    elif subject in (SPLIT, SPLIT2, MINIMAL):
-        if subject is MINIMAL:
-            command = [sys.executable, "-m", "batchd.bench.overhead.minimal"]
-        else:
-            fronts = "1" if subject is SPLIT else "2"
-            command = [sys.executable, "-m", "batchd.bench.overhead.split_prototype", "--fronts", fronts]
-        process = servers.start_process(
-            subject.name, command, workdir, cores=cores, ready_path=subject.ready_path
-        )
-    else:
-        raise ValueError(f"subject: expected one of {', '.join(s.name for s in ALL)}, got {subject.name!r}")
-    return process
+        return [str(mosec_python), str(Path(__file__).with_name("mosec_adder.py")), "--log-level", "warning"]
+    if subject is MINIMAL:
+        return [sys.executable, "-m", "batchd.bench.overhead.minimal"]
+    if subject in (SPLIT, SPLIT2):
+        fronts = "1" if subject is SPLIT else "2"
+        return [sys.executable, "-m", "batchd.bench.overhead.split_prototype", "--fronts", fronts]
+    raise ValueError(f"subject: expected one of {', '.join(s.name for s in ALL)}, got {subject.name!r}")
