@@ -43,6 +43,7 @@ import base64
 import contextlib
 import copy
 import datetime
+import fcntl
 import json
 import math
 import os
@@ -54,7 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -85,6 +86,8 @@ SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 MIN_GRACE_AFTER_PRESTOP_S = 2.0
 # Loopback addresses tried for a pod before giving up (an address whose ports are taken is skipped).
 ADDRESS_SEARCH = 4096
+# Taken while an address is claimed, by every stand-in cluster on the machine (`_claiming`).
+CLAIM_LOCK_PATH = Path(tempfile.gettempdir()) / "batchd-stand-in-addresses.lock"
 CLUSTER_DOMAIN = "cluster.local"
 # A Service's DNS name in a URL (`http://minilm.default.svc.cluster.local:8000`), port optional.
 SERVICE_HOST = re.compile(
@@ -226,6 +229,22 @@ def _reserve(ip: str, ports: Iterable[int]) -> list[socket.socket] | None:
             reservation.close()
         return None
     return held
+
+
+@contextlib.contextmanager
+def _claiming() -> Iterator[None]:
+    """Hold the machine-wide lock on claiming loopback addresses.
+
+    `_reserve` checks, then holds: two stand-in clusters in other processes (the suite's parallel
+    workers) checking the same free address at once would both hold it, and their pods would share
+    an IP. Under this lock the check and the hold are one step for every stand-in on the machine.
+    """
+    with open(CLAIM_LOCK_PATH, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 async def _wait_for(event: asyncio.Event, timeout_s: float) -> bool:
@@ -1016,14 +1035,15 @@ class Cluster:
 
     def _claim_address(self, ports: list[int]) -> tuple[str, list[socket.socket]]:
         """A loopback address of its own (a pod's IP, or a Service's ClusterIP), its ports held."""
-        for index in range(self._next_address, self._next_address + ADDRESS_SEARCH):
-            if index % 256 in (0, 255):
-                continue
-            ip = f"127.{(index >> 16) & 255}.{(index >> 8) & 255}.{index & 255}"
-            reservations = _reserve(ip, ports)
-            if reservations is not None:
-                self._next_address = index + 1
-                return ip, reservations
+        with _claiming():
+            for index in range(self._next_address, self._next_address + ADDRESS_SEARCH):
+                if index % 256 in (0, 255):
+                    continue
+                ip = f"127.{(index >> 16) & 255}.{(index >> 8) & 255}.{index & 255}"
+                reservations = _reserve(ip, ports)
+                if reservations is not None:
+                    self._next_address = index + 1
+                    return ip, reservations
         raise RuntimeError(f"no free loopback address for ports {ports} in {ADDRESS_SEARCH} tries")
 
     # -- Services: cluster DNS and kube-proxy ---------------------------------------------------------------
