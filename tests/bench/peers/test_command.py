@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from batchd.bench.peers.__main__ import parse_args
+from batchd.bench.peers.__main__ import options_from, parse_args
+from batchd.bench.peers.catalog import MODELS, batchd_manifest
+from batchd.bench.peers.servers import models
+from batchd.bench.peers.workload import server_env
 from tests.bench.conftest import RunModule
 
 MODULE = "batchd.bench.peers"
@@ -22,6 +25,7 @@ MODULE = "batchd.bench.peers"
         (["--models", "gpt5"], "--models: expected some of adder, minilm, gpt2, got 'gpt5'"),
         (["--repeats", "0"], "--repeats: expected 1 or more, got 0"),
         (["--duration-s", "0"], "--duration-s: expected a positive number of seconds, got 0.0"),
+        (["--device", "tpu"], "--device: invalid choice: 'tpu' (choose from 'cpu', 'cuda')"),
     ],
 )
 def test_a_bad_option_is_refused_naming_it_and_its_value(
@@ -31,6 +35,16 @@ def test_a_bad_option_is_refused_naming_it_and_its_value(
         parse_args(args)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_device_asked_for_reaches_batchd_and_every_peers_model(tmp_path: Path) -> None:
+    options = options_from(parse_args(["--device", "cuda"]))
+    assert options.device == "cuda"
+    minilm = MODELS["minilm"]
+    assert batchd_manifest(minilm, device=options.device)["spec"]["model"]["device"] == "cuda"
+    env = server_env("mosec", minilm, None, tmp_path, options.device)
+    assert env[models.DEVICE_VARIABLE] == "cuda"
+    assert options_from(parse_args([])).device == "cpu"
 
 
 @pytest.mark.slow

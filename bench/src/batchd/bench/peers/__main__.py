@@ -20,6 +20,7 @@ from batchd.bench.peers.chart import draw
 from batchd.bench.peers.options import QUICK, Options, placement
 from batchd.bench.peers.report import read_results, to_markdown, write_results
 from batchd.bench.peers.results import Results
+from batchd.bench.peers.servers import models
 from batchd.bench.peers.workload import environments, run_all
 
 MODULE = "batchd.bench.peers"
@@ -30,6 +31,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--peers", nargs="+", default=None, help=f"which: {', '.join(PEERS)} (default: all)")
     parser.add_argument(
         "--models", nargs="+", default=None, help=f"which: {', '.join(MODELS)} (default: both)"
+    )
+    parser.add_argument(
+        "--device", choices=models.DEVICES, default=None, help="where the models run (default: cpu)"
     )
     parser.add_argument("--quick", action="store_true", help="smoke-sized: short runs, one repeat")
     parser.add_argument("--repeats", type=int, default=None, help="repeats of every (model, peer)")
@@ -59,7 +63,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def options_from(args: argparse.Namespace) -> Options:
-    options = cli.overridden(QUICK if args.quick else Options(), args, "repeats", "duration_s")
+    options = cli.overridden(QUICK if args.quick else Options(), args, "repeats", "duration_s", "device")
     return cli.overridden(options, args, "peers", "models")
 
 

@@ -134,14 +134,14 @@ PEERS: Mapping[str, Peer] = {
 }
 
 
-def batchd_manifest(model: Model, gpt2_dir: Path | None = None) -> dict[str, Any]:
+def batchd_manifest(model: Model, gpt2_dir: Path | None = None, device: str = "cpu") -> dict[str, Any]:
     """The BatchedDeployment batchd serves `model` from, with every peer's batching settings (the
     generator: batchd's own default, token-level scheduling, at as many rows as a peer's batch)."""
     batching = {"max_batch_size": models.MAX_BATCH_SIZE, "batch_wait_timeout_s": models.BATCH_WAIT_S}
     if model.name == "adder":
         block: dict[str, Any] = {"name": model.name, "handler": TRIVIAL_ADDER}
     elif model.name == "minilm":
-        block = {"name": model.name, "task": "feature-extraction", "source": MINILM_SOURCE, "device": "cpu"}
+        block = {"name": model.name, "task": "feature-extraction", "source": MINILM_SOURCE, "device": device}
     else:
         assert gpt2_dir is not None, "the generator needs the folder of its tiny GPT-2"
         tokens = models.NEW_TOKENS
@@ -149,7 +149,7 @@ def batchd_manifest(model: Model, gpt2_dir: Path | None = None) -> dict[str, Any
             "name": model.name,
             "task": "text-generation",
             "source": f"file://{gpt2_dir}",
-            "device": "cpu",
+            "device": device,
             # Greedy, and every answer runs to exactly `tokens` new tokens, as the peers' do.
             "call_kwargs": {"max_new_tokens": tokens, "min_new_tokens": tokens, "do_sample": False},
             "generation": {"max_new_tokens": tokens},

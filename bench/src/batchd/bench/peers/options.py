@@ -16,6 +16,8 @@ class Options:
     duration_s: float = 10.0  # each measured closed loop
     warmup_s: float = 2.0  # the same load first, not counted (connections, caches, JIT-less warm-up)
     ceiling_s: float = 5.0  # the model alone, each repeat
+    # Where the models run: `cuda` on a GPU machine (float16 there, as batchd's `dtype: auto`).
+    device: str = "cpu"
     # From start to the first answer: a Ray cluster or a MiniLM worker takes tens of seconds on
     # a busy machine; a server that is not answering by then is reported as not starting.
     ready_timeout_s: float = 240.0

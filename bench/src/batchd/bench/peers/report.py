@@ -89,9 +89,10 @@ def to_markdown(results: Results) -> str:
         f"Each server alone on the machine while it is measured ({results.placement}); the same "
         f"closed-loop load generator for all; {options['repeats']} repeat(s) of "
         f"{options['duration_s']:g} s per server and model after {options['warmup_s']:g} s of warm-up, "
-        "the servers' order turned every repeat; medians over repeats, ratios taken within each "
-        "repeat. Server CPU and memory are the whole process tree's (from /proc). The machine is "
-        "small, shared and noisy: read ratios, not absolute figures.",
+        f"the servers' order turned every repeat; the models on {options.get('device', 'cpu')}; "
+        "medians over repeats, ratios taken within each repeat. Server CPU and memory are the "
+        "whole process tree's (from /proc). Read the ratios within one run, not absolute figures: "
+        "the machines these runs were made on are shared.",
         "",
     ]
     for model in options["models"]:

@@ -66,14 +66,18 @@ def environments(peers: Sequence[str], cache_dir: Path) -> tuple[dict[str, Path]
     return pythons, infos
 
 
-def server_env(peer: str, model: Model, cores: set[int] | None, workdir: Path) -> dict[str, str]:
-    """What every server process gets: the model, one torch thread per core it has, no telemetry."""
+def server_env(
+    peer: str, model: Model, cores: set[int] | None, workdir: Path, device: str = "cpu"
+) -> dict[str, str]:
+    """What every server process gets: the model and its device, one torch thread per core it has,
+    no telemetry."""
     threads = str(len(cores) if cores else len(os.sched_getaffinity(0)))
     env = {
         **os.environ,
         "PYTHONPATH": str(BENCH_SRC),
         "PYTHONUNBUFFERED": "1",
         models.MODEL_VARIABLE: model.name,
+        models.DEVICE_VARIABLE: device,
         "OMP_NUM_THREADS": threads,
         "MKL_NUM_THREADS": threads,
         "BATCHD_LOG_LEVEL": "warning",
@@ -100,14 +104,16 @@ def gpt2_dir(workdir: Path) -> Path:
     return directory
 
 
-def start(peer: Peer, model: Model, python: Path, workdir: Path, cores: set[int] | None) -> ServerProcess:
+def start(
+    peer: Peer, model: Model, python: Path, workdir: Path, cores: set[int] | None, device: str = "cpu"
+) -> ServerProcess:
     """The peer's server in a process group of its own (so that stopping it reaches every process
     it started), pinned to `cores`, its output in a log file of its own."""
     port = free_port(HOST)
     manifest_path = None
     if peer.name == "batchd":
         generator = gpt2_dir(workdir) if model.name == "gpt2" else None
-        manifest_path = write_manifest(workdir, batchd_manifest(model, generator))
+        manifest_path = write_manifest(workdir, batchd_manifest(model, generator, device))
     command = [*peer.command(python, model, manifest_path), "--host", HOST, "--port", str(port)]
     log_path = workdir / f"{peer.name}-{model.name}-{port}.log"
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
@@ -115,7 +121,7 @@ def start(peer: Peer, model: Model, python: Path, workdir: Path, cores: set[int]
         process = subprocess.Popen(
             command,
             cwd=CHECKOUT,  # batchd imports its handler from here, as a replica from its image
-            env=server_env(peer.name, model, cores, workdir),
+            env=server_env(peer.name, model, cores, workdir, device),
             stdout=log,
             stderr=subprocess.STDOUT,
             preexec_fn=pin,
@@ -179,7 +185,7 @@ def measure(
 ) -> Run:
     """Start, wait for a first answer, warm up, measure one closed loop, stop."""
     path, body = peer.path(model), peer.body(model)
-    server = start(peer, model, python, workdir, cores)
+    server = start(peer, model, python, workdir, cores, options.device)
     try:
         wait_answering(server, path, body, options.ready_timeout_s)
         request = loadgen.Request.post_json(HOST, server.port, path, body)
@@ -224,7 +230,7 @@ def measure_ceiling(repeat: int, options: Options, workdir: Path, cores: set[int
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
     done = subprocess.run(
         command,
-        env=server_env("ceiling", MODELS["minilm"], cores, workdir),
+        env=server_env("ceiling", MODELS["minilm"], cores, workdir, options.device),
         capture_output=True,
         text=True,
         preexec_fn=pin,

