@@ -28,12 +28,13 @@ tools:
 demo: install
 	$(PY) -m batchd.bench.demo
 
-# Two pytest workers (pytest-xdist), each taking the next test when it is free: the tests that
-# wait (loads of a set length, processes starting) overlap the tests that compute. On the 2-core dev
-# machine the suite takes 8.5-9 minutes so, 14.5-16 one test at a time. `TEST_WORKERS=0` runs one
-# test at a time (the stand-in clusters of parallel workers never share a loopback address).
+# Two pytest workers (pytest-xdist): the tests that wait (loads of a set length, processes
+# starting) overlap the tests that compute. The tests that hold a sustained load run on one worker,
+# one after another (tests/conftest.py). On the 2-core dev machine the suite takes 8.5-9 minutes
+# so, 14.5-16 one test at a time. `TEST_WORKERS=0` runs one test at a time (the stand-in clusters
+# of parallel workers never share a loopback address).
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest --numprocesses=$(TEST_WORKERS) --dist=worksteal
+PYTEST := $(PY) -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadgroup
 
 # Everything, the end-to-end tests through real processes included (under 12 minutes on 2 cores).
 test: install tools

@@ -9,6 +9,27 @@ import pytest
 
 pytest_plugins = ["batchd.testing.prometheus"]  # the `start_prometheus` fixture
 
+# Tests that hold a load on real processes for tens of seconds and assert how the system follows it
+# (autoscaling, the operator under faults, the benchmarks' smoke runs). `make test` runs them one
+# after another on one worker (pytest-xdist's loadgroup), never beside each other: each then shares
+# the machine with at most one lighter test, as the tests were tuned for.
+SUSTAINED_LOAD = frozenset(
+    {
+        "tests/operator/test_autoscaling.py",
+        "tests/operator/test_chaos.py",
+        "tests/bench/autoscaling/test_autoscaling.py",
+        "tests/bench/adaptive/test_adaptive.py",
+    }
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.relative_to(config.rootpath).as_posix() in SUSTAINED_LOAD:
+            item.add_marker(pytest.mark.xdist_group("sustained-load"))
+
+
 # How long a test's tasks that are already finishing (cancelled, closing) may take to finish; a
 # task that is not finishing fails the test after it either way, so a busy machine costs no flake.
 FINISHING_S = 5.0

@@ -59,6 +59,18 @@ def test_steady_load_that_wobbles_twenty_percent_never_flaps() -> None:
     assert set(counts) == {3}
 
 
+def test_after_a_gap_in_observations_one_ask_does_not_decide_alone() -> None:
+    # Two replicas' worth, then no observation for 30 s (a starved operator, a slow poll), then
+    # four replicas' worth: the window that opens in the gap still holds the ask standing then.
+    loads = [(t, 16) for t in range(0, 20, 5)] + [(50, 32), (55, 32), (60, 32)]
+    counts = run(Autoscaler(), 2, loads)
+    assert counts == [2, 2, 2, 2, 2, 2, 4]  # up once 10 s of asks agree, counted from the first of them
+    # And down alike: one low ask after a gap takes nothing away.
+    loads = [(t, 32) for t in range(0, 70, 5)] + [(200, 0), (230, 0), (265, 0)]
+    counts = run(Autoscaler(), 4, loads)
+    assert counts[-3:] == [4, 4, 1]
+
+
 def test_a_restarted_operator_scales_nothing_before_it_has_watched_a_whole_window() -> None:
     autoscaler = Autoscaler()
     assert [d.replicas for d in (autoscaler.decide(POLICY, 4, 0, 4, t) for t in (100.0, 105.0, 110.0))] == [

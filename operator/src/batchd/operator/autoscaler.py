@@ -7,7 +7,10 @@ stabilization windows of Kubernetes' HPA: it rises to the *lowest* ask of the la
 `upscale_delay_s` (so a burst shorter than that adds nothing) and falls to the *highest* ask of
 the last `downscale_delay_s` (so load that returns within that never finds the replicas gone).
 Steady load that wobbles around a boundary therefore never flaps: the count can go up only when
-every recent ask was higher, and down only when every recent ask was lower.
+every recent ask was higher, and down only when every recent ask was lower. An ask stands until
+the next observation, so the one in force when a window opens counts too: after a gap between
+observations (a poll slowed by a starved node or an unanswering replica) the first ask after it
+cannot decide alone, where a window holding only the asks made inside it would let it.
 
 Scale to zero (Knative's activator and Ray Serve's `downscale_to_zero_delay_s`): the windows above
 never go below one replica. With `min_replicas: 0` the last replica goes only after the deployment
@@ -109,7 +112,8 @@ class Autoscaler:
             self._since = now
         self._asks.append((now, recommended))
         longest = max(policy.upscale_delay_s, policy.downscale_delay_s)
-        while self._asks and self._asks[0][0] < now - longest:
+        # Keep the ask in force when the longest window opens: the last one made at or before it.
+        while len(self._asks) > 1 and self._asks[1][0] <= now - longest:
             self._asks.popleft()
         if demand:
             self._idle_since = None
@@ -159,9 +163,12 @@ class Autoscaler:
         return now - self._idle_since >= policy.scale_to_zero_delay_s
 
     def _held(self, now: float, window_s: float, pick: Callable[[Iterable[int]], int]) -> int | None:
-        """The lowest (min) or highest (max) ask within the last `window_s`; None until this
-        autoscaler has watched for that long, so that a restarted operator scales nothing early."""
+        """The lowest (min) or highest (max) ask in force during the last `window_s`: those made
+        within it and the one standing when it opened; None until this autoscaler has watched for
+        that long, so that a restarted operator scales nothing early."""
         assert self._since is not None
+        opened = now - window_s
         if now - self._since < window_s:
             return None
-        return pick(replicas for at, replicas in self._asks if at >= now - window_s)
+        standing = [replicas for at, replicas in self._asks if at <= opened][-1:]
+        return pick([*standing, *(replicas for at, replicas in self._asks if at > opened)])
