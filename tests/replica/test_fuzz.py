@@ -27,6 +27,10 @@ from batchd.replica.settings import ReplicaSettings
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import uvicorn_in_thread
 
+# The last test reads what the fuzzing recorded (CASES): under pytest-xdist (`make test`) the
+# module's tests run on one worker, in their order.
+pytestmark = pytest.mark.xdist_group("fuzz")
+
 EXAMPLES_PER_OPERATION = 100
 CASES: list[tuple[str, str, int]] = []  # (method, path, status) of every request made
 
