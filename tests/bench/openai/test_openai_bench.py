@@ -91,7 +91,8 @@ def test_a_smoke_sized_run_compares_the_embedding_routes(run_module: RunModule, 
     written = json.loads((tmp_path / "openai.json").read_text())
     points = written["embeddings"]
     assert [p["clients"] for p in points] == [1, 8] and written["streaming"] == []
-    assert all(p["errors"] == 0 and not math.isnan(p["throughput_share"]) for p in points)
+    # A share the window could not measure is written as null (JSON has no NaN).
+    assert all(p["errors"] == 0 and p["throughput_share"] is not None for p in points), points
     assert "/v1/embeddings req/s" in (tmp_path / "openai.md").read_text()
 
 
