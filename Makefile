@@ -30,13 +30,15 @@ demo: install
 
 # Two pytest workers (pytest-xdist): the tests that wait (loads of a set length, processes
 # starting) overlap the tests that compute. The tests that hold a sustained load run on one worker,
-# one after another (tests/conftest.py). On the 2-core dev machine the suite takes 8.5-9 minutes
-# so, 14.5-16 one test at a time. `TEST_WORKERS=0` runs one test at a time (the stand-in clusters
-# of parallel workers never share a loopback address).
+# one after another (tests/conftest.py). On the 2-core dev machine the suite takes 8-10.5 minutes
+# so (the shared host's speed varies), 13.5-16 one test at a time; a fresh install adds 2.5-3.
+# `TEST_WORKERS=0` runs one test at a time (the stand-in clusters of parallel workers never share a
+# loopback address).
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadgroup
 
-# Everything, the end-to-end tests through real processes included (under 12 minutes on 2 cores).
+# Everything, the end-to-end tests through real processes included (the aim: under 12 minutes on
+# 2 cores, a fresh install included).
 test: install tools
 	$(PYTEST)
 
