@@ -66,9 +66,7 @@ def environments(peers: Sequence[str], cache_dir: Path) -> tuple[dict[str, Path]
     return pythons, infos
 
 
-def server_env(
-    peer: str, model: Model, cores: set[int] | None, workdir: Path, device: str = "cpu"
-) -> dict[str, str]:
+def server_env(peer: str, model: Model, cores: set[int] | None, workdir: Path, device: str) -> dict[str, str]:
     """What every server process gets: the model and its device, one torch thread per core it has,
     no telemetry."""
     threads = str(len(cores) if cores else len(os.sched_getaffinity(0)))
@@ -105,7 +103,7 @@ def gpt2_dir(workdir: Path) -> Path:
 
 
 def start(
-    peer: Peer, model: Model, python: Path, workdir: Path, cores: set[int] | None, device: str = "cpu"
+    peer: Peer, model: Model, python: Path, workdir: Path, cores: set[int] | None, device: str
 ) -> ServerProcess:
     """The peer's server in a process group of its own (so that stopping it reaches every process
     it started), pinned to `cores`, its output in a log file of its own."""
