@@ -11,10 +11,19 @@ PROJECTS := api operator replica tests/support bench router
 install: $(VENV)/.installed
 
 # The venv is brought up to date whenever a project's dependencies or the version change.
+# uv installs it: it resolves, unpacks and compiles the bytecode on every core, where pip compiles
+# one file at a time (on 2 cores: about 1 minute against pip's 3.5-4). uv reads its own settings,
+# so a machine that tells pip where local wheels are (PIP_FIND_LINKS, a CPU-only torch) tells uv too
+# (pip separates the locations by spaces, uv by commas).
+UV := uv==0.13.9
+ifdef PIP_FIND_LINKS
+comma := ,
+export UV_FIND_LINKS ?= $(subst $() ,$(comma),$(strip $(PIP_FIND_LINKS)))
+endif
 $(VENV)/.installed: requirements-dev.txt VERSION $(addsuffix /pyproject.toml,$(PROJECTS))
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q $(UV)
+	$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode -r requirements-dev.txt
 	touch $@
 
 # Test-only tools from Debian: a real Prometheus (and promtool) for the metrics tests.
