@@ -23,11 +23,26 @@ SUSTAINED_LOAD = frozenset(
 )
 
 
+SHARED_SCOPES = frozenset({"module", "package", "class"})
+
+
+def _shares_a_fixture_with_its_module(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture set up once for its module (a replica process, a model)."""
+    # pytest keeps a test's fixture definitions on `_fixtureinfo`, as plugins read it.
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    return any(definition.scope in SHARED_SCOPES for chain in definitions for definition in chain)
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.relative_to(config.rootpath).as_posix() in SUSTAINED_LOAD:
+        module = item.path.relative_to(config.rootpath).as_posix()
+        if module in SUSTAINED_LOAD:
             item.add_marker(pytest.mark.xdist_group("sustained-load"))
+        elif _shares_a_fixture_with_its_module(item) and not item.get_closest_marker("xdist_group"):
+            # One worker runs the module, so its shared fixture starts once, not once per worker.
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 # How long a test's tasks that are already finishing (cancelled, closing) may take to finish; a
