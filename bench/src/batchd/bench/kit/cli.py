@@ -18,8 +18,9 @@ OptionsT = TypeVar("OptionsT", bound="DataclassInstance")
 
 
 def parser(module: str, doc: str | None) -> argparse.ArgumentParser:
-    """`python -m module`, described by the first line of its docstring."""
-    return argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").splitlines()[0])
+    """`python -m module`, described by the first paragraph of its docstring."""
+    summary = " ".join((doc or "").split("\n\n")[0].split())
+    return argparse.ArgumentParser(prog=f"python -m {module}", description=summary)
 
 
 def add_output(parser: argparse.ArgumentParser, workdir_help: str | None = None) -> None:

@@ -30,7 +30,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = cli.parser(MODULE, peers.__doc__)
     parser.add_argument("--peers", nargs="+", default=None, help=f"which: {', '.join(PEERS)} (default: all)")
     parser.add_argument(
-        "--models", nargs="+", default=None, help=f"which: {', '.join(MODELS)} (default: both)"
+        "--models", nargs="+", default=None, help=f"which: {', '.join(MODELS)} (default: all)"
     )
     parser.add_argument(
         "--device", choices=models.DEVICES, default=None, help="where the models run (default: cpu)"
