@@ -41,7 +41,7 @@ demo: install
 # starting) overlap the tests that compute. The tests that hold a sustained load run on one worker,
 # one after another, and so do the tests of a module that share a module-scoped fixture
 # (tests/conftest.py). On the 2-core dev machine the suite takes 8-10.5 minutes so (the shared
-# host's speed varies), 13.5-16 one test at a time; a fresh install adds about 1.
+# host's speed varies), 13.5-16 one test at a time.
 # `TEST_WORKERS=0` runs one test at a time (the stand-in clusters of parallel workers never share a
 # loopback address).
 TEST_WORKERS ?= 2
