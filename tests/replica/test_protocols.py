@@ -12,25 +12,38 @@ import pytest
 from batchd.api.manifest import parse_manifest
 from batchd.bench.kit.promtext import parse_counter, parse_histogram
 from batchd.replica.app import create_app
+from batchd.replica.server import replica_protocol
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import uvicorn_in_thread
 
+# Each test runs on both of the replica's paths for a KServe V1 prediction: the direct path in
+# the connection's protocol (`batchd.replica.direct`), and the ASGI front (`inference`) that
+# answers it when the access log is on, and answers every other route.
+PATHS = ("direct", "asgi")
 
-def serve(document: dict[str, Any], **settings: Any) -> Iterator[str]:
+
+@pytest.fixture(scope="module", params=PATHS)
+def front(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def serve(document: dict[str, Any], front: str = "direct", **settings: Any) -> Iterator[str]:
     app = create_app(parse_manifest(document), ReplicaSettings(**settings))
-    with uvicorn_in_thread(app) as url:
+    protocol = replica_protocol(app.replica, access_log=front == "asgi")
+    with uvicorn_in_thread(app, http=protocol) as url:
         yield url
 
 
 @pytest.fixture(scope="module")
-def adder() -> Iterator[str]:
+def adder(front: str) -> Iterator[str]:
     yield from serve(
         manifest(
             "adder",
             "batchd.testing.batch_handlers:add_one",
             batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.005},
         ),
+        front,
         max_body_bytes=4096,
     )
 
@@ -62,8 +75,9 @@ def test_a_result_past_64_bits_is_answered_exactly(adder: str) -> None:
     assert httpx.get(f"{adder}/", params={"number": str(beyond)}).json() == beyond + 1
 
 
-def test_a_result_that_is_no_json_is_an_error_answer_and_the_replica_serves_on() -> None:
-    for url in serve(manifest("opaque", "batchd.testing.batch_handlers:not_json")):
+@pytest.mark.parametrize("via", PATHS)
+def test_a_result_that_is_no_json_is_an_error_answer_and_the_replica_serves_on(via: str) -> None:
+    for url in serve(manifest("opaque", "batchd.testing.batch_handlers:not_json"), via):
         response = httpx.post(f"{url}/v1/models/opaque:predict", json={"instances": [1]})
         assert response.status_code == 500
         assert "not JSON" in response.json()["error"], response.text
@@ -148,18 +162,19 @@ def test_metrics_count_batches_and_outcomes(adder: str) -> None:
     assert (batches, items, successes, invalid) == (1, 2, 1, 1)
 
 
-def slow_adder(name: str, **batching: Any) -> Iterator[str]:
+def slow_adder(name: str, front: str, **batching: Any) -> Iterator[str]:
     """A replica whose model holds every batch for 0.2 s: long enough to fill a queue or pass a deadline."""
     yield from serve(
         manifest(
             name, "batchd.testing.batch_handlers:SlowAdder", batching={"batch_wait_timeout_s": 0, **batching}
-        )
+        ),
+        front,
     )
 
 
 @pytest.fixture(scope="module")
-def slow() -> Iterator[str]:
-    yield from slow_adder("slow", max_batch_size=2, max_queued_requests=4, request_timeout_s=5)
+def slow(front: str) -> Iterator[str]:
+    yield from slow_adder("slow", front, max_batch_size=2, max_queued_requests=4, request_timeout_s=5)
 
 
 async def test_overload_answers_503_with_retry_after_and_the_server_stays_up(slow: str) -> None:
@@ -182,8 +197,8 @@ async def test_overload_answers_503_with_retry_after_and_the_server_stays_up(slo
 
 
 @pytest.fixture(scope="module")
-def sluggish() -> Iterator[str]:
-    yield from slow_adder("sluggish", max_batch_size=1, request_timeout_s=0.3)
+def sluggish(front: str) -> Iterator[str]:
+    yield from slow_adder("sluggish", front, max_batch_size=1, request_timeout_s=0.3)
 
 
 async def test_a_request_past_its_timeout_gets_504(sluggish: str) -> None:
@@ -198,13 +213,14 @@ async def test_a_request_past_its_timeout_gets_504(sluggish: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def failing() -> Iterator[str]:
+def failing(front: str) -> Iterator[str]:
     yield from serve(
         manifest(
             "failing",
             "batchd.testing.batch_handlers:Failing.handle",
             batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.5},
-        )
+        ),
+        front,
     )
 
 
@@ -232,8 +248,8 @@ async def test_poisoned_items_of_a_full_batch_fail_alone_and_their_batch_mates_a
 
 
 @pytest.fixture(scope="module")
-def queued() -> Iterator[str]:
-    yield from slow_adder("queued", max_batch_size=1, request_timeout_s=10)
+def queued(front: str) -> Iterator[str]:
+    yield from slow_adder("queued", front, max_batch_size=1, request_timeout_s=10)
 
 
 async def test_a_client_that_disconnects_never_reaches_the_model(queued: str) -> None:

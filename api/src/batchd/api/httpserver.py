@@ -109,6 +109,11 @@ class HeadWithBody:
         else:
             self._transport.write(data)
 
+    def write_whole(self, data: bytes) -> None:
+        """An answer that is whole, head and body: sent at once (there is nothing to wait for)."""
+        self.flush()
+        self._transport.write(data)
+
     def flush(self) -> None:
         held = self._held
         if held is not None:

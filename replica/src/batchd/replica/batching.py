@@ -173,14 +173,35 @@ class Batcher:
         `request_timeout_s` has passed since admission, `ClientDisconnected` when `abandoned`
         resolves first, or the exception that failed the item's batch.
         """
+        submitted = self.submit(items, abandoned)
+        try:
+            await submitted.waiter
+            return submitted.results()
+        except asyncio.CancelledError:
+            if submitted.why is not None:  # cancelled by its watch, not by the server shutting this task down
+                raise submitted.why from None
+            raise
+        finally:
+            submitted.close()
+
+    def submit(
+        self,
+        items: Sequence[Any],
+        abandoned: Abandoned | None = None,
+        client_timeout: ClientTimeout | None = None,
+    ) -> Submitted:
+        """Queue one request's items (all or none, as `infer`) and return at once: for callers
+        that wait by callback, not by coroutine (the direct path, `batchd.replica.direct`).
+        `client_timeout` ends the wait sooner than `request_timeout_s` where the client said so.
+        The caller `close`s the submission once it has its outcome."""
         futures, deadline = self._admit(items)
         waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
-        try:
-            result = await self._watches.wait(waiter, deadline, abandoned)
-        finally:
-            for future in futures:  # dropped before the model if they have not run yet
-                future.cancel()
-        return [result] if len(futures) == 1 else list(result)
+        late = "request_timeout_s"
+        if client_timeout is not None:
+            ends = asyncio.get_running_loop().time() + client_timeout.seconds
+            if ends < deadline:
+                deadline, late = ends, client_timeout.name
+        return Submitted(futures, waiter, self._watches.add(waiter, deadline, abandoned, late), self._watches)
 
     def _admit(self, items: Sequence[Any]) -> tuple[list[asyncio.Future[Any]], float]:
         """Queue every item of one request, or none of them: a request is never half-served.
@@ -462,6 +483,15 @@ def _fail(batch: list[_Pending], error: Exception) -> None:
             pending.future.set_exception(error)
 
 
+@dataclass(frozen=True, slots=True)
+class ClientTimeout:
+    """How long the client still waits (the router's `batchd-timeout-s`), and what said so: the
+    504's message names it when it is the sooner of it and `request_timeout_s`."""
+
+    seconds: float
+    name: str
+
+
 @dataclass(eq=False, slots=True)
 class _Watch:
     """A request waiting for its results, watched for its deadline and its client from `due` on."""
@@ -470,39 +500,74 @@ class _Watch:
     deadline: float  # loop time
     abandoned: Abandoned | None
     due: float  # loop time
-    why: BaseException | None = None  # why the watch cancelled the waiter
-    task: asyncio.Task[None] | None = None
+    late: str  # what set the deadline, for the 504's message
+    why: BaseException | None = None  # why the waiter was cancelled, when it was on purpose
+    # Watching: a task while there is a client to watch, else only a timer for the deadline.
+    watcher: asyncio.Task[None] | asyncio.TimerHandle | None = None
+
+
+@dataclass(eq=False, slots=True)
+class Submitted:
+    """One request's items in the queue: `waiter` resolves once every item has its result, or
+    fails; it is cancelled when the request's deadline passes or its client goes away."""
+
+    futures: list[asyncio.Future[Any]]
+    waiter: asyncio.Future[Any]
+    watch: _Watch
+    watches: _Watches
+
+    @property
+    def why(self) -> BaseException | None:
+        """Why the waiter was cancelled (DeadlineExceeded, ClientDisconnected), when it was on purpose."""
+        return self.watch.why
+
+    def results(self) -> list[Any]:
+        """Once the waiter is done: the results in order, or the exception that says why there are none."""
+        if self.waiter.cancelled():
+            raise self.watch.why or asyncio.CancelledError()
+        result = self.waiter.result()
+        return [result] if len(self.futures) == 1 else list(result)
+
+    def abandon(self, why: BaseException) -> None:
+        """Stop waiting, for `why` (the client went away); `results` raises it."""
+        if not self.waiter.done():
+            self.watch.why = why
+            self.waiter.cancel()
+
+    def close(self) -> None:
+        """Done with the request: its items that have not run never reach the model, the watch ends."""
+        self.watches.remove(self.watch)
+        for future in self.futures:
+            future.cancel()
 
 
 class _Watches:
-    """Waits for a request's results; or raises DeadlineExceeded at its deadline, or
-    ClientDisconnected once its client has gone. Both are watched by a task that starts only for
-    requests still waiting WATCH_AFTER_S after admission, and that cancels the waiter when it has a
-    reason to. One timer serves every waiting request: it fires when the earliest is due, starts
-    the watches of those due, and is set again for the next (a timer per request, set and
-    cancelled, cost a twentieth of the event loop's time per request on a cheap model)."""
+    """Watches each waiting request for its deadline (DeadlineExceeded) and its client
+    (ClientDisconnected), and cancels its waiter when one comes first. Only requests still waiting
+    WATCH_AFTER_S after admission are watched: by a task where there is a client to watch, else by
+    a timer at the deadline. One timer serves every waiting request: it fires when the earliest is
+    due, starts the watches of those due, and is set again for the next (a timer per request, set
+    and cancelled, cost a twentieth of the event loop's time per request on a cheap model)."""
 
     def __init__(self) -> None:
         self._waiting: dict[_Watch, None] = {}  # not watched yet
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
 
-    async def wait(self, waiter: asyncio.Future[Any], deadline: float, abandoned: Abandoned | None) -> Any:
+    def add(
+        self, waiter: asyncio.Future[Any], deadline: float, abandoned: Abandoned | None, late: str
+    ) -> _Watch:
         loop = asyncio.get_running_loop()
-        watch = _Watch(waiter, deadline, abandoned, min(loop.time() + WATCH_AFTER_S, deadline))
+        watch = _Watch(waiter, deadline, abandoned, min(loop.time() + WATCH_AFTER_S, deadline), late)
         self._waiting[watch] = None
         if watch.due < self._timer_at:
             self._set_timer(loop, watch.due)
-        try:
-            return await waiter
-        except asyncio.CancelledError:
-            if watch.why is not None:  # cancelled by the watch, not by the server shutting this task down
-                raise watch.why from None
-            raise
-        finally:
-            self._waiting.pop(watch, None)
-            if watch.task is not None:
-                watch.task.cancel()
+        return watch
+
+    def remove(self, watch: _Watch) -> None:
+        self._waiting.pop(watch, None)
+        if watch.watcher is not None:
+            watch.watcher.cancel()
 
     def _set_timer(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
         if self._timer is not None:
@@ -517,7 +582,10 @@ class _Watches:
         for watch in list(self._waiting):
             if watch.due <= now:
                 del self._waiting[watch]
-                watch.task = loop.create_task(_watch(watch))
+                if watch.abandoned is None:
+                    watch.watcher = loop.call_at(watch.deadline, _expire, watch)
+                else:
+                    watch.watcher = loop.create_task(_watch(watch))
             else:
                 next_due = min(next_due, watch.due)
         if next_due < math.inf:
@@ -527,11 +595,14 @@ class _Watches:
 async def _watch(watch: _Watch) -> None:
     try:
         async with asyncio.timeout_at(watch.deadline):
-            if watch.abandoned is None:
-                await asyncio.Future()  # only the deadline can end this wait
-            else:
-                await watch.abandoned()
+            assert watch.abandoned is not None
+            await watch.abandoned()
         watch.why = ClientDisconnected("the client went away before its answer was ready")
+        watch.waiter.cancel()
     except TimeoutError:
-        watch.why = DeadlineExceeded("request_timeout_s passed before the model answered")
+        _expire(watch)
+
+
+def _expire(watch: _Watch) -> None:
+    watch.why = DeadlineExceeded(f"{watch.late} passed before the model answered")
     watch.waiter.cancel()

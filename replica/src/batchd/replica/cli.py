@@ -21,8 +21,7 @@ import uvicorn
 from batchd.api.httpserver import UVICORN_OPTIONS
 from batchd.api.manifest import ManifestError, load_manifest
 from batchd.replica.app import create_app
-from batchd.replica.keepalive import bounded_protocol
-from batchd.replica.server import ReplicaServer
+from batchd.replica.server import ReplicaServer, replica_protocol
 from batchd.replica.settings import ReplicaSettings, check_call_url
 
 TERMINATION_LOG = Path("/dev/termination-log")
@@ -89,10 +88,7 @@ def serve(args: argparse.Namespace) -> int:
         log_level=settings.log_level,
         access_log=args.access_log,
         timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s),
-        **{
-            **UVICORN_OPTIONS,
-            "http": bounded_protocol(settings.keepalive_max_requests, settings.keepalive_max_age_s),
-        },
+        **{**UVICORN_OPTIONS, "http": replica_protocol(app.replica, access_log=args.access_log)},
     )
     server = ReplicaServer(config, app.replica, settings.drain_timeout_s)
     server.run()

@@ -34,6 +34,9 @@ from batchd.replica.endpoints import BinaryAnswer, Call, Endpoint, EventStream
 from batchd.replica.errors import (
     ClientDisconnected,
     DeadlineExceeded,
+    ErrorAnswer,
+    ErrorBodyMaker,
+    HttpError,
     InvalidInput,
     TooLarge,
     answer_for,
@@ -88,10 +91,7 @@ class InferenceRoutes:
                 elif not isinstance(payload, BinaryAnswer):
                     payload = json_bytes(payload)  # here, so a result that is no JSON is an error answer
         except Exception as error:
-            answer = answer_for(error)
-            replica.metrics.request_done(answer.outcome, time.perf_counter() - started)
-            if answer.rejection:
-                replica.metrics.rejected(answer.rejection)
+            answer = count_failure(replica, error, started)
             if stream is not None and stream.started:  # the status line is gone: the error is the last event
                 if answer.outcome == "error":
                     logger.error("stream failed: %s", describe(error))
@@ -141,11 +141,17 @@ def client_timeout_s(headers: list[tuple[bytes, bytes]]) -> float | None:
     (a 400) naming the header and the value when that is no positive number of seconds."""
     for name, value in headers:
         if name == TIMEOUT_HEADER:
-            try:
-                return parse_timeout_s(value)
-            except ValueError as error:
-                raise InvalidInput(str(error)) from None
+            return parse_client_timeout(value)
     return None
+
+
+def parse_client_timeout(value: bytes) -> float:
+    """A `batchd-timeout-s` value in seconds; InvalidInput (a 400) naming the header and the value
+    when it is no positive number of seconds."""
+    try:
+        return parse_timeout_s(value)
+    except ValueError as error:
+        raise InvalidInput(str(error)) from None
 
 
 class _ClientDeadline:
@@ -207,8 +213,23 @@ async def _send_json(
     await send({"type": "http.response.body", "body": body})
 
 
-async def _send_error(send: Send, error: Exception, endpoint: Endpoint) -> None:
+def count_failure(replica: Replica, error: BaseException, started: float) -> ErrorAnswer:
+    """Counts a request that failed (its outcome, and why it was refused where it was); its table entry."""
+    answer = answer_for(error)
+    replica.metrics.request_done(answer.outcome, time.perf_counter() - started)
+    if answer.rejection:
+        replica.metrics.rejected(answer.rejection)
+    return answer
+
+
+def error_answer(error: BaseException, body: ErrorBodyMaker) -> tuple[HttpError, bytes]:
+    """The HTTP answer for a request that failed, and its body as JSON; a failure of the model is logged."""
     if answer_for(error).outcome == "error":
         logger.error("request failed: %s", describe(error))
-    answer = http_error(error, endpoint.error_body)
-    await _send_json(send, answer.status, orjson.dumps(answer.body), answer.headers)
+    answer = http_error(error, body)
+    return answer, orjson.dumps(answer.body)
+
+
+async def _send_error(send: Send, error: Exception, endpoint: Endpoint) -> None:
+    answer, body = error_answer(error, endpoint.error_body)
+    await _send_json(send, answer.status, body, answer.headers)

@@ -42,65 +42,74 @@ def ends_connection(requests: int, age_s: float, max_requests: int, max_age_s: f
     return (max_requests > 0 and requests >= max_requests) or (max_age_s > 0 and age_s >= max_age_s)
 
 
-def bounded_protocol(max_requests: int, max_age_s: float) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol, with connections bounded in requests and age (0: no bound)."""
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, with connections bounded in requests and age (0: no bound);
+    `bounded_protocol` sets the bounds."""
 
-    class BoundedHttpToolsProtocol(HttpToolsProtocol):
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(cast(asyncio.Transport, HeadWithBody(transport, self.loop)))
-            self._requests = 0
-            self._opened = self.loop.time()
-            self._max_age_s = max_age_s * random.uniform(1 - AGE_JITTER, 1 + AGE_JITTER)
-            self._idle_since: float | None = None  # loop time of the last answer, while idle
-            self._idle_timer: asyncio.TimerHandle | None = None
+    max_requests = 0
+    max_age_s = 0.0
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            super().connection_lost(exc)
-            if self._idle_timer is not None:
-                self._idle_timer.cancel()
-                self._idle_timer = None
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(cast(asyncio.Transport, HeadWithBody(transport, self.loop)))
+        self._requests = 0
+        self._opened = self.loop.time()
+        self._max_age_s = self.max_age_s * random.uniform(1 - AGE_JITTER, 1 + AGE_JITTER)
+        self._idle_since: float | None = None  # loop time of the last answer, while idle
+        self._idle_timer: asyncio.TimerHandle | None = None
 
-        def on_headers_complete(self) -> None:
-            super().on_headers_complete()
-            cycle: Any = self.cycle
-            if cycle is None or self.parser.should_upgrade():
-                return
-            self._requests += 1
-            if ends_connection(
-                self._requests, self.loop.time() - self._opened, max_requests, self._max_age_s
-            ):
-                cycle.keep_alive = False  # its answer says `connection: close`; closed once complete
-
-        def on_response_complete(self) -> None:
-            # uvicorn's own, but for its keep-alive timer (see the module docstring).
-            self.server_state.total_requests += 1
-            if self.transport.is_closing():
-                return
-            self.flow.resume_reading()
-            if self.pipeline:
-                cycle, app = self.pipeline.pop()
-                self._start_asgi_task(cycle, app)
-                return
-            self._idle_since = self.loop.time()
-            if self._idle_timer is None:
-                self._idle_timer = self.loop.call_at(
-                    self._idle_since + self.timeout_keep_alive, self._idle_check
-                )
-
-        def _unset_keepalive_if_required(self) -> None:
-            # uvicorn calls this when data arrives (and when the connection is lost): busy again.
-            self._idle_since = None
-            super()._unset_keepalive_if_required()
-
-        def _idle_check(self) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
             self._idle_timer = None
-            since = self._idle_since
-            if since is None:  # busy: the next answer sets the timer again
-                return
-            closes_at = since + self.timeout_keep_alive
-            if self.loop.time() >= closes_at:
-                self.timeout_keep_alive_handler()
-            else:
-                self._idle_timer = self.loop.call_at(closes_at, self._idle_check)
 
-    return BoundedHttpToolsProtocol
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle: Any = self.cycle
+        if cycle is None or self.parser.should_upgrade():
+            return
+        if self.counts_last_request():
+            cycle.keep_alive = False  # its answer says `connection: close`; closed once complete
+
+    def counts_last_request(self) -> bool:
+        """Counts a request on this connection; True when its answer is to close the connection."""
+        self._requests += 1
+        return ends_connection(
+            self._requests, self.loop.time() - self._opened, self.max_requests, self._max_age_s
+        )
+
+    def on_response_complete(self) -> None:
+        # uvicorn's own, but for its keep-alive timer (see the module docstring).
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self._idle_timer is None:
+            self._idle_timer = self.loop.call_at(self._idle_since + self.timeout_keep_alive, self._idle_check)
+
+    def _unset_keepalive_if_required(self) -> None:
+        # uvicorn calls this when data arrives (and when the connection is lost): busy again.
+        self._idle_since = None
+        super()._unset_keepalive_if_required()
+
+    def _idle_check(self) -> None:
+        self._idle_timer = None
+        since = self._idle_since
+        if since is None:  # busy: the next answer sets the timer again
+            return
+        closes_at = since + self.timeout_keep_alive
+        if self.loop.time() >= closes_at:
+            self.timeout_keep_alive_handler()
+        else:
+            self._idle_timer = self.loop.call_at(closes_at, self._idle_check)
+
+
+def bounded_protocol(max_requests: int, max_age_s: float) -> type[BoundedHttpToolsProtocol]:
+    """uvicorn's httptools protocol, with connections bounded in requests and age (0: no bound)."""
+    bounds = {"max_requests": max_requests, "max_age_s": max_age_s}
+    return type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,), bounds)

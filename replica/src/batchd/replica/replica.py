@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from batchd.api.spec import BatchedDeployment, TensorSpec
-from batchd.replica.batching import Abandoned, Batcher
+from batchd.replica.batching import Abandoned, Batcher, ClientTimeout, Submitted
 from batchd.replica.errors import Draining, InvalidInput, NotReady, Stalled, TooLarge, UnknownModel
 from batchd.replica.metrics import GenerationMetrics, ReplicaMetrics
 from batchd.replica.models.base import BatchModel, GenerationSetup, TextGenerator
@@ -193,6 +193,30 @@ class Replica:
 
     async def infer(self, items: Sequence[Any], field: str, abandoned: Abandoned | None = None) -> list[Any]:
         """Validate each item, then batch them with everybody else's; the results in order."""
+        valid = self._admissible(items, field)
+        generation = self._token_level
+        if generation is not None:
+            # Each prompt is a sequence of its own; the answer is the pipeline's: prompt and continuation.
+            prepare = generation.preparer.prepare
+            requests = [prepare(text, None, f"{field}[{i}]") for i, text in enumerate(valid)]
+            completions = await generation.complete(requests, abandoned)
+            return [r.prompt + c.text for r, c in zip(requests, completions, strict=True)]
+        return await self.batcher.infer(valid, abandoned)
+
+    def submit(
+        self, items: Sequence[Any], field: str, client_timeout: ClientTimeout | None = None
+    ) -> Submitted:
+        """`infer`'s checks, then the items queued at once (`Batcher.submit`), for the direct path;
+        only for a model whose items the batcher runs (see `schedules_tokens`)."""
+        return self.batcher.submit(self._admissible(items, field), client_timeout=client_timeout)
+
+    @property
+    def schedules_tokens(self) -> bool:
+        """Whether a request's items go to token-level generation rather than to the batcher."""
+        return self._token_level is not None
+
+    def _admissible(self, items: Sequence[Any], field: str) -> list[Any]:
+        """The items validated, once the replica can take them; else the error that says why not."""
         if self.model is None:
             if self.batcher.draining:
                 raise Draining("the replica is shutting down; retry on another replica")
@@ -215,14 +239,7 @@ class Replica:
             except ValidationError as error:
                 problem = error.errors(include_url=False)[0]
                 raise InvalidInput(f"{field}[{position}]: {problem['msg']} (got {item!r})") from None
-        generation = self._token_level
-        if generation is not None:
-            # Each prompt is a sequence of its own; the answer is the pipeline's: prompt and continuation.
-            prepare = generation.preparer.prepare
-            requests = [prepare(text, None, f"{field}[{i}]") for i, text in enumerate(valid)]
-            completions = await generation.complete(requests, abandoned)
-            return [r.prompt + c.text for r, c in zip(requests, completions, strict=True)]
-        return await self.batcher.infer(valid, abandoned)
+        return valid
 
     def generator(self, name: str) -> GenerationService:
         """The generation service for the generate routes, once the model is ready to serve."""

@@ -49,13 +49,14 @@ __all__ = [
 
 
 @contextmanager
-def uvicorn_in_thread(app: Any, timeout_s: float = 120, wait_ready: bool = True) -> Iterator[str]:
+def uvicorn_in_thread(
+    app: Any, timeout_s: float = 120, wait_ready: bool = True, http: Any = "httptools"
+) -> Iterator[str]:
     """Serve an ASGI app with a real uvicorn on a loopback port; yields its base URL once it
-    listens and, with `wait_ready`, once its model is ready."""
+    listens and, with `wait_ready`, once its model is ready. `http`: uvicorn's protocol (a name
+    or a class, as the replica's `batchd.replica.server.replica_protocol`)."""
     port = free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning"
-    )
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, loop="uvloop", http=http, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
