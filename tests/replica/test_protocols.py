@@ -212,6 +212,24 @@ async def test_a_request_past_its_timeout_gets_504(sluggish: str) -> None:
     assert "request_timeout_s" in timed_out.json()["error"]
 
 
+async def test_a_request_past_its_clients_timeout_gets_504_naming_the_header(sluggish: str) -> None:
+    # Each batch holds the model 0.2 s: longer than this client waits, shorter than request_timeout_s.
+    async with httpx.AsyncClient(base_url=sluggish, timeout=30) as client:
+        responses = await asyncio.gather(
+            *(
+                client.post(
+                    "/v1/models/sluggish:predict",
+                    json={"instances": [n]},
+                    headers={"batchd-timeout-s": "0.1"},
+                )
+                for n in range(2)
+            )
+        )
+    timed_out = [r for r in responses if r.status_code == 504]
+    assert timed_out, [r.status_code for r in responses]
+    assert "batchd-timeout-s passed" in timed_out[0].json()["error"]
+
+
 @pytest.fixture(scope="module")
 def failing(front: str) -> Iterator[str]:
     yield from serve(

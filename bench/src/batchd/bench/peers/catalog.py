@@ -92,7 +92,13 @@ SERVERS = "batchd.bench.peers.servers"
 PEERS: Mapping[str, Peer] = {
     peer.name: peer
     for peer in (
-        Peer("batchd", "batchd", "", "uvicorn (httptools), raw ASGI front, model in the same process"),
+        Peer(
+            "batchd",
+            "batchd",
+            "",
+            "uvicorn (httptools), predictions answered in its protocol (the direct path), "
+            "model in the same process",
+        ),
         Peer(
             "floor",
             "bare uvicorn (floor)",
