@@ -604,5 +604,5 @@ async def _watch(watch: _Watch) -> None:
 
 
 def _expire(watch: _Watch) -> None:
-    watch.why = DeadlineExceeded(f"{watch.late} passed before the model answered")
+    watch.why = DeadlineExceeded.passed(watch.late)
     watch.waiter.cancel()

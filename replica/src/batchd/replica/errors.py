@@ -37,6 +37,11 @@ class Stalled(Exception):
 class DeadlineExceeded(Exception):
     """`request_timeout_s` passed before the request's results were ready."""
 
+    @classmethod
+    def passed(cls, deadline: str) -> DeadlineExceeded:
+        """`deadline` (`request_timeout_s`, the client's `batchd-timeout-s`) came before the answer."""
+        return cls(f"{deadline} passed before the model answered")
+
 
 class BatchSizeMismatch(ValueError):
     """The model returned a different number of results than it was given items."""

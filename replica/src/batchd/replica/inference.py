@@ -171,7 +171,7 @@ class _ClientDeadline:
         try:
             await self._timeout.__aexit__(kind, error, tb)
         except TimeoutError:
-            raise DeadlineExceeded(f"{TIMEOUT_HEADER.decode()} passed before the model answered") from None
+            raise DeadlineExceeded.passed(TIMEOUT_HEADER.decode()) from None
 
 
 def _client_deadline(scope: Scope) -> AbstractAsyncContextManager[None]:
