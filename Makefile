@@ -6,7 +6,7 @@ VERSION := $(shell cat VERSION)
 REGISTRY ?= ghcr.io/batchd
 PROJECTS := api operator replica tests/support bench router
 
-.PHONY: demo test test-fast bench lint crd images tools install clean
+.PHONY: demo test test-fast bench lint crd images tools kubernetes install clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,14 @@ tools:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends prometheus; }
 
+# The real Kubernetes the end-to-end tests run on, built from Go modules (etcd, the control plane,
+# kubelet, kube-proxy, kubectl, helm) into a folder named by the versions under
+# ~/.cache/batchd (BATCHD_CACHE), outside the checkout, so a fresh clone on the same machine reuses
+# it, with Go's module and build caches. Needs Go (README); on 2 cores the first build takes
+# about 8 minutes, a rebuild with warm Go caches about 1.
+kubernetes:
+	@tools/build-kubernetes.sh >/dev/null
+
 # The main job: serve the bundled MiniLM model locally and show what batching does.
 demo: install
 	$(PY) -m batchd.bench.demo
@@ -49,14 +57,14 @@ PYTEST := $(PY) -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadgroup
 
 # Everything, the end-to-end tests through real processes included (the aim: under 12 minutes on
 # 2 cores, a fresh install included).
-test: install tools
+test: install tools kubernetes
 	$(PYTEST)
 
 # The edit loop (under 3 minutes on 2 cores): everything but the tests marked `slow`, which run
 # end to end through real processes (replica servers on the stand-in cluster, the operator as a
 # process, Prometheus) or load a real transformers model. One marker for both: what makes them
 # slow is starting and warming real processes and models, and `make test` still runs them.
-test-fast: install tools
+test-fast: install tools kubernetes
 	$(PYTEST) -m "not slow"
 
 bench: install

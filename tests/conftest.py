@@ -1,4 +1,5 @@
-"""Shared test set-up: a real Prometheus on demand, and no test may leave a task running."""
+"""Shared test set-up: a real Prometheus and a real Kubernetes control plane on demand, and no test
+may leave a task running."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-pytest_plugins = ["batchd.testing.prometheus"]  # the `start_prometheus` fixture
+# `start_prometheus`; `control_plane` (a real Kubernetes control plane) and `kube_namespace`.
+pytest_plugins = ["batchd.testing.prometheus", "batchd.testing.kubernetes.fixtures"]
 
 # Tests that hold a load on real processes for tens of seconds and assert how the system follows it
 # (autoscaling, the operator under faults, the benchmarks' smoke runs). `make test` runs them one

@@ -68,10 +68,14 @@ MODEL_RULES: list[dict[str, str]] = [
         "reason": "FieldValueForbidden",
     },
 ]
-# The model validator `_a_full_batch_fits_the_queue` in spec.py, restated in CEL.
+# The model validator `_a_full_batch_fits_the_queue` in spec.py, restated in CEL. The API server
+# checks every rule against the schema's own `default`s when it accepts the CRD, and `batching`
+# defaults to `{}` with no field set: a rule must read only the fields it has tested with has().
+# (An absent allow_small_batch is its default, true; on a stored object every field is defaulted.)
 BATCHING_RULES: list[dict[str, str]] = [
     {
-        "rule": "self.allow_small_batch || self.max_queued_requests >= self.max_batch_size",
+        "rule": "!has(self.allow_small_batch) || self.allow_small_batch "
+        "|| self.max_queued_requests >= self.max_batch_size",
         "message": "batching.allow_small_batch=false needs max_queued_requests of at least max_batch_size: "
         "a full batch could never form",
         "fieldPath": ".max_queued_requests",

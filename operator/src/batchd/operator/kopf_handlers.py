@@ -46,6 +46,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     operator_settings: Settings = memo.get("settings") or Settings.from_env()
     memo.settings = operator_settings
     settings.posting.level = logging.WARNING  # explicit transition events only, not every log line
+    # Kopf lists namespaces and watches CRDs cluster-wide to follow resources as they appear; an
+    # operator held to listed namespaces has no cluster-wide grant (the chart's Roles), and its
+    # one CRD is installed before it starts.
+    settings.scanning.disabled = bool(operator_settings.namespaces)
     logging.getLogger("kopf.objects").addFilter(_quiet_trackers)
     memo.reconciler = Reconciler(operator_settings, await KubeApi.connect(operator_settings.kubeconfig))
     memo.scaling_loop = ScalingLoop(memo.reconciler, aiohttp.ClientSession())

@@ -52,9 +52,6 @@ from batchd.testing.admission import admit
 
 KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36", "1.37")
 Call = tuple[str, str, str]  # (API group, resource[/subresource], RBAC verb)
-# Every call any operator made in this test session.
-_OBSERVED: set[Call] = set()
-
 OPERATOR = "operator"
 ROUTER = "batchd-router"
 # Identities (User-Agent products) that are not the operator: the test's own client, the stand-in
@@ -62,11 +59,6 @@ ROUTER = "batchd-router"
 NOT_THE_OPERATOR = ("kmock", "kubelet", "kube-controller-manager", ROUTER)
 
 Validator = Callable[[dict[str, Any]], list[str]]
-
-
-def observed_api_calls() -> frozenset[Call]:
-    """(API group, resource[/subresource], RBAC verb) of every call the operator made so far."""
-    return frozenset(_OBSERVED)
 
 
 def identity(user_agent: str) -> str:
@@ -325,7 +317,6 @@ class ApiServer(kmock.KubernetesEmulator):
         self.calls_by.setdefault(caller, set()).add(call)
         if caller == OPERATOR:
             self.calls.append(call)
-            _OBSERVED.add(call)
 
     # -- dispatch --------------------------------------------------------------------------------------
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:

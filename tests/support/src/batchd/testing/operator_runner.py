@@ -26,8 +26,6 @@ import yaml
 from batchd.operator import kopf_handlers  # noqa: F401  (registers the handlers)
 from batchd.operator.settings import Settings
 from batchd.testing.apiserver import ApiServer, default_resources, kubeconfig_for
-from batchd.testing.cluster import Cluster
-from batchd.testing.manifests import manifest
 
 T = TypeVar("T")
 CR_PATH = "/apis/serving.batchd.dev/v1alpha1/namespaces/{ns}/batcheddeployments"
@@ -201,84 +199,3 @@ async def patch(
     result: dict[str, Any] = await response.json()
     assert response.status == 200, result
     return result
-
-
-async def exercise_operator(tmp_path: Path) -> frozenset[tuple[str, str, str]]:
-    """Drive the operator through its whole lifecycle; return every (group, resource, verb) it used.
-
-    The chart's RBAC test compares its ClusterRole with this set: create, spec and scale-subresource
-    scaling, a Deployment reporting ready, a child deleted and one edited, a refused child, an
-    autoscaled resource scaling down (real replicas on the stand-in cluster, whose pods it reads
-    and marks), a restart, and a delete. `batchd.testing.apiserver.observed_api_calls()` has the
-    union over the session.
-    """
-    namespace, name = "default", "lifecycle"
-    path = f"{CR_PATH.format(ns=namespace)}/{name}"
-    deployment_path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
-    async with api_server(tmp_path) as server:
-        async with running_operator(server):
-            await create(server, manifest(name))
-            await eventually(
-                lambda: server.get_object("apps/deployments", namespace, name), what="Deployment"
-            )
-            await patch(server, path, {"spec": {"num_replicas": 2}})
-            await patch(server, f"{path}/scale", {"spec": {"replicas": 3}})
-
-            def replicas() -> Any:
-                return (
-                    (server.get_object("apps/deployments", namespace, name) or {})
-                    .get("spec", {})
-                    .get("replicas")
-                )
-
-            await eventually(lambda: replicas() == 3, what="the scale")
-            await patch(
-                server,
-                f"{deployment_path}/status",
-                {
-                    "status": {
-                        "observedGeneration": 99,
-                        "replicas": 3,
-                        "updatedReplicas": 3,
-                        "readyReplicas": 3,
-                    }
-                },
-            )
-            await server.delete(f"/api/v1/namespaces/{namespace}/services/{name}")
-            await eventually(lambda: server.get_object("services", namespace, name), what="Service restored")
-            await patch(server, deployment_path, {"spec": {"replicas": 7}})
-            await eventually(lambda: replicas() == 3, what="the edit undone")
-            await create(server, manifest("refused", env=[{"value": "no name"}]))
-            await eventually(
-                lambda: any(event.get("reason") == "DeploymentRefused" for event in server.posted_events),
-                what="a refusal event",
-            )
-        async with (
-            running_operator(server, replica_poll_interval_s=0.2),
-            Cluster(server, tmp_path / "cluster") as cluster,
-        ):
-            # Idle at two replicas with min_replicas 1 and no downscale delay: one goes at once.
-            autoscaling = {"min_replicas": 1, "max_replicas": 2, "downscale_delay_s": 0}
-            await create(
-                server,
-                manifest(
-                    "autoscaled",
-                    "batchd.testing.batch_handlers:add_one",
-                    num_replicas=2,
-                    autoscaling=autoscaling,
-                ),
-            )
-            # Whenever the first replica is ready and idle, the operator marks the pods' deletion
-            # costs and scales down (it may not wait for the second to be ready).
-            await eventually(
-                lambda: ("", "pods", "patch") in server.calls and len(cluster.pods("autoscaled")) == 1,
-                timeout_s=90,
-                what="a scale-down, least loaded pod first",
-            )
-        async with running_operator(server):
-            await server.delete(path)
-            await eventually(
-                lambda: server.get_object("apps/deployments", namespace, name) is None,
-                what="the children to go",
-            )
-        return frozenset(server.calls)

@@ -1,0 +1,117 @@
+"""batchd's operator and router as the chart deploys them, run as processes of this machine against
+a real control plane: the environment of the chart's own Deployment, and a kubeconfig holding a
+token of the chart's ServiceAccount, so the API server's RBAC judges every call they make.
+
+(In pods on a node they get the same from the kubelet: the environment, and the projected token.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from batchd.testing.kubernetes.controlplane import ControlPlane
+
+# The local processes serve no metrics or health endpoint: nothing listens that a test does not
+# call, and two test workers never race for the chart's fixed ports.
+LOCAL_OVERRIDES = {"BATCHD_METRICS_PORT": "0", "BATCHD_LIVENESS_ENDPOINT": ""}
+
+
+def chart_deployment(cluster: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(
+        cluster.kubectl("get", "deployment", name, "-n", namespace, "-o", "json").stdout
+    )
+    return document
+
+
+def container_env(deployment: dict[str, Any]) -> dict[str, str]:
+    """The first container's environment (literal values, the only kind the chart sets; the API
+    server stores an empty value as no value)."""
+    env = {}
+    for variable in deployment["spec"]["template"]["spec"]["containers"][0].get("env", []):
+        if "valueFrom" in variable:
+            raise ValueError(f"{variable['name']} is not a literal value: {variable}")
+        env[variable["name"]] = variable.get("value", "")
+    return env
+
+
+def service_account_user(namespace: str, name: str) -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def forbidden(cluster: ControlPlane, user: str, *, since: int = 0) -> list[str]:
+    """Every request of `user` the API server refused for want of a permission, as
+    'verb group/resource[/subresource] URI', from its `since`-th request on."""
+    refused = []
+    for event in cluster.audit_events(user)[since:]:
+        if event.get("responseStatus", {}).get("code") == 403:
+            ref = event.get("objectRef", {})
+            resource = "/".join(filter(None, [ref.get("resource"), ref.get("subresource")]))
+            refused.append(
+                f"{event['verb']} {ref.get('apiGroup', '')}/{resource} {event.get('requestURI', '')}"
+            )
+    return refused
+
+
+def watching(cluster: ControlPlane, user: str, resource: str) -> bool:
+    return any(
+        e["verb"] == "watch" and e.get("objectRef", {}).get("resource") == resource
+        for e in cluster.audit_events(user)
+    )
+
+
+@contextlib.contextmanager
+def component_process(
+    cluster: ControlPlane,
+    namespace: str,
+    deployment_name: str,
+    command: list[str],
+    log_path: Path,
+    *,
+    watches: str,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 60.0,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `command` with the environment and ServiceAccount of the chart's Deployment
+    `deployment_name`; yield once the API server has seen it watch `watches`; stop it after."""
+    deployment = chart_deployment(cluster, namespace, deployment_name)
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    full_env = {
+        **os.environ,
+        **container_env(deployment),
+        **LOCAL_OVERRIDES,
+        "KUBECONFIG": str(cluster.service_account_kubeconfig(namespace, account)),
+        **(env or {}),
+    }
+    user = service_account_user(namespace, account)
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(command, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not watching(cluster, user, watches):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{command[-1]} did not watch {watches} (exit {process.returncode}):\n"
+                    + log_path.read_text(errors="replace")[-4000:]
+                )
+            time.sleep(0.1)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def operator_command() -> list[str]:
+    return [sys.executable, "-m", "batchd.operator"]

@@ -1,0 +1,73 @@
+"""The chart installed with `helm install` on a real control plane, as a user installs it, and what
+the tests read back of it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from batchd.testing import ROOT
+from batchd.testing.kubernetes.components import chart_deployment, service_account_user
+from batchd.testing.kubernetes.controlplane import ControlPlane, namespace
+from batchd.testing.kubernetes.fixtures import unique_name
+
+CHART = ROOT / "charts" / "batchd"
+
+
+@dataclass(frozen=True)
+class Release:
+    """One release of the chart, named as its namespace, which it has to itself. The name holds
+    "batchd", so the chart names the operator's resources after the release alone."""
+
+    cluster: ControlPlane
+    namespace: str
+    name: str
+    logs: Path
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """The object as the API server has it, or None if there is none."""
+        result = self.cluster.kubectl(
+            "get", kind, name, "-n", namespace or self.namespace, "-o", "json", check=False
+        )
+        if result.returncode == 0:
+            found: dict[str, Any] = json.loads(result.stdout)
+            return found
+        if "NotFound" in result.stderr:
+            return None
+        raise RuntimeError(result.stderr)
+
+    @property
+    def operator_user(self) -> str:
+        """The operator's ServiceAccount, as the API server names it."""
+        return self._user(self.name)
+
+    @property
+    def router_user(self) -> str:
+        return self._user(f"{self.name}-router")
+
+    def _user(self, deployment: str) -> str:
+        spec = chart_deployment(self.cluster, self.namespace, deployment)["spec"]["template"]["spec"]
+        return service_account_user(self.namespace, spec["serviceAccountName"])
+
+
+@contextlib.contextmanager
+def installed(
+    cluster: ControlPlane, logs: Path, values: dict[str, Any] | None = None, *, name: str = ""
+) -> Iterator[Release]:
+    """`helm install` of the chart with `values` into a new `restricted` namespace, both called
+    `name` (default: a new one); uninstalled after."""
+    name = name or unique_name("batchd")
+    with namespace(cluster, name) as ns:
+        values_file = logs / f"{name}-values.yaml"
+        values_file.write_text(yaml.safe_dump(values or {}))
+        cluster.helm("install", name, str(CHART), "--namespace", ns, "--values", str(values_file))
+        try:
+            yield Release(cluster, ns, name, logs)
+        finally:
+            cluster.helm("uninstall", name, "--namespace", ns, check=False)
