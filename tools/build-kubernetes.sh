@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes the end-to-end tests run on, from Go modules: etcd, the control plane
 # (kube-apiserver, kube-controller-manager, kube-scheduler), the node (kubelet, kube-proxy),
-# kubectl, helm, and the pause image's binary from the same k8s.io/kubernetes module.
+# kubectl, helm, CoreDNS, and the pause image's program from the same k8s.io/kubernetes module.
 #
 # Everything lands in one folder named by the versions, outside the checkout, so a fresh clone on
 # the same machine (CI's) reuses it, as it reuses Go's module and build caches. A folder is used
@@ -14,8 +14,9 @@ set -euo pipefail
 KUBERNETES_VERSION=${KUBERNETES_VERSION:-v1.35.4}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.14}
 HELM_VERSION=${HELM_VERSION:-v3.19.5}
+COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
 CACHE=${BATCHD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/batchd}
-OUT=$CACHE/kubernetes-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-helm-$HELM_VERSION
+OUT=$CACHE/kubernetes-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-helm-$HELM_VERSION-coredns-$COREDNS_VERSION
 BIN=$OUT/bin
 
 if [ -f "$OUT/.complete" ]; then echo "$BIN"; exit 0; fi
@@ -84,6 +85,10 @@ make_module "$work/etcd" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" 's/^//' go.et
 make_module "$work/helm" helm.sh/helm/v3 "$HELM_VERSION" 's/^//' helm.sh/helm/v3/cmd/helm
 (cd "$work/helm" && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
   -o "$BIN/helm" helm.sh/helm/v3/cmd/helm)
+
+# The cluster's DNS (pods find the API server and each other's Services by name).
+make_module "$work/coredns" github.com/coredns/coredns "$COREDNS_VERSION" 's/^//' github.com/coredns/coredns
+(cd "$work/coredns" && go build -trimpath -ldflags "-s -w" -o "$BIN/coredns" github.com/coredns/coredns)
 
 "$BIN/kubectl" version --client >&2
 touch "$OUT/.complete"

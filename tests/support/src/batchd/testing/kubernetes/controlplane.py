@@ -1,5 +1,6 @@
 """A real Kubernetes control plane for the tests: etcd, kube-apiserver, kube-controller-manager and
-kube-scheduler, as processes of this machine, listening on loopback only.
+kube-scheduler, as processes of this machine. The API server listens on the cluster's own address
+(`network`), which its nodes' pods reach; everything else on 127.0.0.1.
 
 The API server runs as a cluster's does: RBAC authorization, the default admission plugins
 (PodSecurity among them), ServiceAccount tokens signed by its own key. Every component has its own
@@ -24,14 +25,11 @@ from typing import IO, Any
 import httpx
 import yaml
 
+from batchd.testing.kubernetes.network import ClusterAddresses, add_cluster_address, remove_cluster_address
 from batchd.testing.kubernetes.pki import CertificateAuthority, Credential, service_account_keys
 from batchd.testing.kubernetes.toolchain import Toolchain, toolchain
 from batchd.testing.servers import free_port
 
-# Services get their ClusterIPs from the range set aside for benchmarks (RFC 2544), never a private
-# one; the first address is the API server's own `kubernetes` Service.
-SERVICE_CIDR = "198.19.0.0/16"
-KUBERNETES_SERVICE_IP = "198.19.0.1"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 START_TIMEOUT_S = 90.0
 
@@ -107,12 +105,11 @@ class ControlPlane:
     `service_account_kubeconfig` gives a component the token of a ServiceAccount.
     """
 
-    def __init__(
-        self, directory: Path, tools: Toolchain | None = None, *, address: str = "127.0.0.1"
-    ) -> None:
+    def __init__(self, directory: Path, addresses: ClusterAddresses, tools: Toolchain | None = None) -> None:
         self.directory = directory
+        self.addresses = addresses
         self.tools = tools or toolchain()
-        self.address = address
+        self.address = addresses.api
         self.processes: dict[str, Process] = {}
         self.port = 0
         self.etcd_port = 0
@@ -127,9 +124,7 @@ class ControlPlane:
             "kube-apiserver",
             hosts=(
                 self.address,
-                "127.0.0.1",
-                "localhost",
-                KUBERNETES_SERVICE_IP,
+                self.addresses.kubernetes_service,
                 "kubernetes",
                 "kubernetes.default",
                 "kubernetes.default.svc",
@@ -142,7 +137,7 @@ class ControlPlane:
         self.kubelet_client = self.ca.issue(
             "apiserver-kubelet-client",
             "kube-apiserver-kubelet-client",
-            organizations=("kubeadm:cluster-admins",),
+            organizations=("system:masters",),
         )
         self.sa_private, self.sa_public = service_account_keys(pki)
         self.server = f"https://{self.address}:{self.port}"
@@ -208,7 +203,7 @@ class ControlPlane:
             f"--kubelet-client-key={self.kubelet_client.key}",
             f"--kubelet-certificate-authority={self.ca.cert}",
             "--authorization-mode=Node,RBAC",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={self.addresses.service_cidr}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={self.sa_public}",
             f"--service-account-signing-key-file={self.sa_private}",
@@ -253,6 +248,7 @@ class ControlPlane:
 
     def start(self) -> ControlPlane:
         self.directory.mkdir(parents=True, exist_ok=True)
+        add_cluster_address(self.addresses)
         self.port, self.etcd_port = free_port(self.address), free_port()
         self._write_credentials()
         started = time.monotonic()
@@ -293,10 +289,10 @@ class ControlPlane:
         raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}\n{logs}")
 
     def stop(self) -> None:
-        # Controllers first, the API server, then its store.
-        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
-            if name in self.processes:
-                self.processes[name].stop()
+        # In the reverse of their start: what uses the API server, the API server, then its store.
+        for process in reversed(self.processes.values()):
+            process.stop()
+        remove_cluster_address(self.addresses)
 
     def __enter__(self) -> ControlPlane:
         try:

@@ -1,5 +1,6 @@
-"""pytest fixtures for the real control plane: one per test session and worker (it takes seconds to
-start and holds hundreds of MB), and a namespace of its own for each test or module that asks."""
+"""pytest fixtures for the real cluster: one control plane per test session and worker (it takes
+seconds to start and holds hundreds of MB), a node joined to it when a test first needs pods, and a
+namespace of its own for each test that asks."""
 
 from __future__ import annotations
 
@@ -11,8 +12,14 @@ import pytest
 from batchd.api.crd import CRD_NAME, CRD_PATH
 from batchd.testing import ROOT
 from batchd.testing.kubernetes.controlplane import ControlPlane, namespace
+from batchd.testing.kubernetes.dns import start_dns
+from batchd.testing.kubernetes.images import build_images, load
+from batchd.testing.kubernetes.network import ClusterAddresses, worker_slot
+from batchd.testing.kubernetes.node import Node
 
 CRDS = ROOT / CRD_PATH
+# What the nodes advertise, so that replica pods asking for a GPU are scheduled as on a GPU node.
+GPUS_PER_NODE = 8
 
 
 @pytest.fixture(scope="session")
@@ -24,10 +31,20 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     in a session's first seconds would keep its children for up to a minute more. (`helm install`
     of the chart then finds the CRD present and leaves it, as it does on a user's cluster.)
     """
-    with ControlPlane(tmp_path_factory.mktemp("control-plane")) as cluster:
+    with ControlPlane(tmp_path_factory.mktemp("control-plane"), ClusterAddresses(worker_slot())) as cluster:
         cluster.kubectl("apply", "--server-side", "-f", str(CRDS))
         cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def kube_node(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    """A node of the control plane, with the cluster's DNS and batchd's images in its containerd."""
+    start_dns(control_plane)
+    with Node(control_plane, control_plane.addresses.node(0), tmp_path_factory.mktemp("node")) as node:
+        load(node, build_images())
+        node.advertise_gpus(GPUS_PER_NODE)
+        yield node
 
 
 def unique_name(prefix: str) -> str:

@@ -58,15 +58,22 @@ class Release:
 
 @contextlib.contextmanager
 def installed(
-    cluster: ControlPlane, logs: Path, values: dict[str, Any] | None = None, *, name: str = ""
+    cluster: ControlPlane,
+    logs: Path,
+    values: dict[str, Any] | None = None,
+    *,
+    name: str = "",
+    wait: bool = False,
 ) -> Iterator[Release]:
     """`helm install` of the chart with `values` into a new `restricted` namespace, both called
-    `name` (default: a new one); uninstalled after."""
+    `name` (default: a new one); with `wait`, until its pods are ready (that needs a node).
+    Uninstalled after."""
     name = name or unique_name("batchd")
     with namespace(cluster, name) as ns:
         values_file = logs / f"{name}-values.yaml"
         values_file.write_text(yaml.safe_dump(values or {}))
-        cluster.helm("install", name, str(CHART), "--namespace", ns, "--values", str(values_file))
+        waiting = ["--wait", "--timeout=5m"] if wait else []
+        cluster.helm("install", name, str(CHART), "--namespace", ns, "--values", str(values_file), *waiting)
         try:
             yield Release(cluster, ns, name, logs)
         finally:

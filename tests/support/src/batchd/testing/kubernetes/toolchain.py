@@ -14,6 +14,14 @@ from batchd.testing import ROOT
 BUILD_SCRIPT = ROOT / "tools" / "build-kubernetes.sh"
 
 
+def cache_root() -> Path:
+    """Where the builds and the nodes' image stores are kept between sessions (as the tools/ scripts
+    have it): $BATCHD_CACHE, else ~/.cache/batchd."""
+    if os.environ.get("BATCHD_CACHE"):
+        return Path(os.environ["BATCHD_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "batchd"
+
+
 @dataclass(frozen=True)
 class Toolchain:
     """The folder holding etcd, the control plane's and the node's binaries, kubectl and helm."""

@@ -1,0 +1,66 @@
+"""batchd on a real node: the chart installed with `helm install --wait`, its operator and routers
+running in pods from the images built from our Dockerfile, and a BatchedDeployment applied with
+`kubectl` answering through its Service's ClusterIP and through the router, as a user would use it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from batchd.testing import ROOT
+from batchd.testing.kubernetes.components import forbidden
+from batchd.testing.kubernetes.controlplane import ControlPlane
+from batchd.testing.kubernetes.node import Node
+from batchd.testing.kubernetes.release import Release, installed
+from batchd.testing.waiting import eventually
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def release(
+    control_plane: ControlPlane, kube_node: Node, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Release]:
+    # One router: the node's two cores hold the operator, a router and a replica.
+    values = {"router": {"replicaCount": 1, "resources": {"requests": {"cpu": "100m"}}}}
+    with installed(control_plane, tmp_path_factory.mktemp("node"), values, wait=True) as release:
+        yield release
+
+
+def service_url(release: Release, name: str, port: int) -> str:
+    service = release.get("service", name)
+    assert service is not None
+    return f"http://{service['spec']['clusterIP']}:{port}"
+
+
+def test_the_operator_and_router_run_in_pods_under_restricted(release: Release) -> None:
+    pods = json.loads(release.cluster.kubectl("get", "pods", "-n", release.namespace, "-o", "json").stdout)[
+        "items"
+    ]
+    running = {p["metadata"]["labels"]["app.kubernetes.io/component"]: p["status"]["phase"] for p in pods}
+    assert running == {"operator": "Running", "router": "Running"}
+    assert forbidden(release.cluster, release.operator_user) == []
+    assert forbidden(release.cluster, release.router_user) == []
+
+
+def test_an_applied_deployment_answers_through_its_service_and_the_router(release: Release) -> None:
+    cluster, ns = release.cluster, release.namespace
+    cluster.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "adder.yaml"))
+    cluster.kubectl("wait", "-n", ns, "--for=condition=Ready", "bd/adder", "--timeout=180s")
+    body = {"instances": [1, 2, 3]}
+    answer = httpx.post(
+        f"{service_url(release, 'adder', 8000)}/v1/models/adder:predict", json=body, timeout=10
+    )
+    assert answer.json() == {"predictions": [2, 3, 4]}
+    router = service_url(release, f"{release.name}-router", 80)
+    routed = eventually(
+        lambda: (
+            (r := httpx.post(f"{router}/v1/models/adder:predict", json=body, timeout=10)).is_success and r
+        ),
+        what="the router to route to the adder",
+    )
+    assert routed.json() == {"predictions": [2, 3, 4]}

@@ -1,0 +1,144 @@
+"""The addresses and network namespaces of the test clusters on this machine.
+
+Every address comes from 198.18.0.0/15, the range set aside for benchmarks (RFC 2544), never a
+private one. Each cluster (one per pytest worker, `slot`) has its own API server address on this
+machine's loopback device, its own Service range, and nodes that are network namespaces joined to
+this machine by a veth pair, each with a pod subnet behind a CNI bridge. A node's iptables (the
+kube-proxy's Service rules) live in its own namespace, so clusters never touch each other's rules
+or this machine's.
+
+    slot s, node n         address
+    API server, CoreDNS    198.18.250.(s+1) on lo
+    Service range          198.19.s.0/24 (the `kubernetes` Service 198.19.s.1), routed to node 0
+    node link              198.18.(200+s).(4n) /30: this machine .4n+1, the node .4n+2
+    pod subnet             198.18.(8s+n).0/24 (the bridge .1)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import subprocess
+from dataclasses import dataclass
+
+MAX_SLOTS = 25
+MAX_NODES = 8
+
+
+def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """A command of this machine's (ip, sysctl, ctr); with `check`, a failure raises with its message."""
+    result = subprocess.run(args, capture_output=True, text=True, check=False)
+    if check and result.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
+    return result
+
+
+def worker_slot() -> int:
+    """This pytest worker's slot: gw0 is 0, gw1 is 1; a run without workers is 0."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    slot = int(worker.removeprefix("gw")) if worker.startswith("gw") else 0
+    if slot >= MAX_SLOTS:
+        raise ValueError(f"at most {MAX_SLOTS} test workers can each have a cluster, not {worker}")
+    return slot
+
+
+@dataclass(frozen=True)
+class ClusterAddresses:
+    slot: int
+
+    @property
+    def api(self) -> str:
+        """Where the API server and the cluster DNS listen on this machine."""
+        return f"198.18.250.{self.slot + 1}"
+
+    @property
+    def service_cidr(self) -> str:
+        return f"198.19.{self.slot}.0/24"
+
+    @property
+    def kubernetes_service(self) -> str:
+        return f"198.19.{self.slot}.1"
+
+    @property
+    def pod_cidr(self) -> str:
+        """Every node's pod subnet of this cluster."""
+        return f"198.18.{8 * self.slot}.0/21"
+
+    def node(self, index: int) -> NodeAddresses:
+        if index >= MAX_NODES:
+            raise ValueError(f"at most {MAX_NODES} nodes a cluster, not {index + 1}")
+        return NodeAddresses(self, index)
+
+
+@dataclass(frozen=True)
+class NodeAddresses:
+    cluster: ClusterAddresses
+    index: int
+
+    @property
+    def name(self) -> str:
+        return f"batchd-{self.cluster.slot}-{self.index}"
+
+    @property
+    def netns(self) -> str:
+        return self.name
+
+    @property
+    def host_link(self) -> str:
+        """The veth's end on this machine (interface names are at most 15 characters)."""
+        return f"bdh{self.cluster.slot}x{self.index}"
+
+    @property
+    def host_ip(self) -> str:
+        return f"198.18.{200 + self.cluster.slot}.{4 * self.index + 1}"
+
+    @property
+    def ip(self) -> str:
+        """The node's own address: its kubelet, NodePorts, and where its pods are routed."""
+        return f"198.18.{200 + self.cluster.slot}.{4 * self.index + 2}"
+
+    @property
+    def pod_subnet(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(f"198.18.{8 * self.cluster.slot + self.index}.0/24")
+
+
+def remove_node_network(node: NodeAddresses) -> None:
+    """Undo `make_node_network`, including what a killed session left."""
+    run("ip", "route", "del", str(node.pod_subnet), check=False)
+    if node.index == 0:
+        run("ip", "route", "del", node.cluster.service_cidr, check=False)
+    run("ip", "link", "del", node.host_link, check=False)
+    run("ip", "netns", "del", node.netns, check=False)
+
+
+def make_node_network(node: NodeAddresses) -> None:
+    """The node's namespace, its link to this machine, and the routes to its pods (and, through
+    node 0, to the cluster's Services)."""
+    remove_node_network(node)
+    ns = ("ip", "netns", "exec", node.netns)
+    run("ip", "netns", "add", node.netns)
+    run("ip", "link", "add", node.host_link, "type", "veth", "peer", "name", "eth0", "netns", node.netns)
+    run("ip", "addr", "add", f"{node.host_ip}/30", "dev", node.host_link)
+    run("ip", "link", "set", node.host_link, "up")
+    run(*ns, "ip", "addr", "add", f"{node.ip}/30", "dev", "eth0")
+    run(*ns, "ip", "link", "set", "eth0", "up")
+    run(*ns, "ip", "link", "set", "lo", "up")
+    run(*ns, "ip", "route", "add", "default", "via", node.host_ip)
+    # A packet for a Service that no rule rewrote goes nowhere (not back out to this machine).
+    run(*ns, "ip", "route", "add", "unreachable", node.cluster.service_cidr)
+    for sysctl in ("net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1"):
+        run(*ns, "sysctl", "-qw", sysctl)
+    run("ip", "route", "add", str(node.pod_subnet), "via", node.ip)
+    if node.index == 0:
+        run("ip", "route", "add", node.cluster.service_cidr, "via", node.ip)
+
+
+def add_cluster_address(cluster: ClusterAddresses) -> None:
+    """The API server's address on this machine; pods reach it through their node's link."""
+    run("sysctl", "-qw", "net.ipv4.ip_forward=1")  # between the nodes' links
+    if cluster.api not in run("ip", "-o", "addr", "show", "dev", "lo").stdout:
+        run("ip", "addr", "add", f"{cluster.api}/32", "dev", "lo")
+
+
+def remove_cluster_address(cluster: ClusterAddresses) -> None:
+    run("ip", "addr", "del", f"{cluster.api}/32", "dev", "lo", check=False)
