@@ -6,7 +6,7 @@ VERSION := $(shell cat VERSION)
 REGISTRY ?= ghcr.io/batchd
 PROJECTS := api operator replica tests/support bench router
 
-.PHONY: demo test test-fast bench lint crd images tools kubernetes install clean
+.PHONY: demo test test-fast test-kubernetes-range bench lint crd images tools kubernetes install clean
 
 install: $(VENV)/.installed
 
@@ -44,6 +44,17 @@ tools:
 # about 8 minutes, a rebuild with warm Go caches about 1.
 kubernetes:
 	@tools/build-kubernetes.sh >/dev/null
+
+# The Kubernetes minors batchd supports (README): the install and operator tests run on the oldest
+# and the newest of them, each built like the pinned one (not part of `make test`).
+KUBERNETES_RANGE := v1.34.4 v1.37.2
+test-kubernetes-range: install tools images
+	@for version in $(KUBERNETES_RANGE); do \
+	  echo "== Kubernetes $$version"; \
+	  KUBERNETES_VERSION=$$version tools/build-kubernetes.sh >/dev/null || exit 1; \
+	  KUBERNETES_VERSION=$$version $(PYTEST) tests/charts/test_install.py tests/charts/test_rbac.py \
+	    tests/e2e/test_node.py || exit 1; \
+	done
 
 # The main job: serve the bundled MiniLM model locally and show what batching does.
 demo: install

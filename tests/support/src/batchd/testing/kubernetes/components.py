@@ -46,18 +46,31 @@ def service_account_user(namespace: str, name: str) -> str:
     return f"system:serviceaccount:{namespace}:{name}"
 
 
-def forbidden(cluster: ControlPlane, user: str, *, since: int = 0) -> list[str]:
-    """Every request of `user` the API server refused for want of a permission, as
-    'verb group/resource[/subresource] URI', from its `since`-th request on."""
-    refused = []
+def refused(cluster: ControlPlane, user: str, *, since: int = 0, namespace: str | None = None) -> list[str]:
+    """Every request of `user` the API server refused for want of a permission (RBAC's decision
+    `forbid`, not a 403 for a namespace being deleted) or as invalid (422), from its `since`-th
+    request on (in `namespace` only, if given), as 'code verb group/resource[/subresource] URI'."""
+    found = []
     for event in cluster.audit_events(user)[since:]:
-        if event.get("responseStatus", {}).get("code") == 403:
-            ref = event.get("objectRef", {})
+        code = event.get("responseStatus", {}).get("code")
+        ref = event.get("objectRef", {})
+        if namespace is not None and ref.get("namespace") != namespace:
+            continue
+        if code == 422 or (code == 403 and _decision(event) == "forbid"):
             resource = "/".join(filter(None, [ref.get("resource"), ref.get("subresource")]))
-            refused.append(
-                f"{event['verb']} {ref.get('apiGroup', '')}/{resource} {event.get('requestURI', '')}"
+            found.append(
+                f"{code} {event['verb']} {ref.get('apiGroup', '')}/{resource} {event.get('requestURI', '')}"
             )
-    return refused
+    return found
+
+
+def forbidden(cluster: ControlPlane, user: str, *, since: int = 0) -> list[str]:
+    """Every request of `user` that RBAC refused."""
+    return [call for call in refused(cluster, user, since=since) if call.startswith("403 ")]
+
+
+def _decision(event: dict[str, Any]) -> str:
+    return str((event.get("annotations") or {}).get("authorization.k8s.io/decision", ""))
 
 
 def watching(cluster: ControlPlane, user: str, resource: str) -> bool:
@@ -80,8 +93,14 @@ def component_process(
     timeout_s: float = 60.0,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run `command` with the environment and ServiceAccount of the chart's Deployment
-    `deployment_name`; yield once the API server has seen it watch `watches`; stop it after."""
+    `deployment_name`, in place of that Deployment's pods (scaled to zero meanwhile: two operators
+    would both act on every change); yield once the API server has seen it watch `watches`; stop
+    it after, and give the Deployment its pods back."""
     deployment = chart_deployment(cluster, namespace, deployment_name)
+    replicas = deployment["spec"].get("replicas", 1)
+    cluster.kubectl("scale", "-n", namespace, f"deployment/{deployment_name}", "--replicas=0")
+    selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
+    cluster.kubectl("wait", "-n", namespace, "--for=delete", "pod", "-l", selector, "--timeout=60s")
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     full_env = {
         **os.environ,
@@ -111,6 +130,7 @@ def component_process(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        cluster.kubectl("scale", "-n", namespace, f"deployment/{deployment_name}", f"--replicas={replicas}")
 
 
 def operator_command() -> list[str]:

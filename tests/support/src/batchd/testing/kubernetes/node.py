@@ -12,7 +12,10 @@ slot, so a warm run imports no image; its state, sockets and the kubelet's files
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -269,8 +272,7 @@ class Node:
             self.processes["containerd"].stop()
         remove_node_network(self.addresses)
         remove_cgroup_root(self.name)
-        for leftover in (self.directory / "kubelet").glob("pods/*/volumes/*/*"):
-            run("umount", "-l", str(leftover), check=False)
+        unmount_below(self.directory)
 
     def _remove_containers(self) -> None:
         for task in self.ctr("tasks", "list", "-q").stdout.split():
@@ -309,13 +311,37 @@ def make_cgroup_root(name: str) -> None:
                 (root / knob).write_text((hierarchy / knob).read_text())
 
 
-def remove_cgroup_root(name: str) -> None:
-    """The kubelet's cgroups, deepest first (a cgroup goes only once its children are gone)."""
-    for hierarchy in _hierarchies():
-        root = hierarchy / name
-        if root.is_dir():
-            for path in sorted(
-                (p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
-            ):
-                path.rmdir()
-            root.rmdir()
+def remove_cgroup_root(name: str, timeout_s: float = 15.0) -> None:
+    """The kubelet's cgroups, deepest first (a cgroup goes only once its children are gone), and any
+    process still in them (a container a killed session left)."""
+    roots = [hierarchy / name for hierarchy in _hierarchies() if (hierarchy / name).is_dir()]
+    cgroups = sorted(
+        (path for root in roots for path in [root, *root.rglob("*")] if path.is_dir()),
+        key=lambda path: len(path.parts),
+        reverse=True,
+    )
+    for cgroup in cgroups:
+        for pid in (cgroup / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    for cgroup in cgroups:
+        while True:
+            try:
+                cgroup.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:  # busy until the killed processes have exited
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
+def unmount_below(directory: Path) -> None:
+    """Everything the kubelet and containerd mounted under `directory` (the kubelet's own root, the
+    pods' volumes, the sandboxes' /dev/shm), deepest first, so the folder can be removed."""
+    prefix = str(directory.resolve()) + "/"
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    for mount_point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+        run("umount", "-l", mount_point, check=False)
