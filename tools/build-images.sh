@@ -27,9 +27,13 @@ hash_of() { sha256sum | cut -c1-16; }
 BASE=$("$root/tools/build-base-image.sh")
 base_key=${BASE##*:}
 
-# What the Dockerfile's build reads (its build stage copies these; the rest is in .dockerignore).
-inputs_key=$(cd "$root" && { echo "$base_key"; cat Dockerfile VERSION;
-  git ls-files -co --exclude-standard api operator replica router examples | LC_ALL=C sort | xargs sha256sum; } | hash_of)
+# What an image holds: the base, the Dockerfile, and the projects it installs (a change to the
+# operator's code builds the operator again, not the replica's torch).
+declare -A PROJECTS=([operator]="api operator" [router]="api router" [replica]="api replica examples")
+inputs_key() {
+  (cd "$root" && { echo "$base_key"; cat Dockerfile VERSION;
+    git ls-files -co --exclude-standard ${PROJECTS[$1]} | LC_ALL=C sort | xargs sha256sum; } | hash_of)
+}
 
 # The pod sandbox image (what containerd's sandbox_image names): the pause program built with the
 # Kubernetes toolchain (tools/build-kubernetes.sh), alone in an image.
@@ -54,7 +58,8 @@ pause_image() {
 for target in "${targets[@]}"; do
   if [ "$target" = pause ]; then pause_image; continue; fi
   ref=$REGISTRY/batchd-$target:$VERSION
-  archive=$OUT/$target-$inputs_key.tar
+  [ -n "${PROJECTS[$target]:-}" ] || { echo "build-images: no target $target" >&2; exit 2; }
+  archive=$OUT/$target-$(inputs_key "$target").tar
   if [ ! -f "$archive" ]; then
     # Each RUN step runs in a chroot: this machine cannot make the namespaces `--isolation oci`
     # needs. No --layers: buildah 1.28 then breaks `RUN --mount=type=bind,from=build`.

@@ -1,9 +1,11 @@
 """batchd's images for the nodes: built from the project's Dockerfile by `tools/build-images.sh`
-(cached by their inputs), and imported into a node's containerd only when it lacks that build."""
+(cached by their inputs), and imported into a node's containerd only when it lacks that image."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,8 +13,6 @@ from batchd.testing import ROOT
 from batchd.testing.kubernetes.node import Node
 
 BUILD_SCRIPT = ROOT / "tools" / "build-images.sh"
-# Marks an image in containerd with the archive it came from, so a later session knows it is current.
-ARCHIVE_LABEL = "dev.batchd.archive"
 
 
 @dataclass(frozen=True)
@@ -36,15 +36,22 @@ def build_images(*targets: str) -> list[Image]:
     return images
 
 
+def manifest_digest(archive: Path) -> str:
+    """The digest of the image an OCI archive holds: what containerd names it by once imported."""
+    with tarfile.open(archive) as tar:
+        index = tar.extractfile("index.json")
+        assert index is not None, f"{archive} has no index.json"
+        digest: str = json.load(index)["manifests"][0]["digest"]
+        return digest
+
+
 def load(node: Node, images: list[Image]) -> list[Image]:
-    """Import into the node's containerd each image it does not hold at this build; return those
+    """Import into the node's containerd each image it does not hold at this digest; return those
     imported."""
     imported = []
     for image in images:
-        labels = node.ctr("images", "list", f"name=={image.ref}").stdout
-        if f"{ARCHIVE_LABEL}={image.archive.name}" in labels:
+        if manifest_digest(image.archive) in node.ctr("images", "list", f"name=={image.ref}").stdout:
             continue
         node.ctr("images", "import", str(image.archive))
-        node.ctr("images", "label", image.ref, f"{ARCHIVE_LABEL}={image.archive.name}")
         imported.append(image)
     return imported

@@ -281,8 +281,12 @@ class Node:
         while self.ctr("tasks", "list", "-q").stdout.split() and time.monotonic() < deadline:
             time.sleep(0.1)
         for container in self.ctr("containers", "list", "-q").stdout.split():
+            info = self.ctr("containers", "info", container, check=False).stdout
             self.ctr("tasks", "delete", "-f", container, check=False)
             self.ctr("containers", "delete", container, check=False)
+            # A sandbox's network namespace is the CNI's to remove, which nobody asks it now.
+            for netns in pod_network_namespaces(info):
+                run("ip", "netns", "del", netns, check=False)
 
     def __enter__(self) -> Node:
         try:
@@ -336,6 +340,18 @@ def remove_cgroup_root(name: str, timeout_s: float = 15.0) -> None:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+
+
+def pod_network_namespaces(container_info: str) -> list[str]:
+    """The named network namespaces (/var/run/netns/NAME) a container's spec joins."""
+    if not container_info:
+        return []
+    namespaces = json.loads(container_info).get("Spec", {}).get("linux", {}).get("namespaces", [])
+    return [
+        Path(ns["path"]).name
+        for ns in namespaces
+        if ns.get("type") == "network" and "/netns/" in ns.get("path", "")
+    ]
 
 
 def unmount_below(directory: Path) -> None:
