@@ -76,10 +76,11 @@ test: install tools kubernetes images
 	$(PYTEST)
 
 # The edit loop (under 3 minutes on 2 cores): everything but the tests marked `slow`, which run
-# end to end through real processes (replica servers on the stand-in cluster, the operator as a
-# process, Prometheus) or load a real transformers model. One marker for both: what makes them
-# slow is starting and warming real processes and models, and `make test` still runs them.
-test-fast: install tools
+# end to end through real processes (pods on the test cluster's node, replica servers, the operator
+# as a process, Prometheus) or load a real transformers model. One marker for both: what makes them
+# slow is starting and warming real processes and models, and `make test` still runs them. The
+# control plane alone (seconds to start) serves the fast tests of what the API server admits.
+test-fast: install tools kubernetes
 	$(PYTEST) -m "not slow"
 
 bench: install

@@ -11,7 +11,8 @@ import pytest
 from batchd.api.manifest import ManifestError, parse_manifest
 from batchd.api.spec import RAY_SERVE_NAMES
 from batchd.testing import ROOT
-from batchd.testing.admission import admit
+from batchd.testing.kubernetes.admission import admit
+from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.manifests import manifest
 
 GOOD: dict[str, Any] = manifest("good")
@@ -23,12 +24,13 @@ def with_spec(**spec: Any) -> dict[str, Any]:
     return document
 
 
-def refusals(document: dict[str, Any]) -> tuple[list[str], str]:
-    """What the CRD says (the API server's problems) and what the model says (the error text)."""
-    _, problems = admit(document)
+def refusals(cluster: ControlPlane, namespace: str, document: dict[str, Any]) -> tuple[str, str]:
+    """What the API server says (kubectl's refusal) and what the model says (the error text)."""
+    admission = admit(cluster, namespace, document)
+    assert not admission.admitted, "the API server admitted a manifest the model refuses"
     with pytest.raises(ManifestError) as refused:
         parse_manifest(document)
-    return problems, str(refused.value)
+    return admission.refusal, str(refused.value)
 
 
 SEED_CASES = [
@@ -39,10 +41,12 @@ SEED_CASES = [
 
 
 @pytest.mark.parametrize(("name", "document", "ours"), SEED_CASES, ids=[case[0] for case in SEED_CASES])
-def test_ray_serve_names_are_refused_saying_which_field_to_use(name: str, document: Any, ours: str) -> None:
-    problems, message = refusals(document)
+def test_ray_serve_names_are_refused_saying_which_field_to_use(
+    control_plane: ControlPlane, module_namespace: str, name: str, document: Any, ours: str
+) -> None:
+    refusal, message = refusals(control_plane, module_namespace, document)
     field = f"spec.{name}" if name == "batching_config" else f"spec.batching.{name}"
-    assert any(problem.startswith(field) and ours in problem for problem in problems), problems
+    assert field in refusal and ours in refusal, refusal
     assert f"  {field}: " in message and ours in message, message
     assert "(got " in message  # and the value they wrote
 
@@ -54,23 +58,30 @@ def test_the_readme_maps_every_ray_serve_name_to_ours() -> None:
     assert "| `allow_small_batch` |" in readme and "| `max_batch_size` |" in readme
 
 
-def test_allow_small_batch_defaults_to_true_and_false_needs_room_for_a_full_batch() -> None:
+def test_allow_small_batch_defaults_to_true_and_false_needs_room_for_a_full_batch(
+    control_plane: ControlPlane, module_namespace: str
+) -> None:
     assert parse_manifest(GOOD).spec.batching.allow_small_batch is True
-    assert admit(GOOD)[0]["spec"]["batching"]["allow_small_batch"] is True
+    stored = admit(control_plane, module_namespace, GOOD).stored
+    assert stored["spec"]["batching"]["allow_small_batch"] is True
     fits = with_spec(batching={"allow_small_batch": False, "max_batch_size": 8, "max_queued_requests": 8})
-    assert admit(fits)[1] == [] and parse_manifest(fits).spec.batching.allow_small_batch is False
+    assert admit(control_plane, module_namespace, fits).admitted
+    assert parse_manifest(fits).spec.batching.allow_small_batch is False
 
     cramped = with_spec(batching={"allow_small_batch": False, "max_batch_size": 8, "max_queued_requests": 4})
-    problems, message = refusals(cramped)
-    assert any(problem.startswith("spec.batching.max_queued_requests") for problem in problems), problems
+    refusal, message = refusals(control_plane, module_namespace, cramped)
+    assert "spec.batching.max_queued_requests" in refusal, refusal
     assert "max_queued_requests (4) of at least max_batch_size (8)" in message
 
 
-def test_calls_name_deployments_for_a_handler_class() -> None:
+def test_calls_name_deployments_for_a_handler_class(
+    control_plane: ControlPlane, module_namespace: str
+) -> None:
     composer = manifest(
         "composer", {"handler": "examples.classifier:EmbeddingClassifier", "calls": {"e": "minilm"}}
     )
-    assert admit(composer)[1] == []
+    admission = admit(control_plane, module_namespace, composer)
+    assert admission.admitted, admission.refusal
     assert parse_manifest(composer).spec.model.calls == {"e": "minilm"}
 
 
@@ -85,9 +96,11 @@ CALLS_CASES = [
 
 
 @pytest.mark.parametrize(("case", "model", "says"), CALLS_CASES, ids=[case[0] for case in CALLS_CASES])
-def test_bad_calls_are_refused_by_both(case: str, model: dict[str, Any], says: str) -> None:
-    problems, message = refusals(manifest("composer", model))
-    assert any(problem.startswith("spec.model.calls") for problem in problems), problems
+def test_bad_calls_are_refused_by_both(
+    control_plane: ControlPlane, module_namespace: str, case: str, model: dict[str, Any], says: str
+) -> None:
+    refusal, message = refusals(control_plane, module_namespace, manifest("composer", model))
+    assert "spec.model.calls" in refusal, refusal
     assert says in message, message
 
 

@@ -20,7 +20,8 @@ from pydantic import BaseModel, Field
 from batchd.api.manifest import parse_manifest
 from batchd.api.spec import KIND, BatchedDeploymentSpec
 from batchd.testing import ROOT
-from batchd.testing.admission import admit
+from batchd.testing.kubernetes.admission import admit
+from batchd.testing.kubernetes.controlplane import ControlPlane
 
 PAGES = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -172,11 +173,13 @@ def test_the_docs_show_whole_manifests() -> None:
 
 @pytest.mark.parametrize(("where", "document"), MANIFESTS, ids=[where for where, _ in MANIFESTS])
 def test_every_manifest_in_the_docs_is_admitted_by_the_crd_and_the_model(
-    where: str, document: dict[str, Any]
+    control_plane: ControlPlane, module_namespace: str, where: str, document: dict[str, Any]
 ) -> None:
-    defaulted, problems = admit(document)
-    assert problems == [], where
-    parse_manifest(defaulted, origin=where)
+    # The real API server's admission, as `kubectl apply` of the snippet meets it.
+    admission = admit(control_plane, module_namespace, document)
+    assert admission.admitted, (where, admission.refusal)
+    defaulted = {key: admission.stored[key] for key in ("apiVersion", "kind", "spec")}
+    parse_manifest({**defaulted, "metadata": document["metadata"]}, origin=where)
 
 
 PYTHON = _blocks("python")

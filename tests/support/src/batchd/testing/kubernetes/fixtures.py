@@ -52,6 +52,13 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
+@pytest.fixture(scope="module")
+def module_namespace(control_plane: ControlPlane) -> Iterator[str]:
+    """A `restricted` namespace the tests of one module share (for dry runs and reads)."""
+    with namespace(control_plane, unique_name("m")) as name:
+        yield name
+
+
 @pytest.fixture
 def kube_namespace(control_plane: ControlPlane) -> Iterator[str]:
     """A namespace for this test whose pods must pass the `restricted` Pod Security Standard."""
