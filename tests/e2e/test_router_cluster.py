@@ -1,0 +1,233 @@
+"""The router end to end on a real cluster: the chart's operator and router running in pods from our
+images, replicas as pods of the node, the router reached through its Service's ClusterIP as a
+client in the cluster would, scaled and deleted with `kubectl`.
+
+What a client notices: a keep-alive client is spread over every replica once it is ready; requests
+held for a deployment at zero replicas wake it and go to its first replica, or are told clearly that
+the deployment was deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from batchd.operator import children
+from batchd.testing.closed_loop import KeepAliveClient, metric
+from batchd.testing.kubernetes import handlers
+from batchd.testing.kubernetes.components import forbidden
+from batchd.testing.kubernetes.controlplane import ControlPlane
+from batchd.testing.kubernetes.node import Node
+from batchd.testing.kubernetes.release import Release, installed
+from batchd.testing.manifests import manifest
+from batchd.testing.waiting import eventually
+
+pytestmark = pytest.mark.slow
+
+START_S = 120.0  # a replica pod starts in seconds; the machine may be busy
+# One batch of 8 items every 50 ms: 160 items/s a replica.
+SLOW = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 0.05}}
+BATCHING = {"max_batch_size": 8, "batch_wait_timeout_s": 0.005, "max_queued_requests": 1024}
+
+
+@dataclass(frozen=True)
+class Stack:
+    release: Release
+
+    @property
+    def cluster(self) -> ControlPlane:
+        return self.release.cluster
+
+    @property
+    def router(self) -> str:
+        service = self.release.get("service", f"{self.release.name}-router")
+        assert service is not None
+        return f"http://{service['spec']['clusterIP']}"
+
+    def url(self, model: str) -> str:
+        return f"{self.router}/v1/models/{model}:predict"
+
+    def apply(self, name: str, model: dict[str, Any], **spec: Any) -> None:
+        document = manifest(name, model, **handlers.pod_spec(), **spec)
+        self.cluster.kubectl("apply", "-n", self.release.namespace, "-f", "-", input=yaml.safe_dump(document))
+
+    def ready_pods(self, name: str, count: int) -> list[str]:
+        """The base URLs of the deployment's `count` ready pods (waits until there are that many)."""
+
+        def probe() -> list[str]:
+            listed = self.cluster.kubectl(
+                "get",
+                "pods",
+                "-n",
+                self.release.namespace,
+                "-l",
+                children.selector_string(name),
+                "-o",
+                "json",
+            ).stdout
+            pods = [p for p in json.loads(listed)["items"] if not p["metadata"].get("deletionTimestamp")]
+            ready = [
+                p
+                for p in pods
+                if any(
+                    c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])
+                )
+            ]
+            return (
+                [f"http://{p['status']['podIP']}:8000" for p in ready]
+                if len(pods) == len(ready) == count
+                else []
+            )
+
+        return eventually(probe, timeout_s=START_S, what=f"{count} ready pods of {name}")
+
+    def events(self, reason: str) -> list[str]:
+        listed = self.cluster.kubectl(
+            "get",
+            "events",
+            "-n",
+            self.release.namespace,
+            "--field-selector",
+            f"reason={reason}",
+            "-o",
+            "json",
+        ).stdout
+        return [str(event["message"]) for event in json.loads(listed)["items"]]
+
+
+@pytest.fixture(scope="module")
+def stack(
+    control_plane: ControlPlane, kube_node: Node, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    # One router: the node's two cores hold the operator, the router and the replicas.
+    values = {"router": {"replicaCount": 1, "resources": {"requests": {"cpu": "100m"}}}}
+    with installed(control_plane, tmp_path_factory.mktemp("router"), values, wait=True) as release:
+        control_plane.kubectl(
+            "apply", "-n", release.namespace, "-f", "-", input=yaml.safe_dump(handlers.config_map())
+        )
+        yield Stack(release)
+        assert forbidden(control_plane, release.router_user) == []
+        assert forbidden(control_plane, release.operator_user) == []
+
+
+async def test_a_keep_alive_client_through_the_router_spreads_over_new_replicas(stack: Stack) -> None:
+    stack.apply("slow", SLOW, batching=BATCHING)
+    (first,) = stack.ready_pods("slow", 1)
+    load = KeepAliveClient(stack.url("slow"))
+    running = asyncio.create_task(load.run())
+    async with aiohttp.ClientSession() as client:
+        try:
+            await asyncio.to_thread(
+                eventually, lambda: load.answered() >= 50, timeout_s=30, what="50 answers from one replica"
+            )
+            # The autoscaler's decision, as it writes it: three replicas.
+            stack.cluster.kubectl("scale", "-n", stack.release.namespace, "bd/slow", "--replicas=3")
+            pods = await asyncio.to_thread(stack.ready_pods, "slow", 3)
+
+            async def router_sees_three() -> bool:
+                return await metric(client, stack.router, "batchd_router_ready_replicas") == 3
+
+            deadline = time.monotonic() + 20
+            while not await router_sees_three():
+                assert time.monotonic() < deadline, "the router did not see three ready replicas"
+                await asyncio.sleep(0.1)
+            before = [await metric(client, pod, "batchd_requests_total") for pod in pods]
+            since = load.answered()
+            await asyncio.to_thread(
+                eventually, lambda: load.answered() >= since + 300, timeout_s=20, what="300 more answers"
+            )
+            after = [await metric(client, pod, "batchd_requests_total") for pod in pods]
+        finally:
+            load.stop()
+            outcomes = await running
+    shares = [
+        (done - started) / max(1.0, sum(after) - sum(before))
+        for done, started in zip(after, before, strict=True)
+    ]
+    assert all(share > 0.2 for share in shares), shares  # a third each is even
+    assert first in pods
+    assert set(outcomes) == {200}, {outcome: outcomes.count(outcome) for outcome in set(outcomes)}
+
+
+async def predict(client: aiohttp.ClientSession, url: str, n: int) -> tuple[int, Any]:
+    async with client.post(url, json={"instances": [n]}) as response:
+        return response.status, await response.json()
+
+
+async def held(client: aiohttp.ClientSession, stack: Stack, count: int) -> bool:
+    async with client.get(f"{stack.router}/held") as response:
+        entries = (await response.json())["deployments"]
+    return sum(entry["held_requests"] for entry in entries) == count
+
+
+async def wait_held(client: aiohttp.ClientSession, stack: Stack, count: int) -> None:
+    deadline = time.monotonic() + 20
+    while not await held(client, stack, count):
+        assert time.monotonic() < deadline, f"the router did not hold {count} requests"
+        await asyncio.sleep(0.1)
+
+
+async def test_requests_held_for_a_deployment_that_is_deleted_are_told_so(stack: Stack) -> None:
+    ns = stack.release.namespace
+    stack.apply("parked", SLOW, num_replicas=0)
+    async with aiohttp.ClientSession() as client:
+        waiting = [asyncio.create_task(predict(client, stack.url("parked"), n)) for n in range(3)]
+        await wait_held(client, stack, 3)
+        stack.cluster.kubectl("delete", "-n", ns, "bd/parked", "--wait=false")
+        answers = await asyncio.gather(*waiting)
+    assert answers == [(404, {"error": f"model 'parked': its BatchedDeployment {ns}/parked was deleted"})] * 3
+
+
+async def test_requests_held_at_zero_replicas_wake_the_deployment_and_go_to_its_first_replica(
+    stack: Stack,
+) -> None:
+    autoscaling = {
+        "min_replicas": 0,
+        "max_replicas": 2,
+        "target_ongoing_items": 4,
+        "scale_to_zero_delay_s": 60,
+    }
+    stack.apply("cold", SLOW, num_replicas=0, autoscaling=autoscaling)
+    async with aiohttp.ClientSession() as client:
+        sent = time.monotonic()
+        waiting = [asyncio.create_task(predict(client, stack.url("cold"), n)) for n in range(6)]
+        await wait_held(client, stack, 6)
+        answers = await asyncio.wait_for(asyncio.gather(*waiting), START_S)
+        waited_s = time.monotonic() - sent
+        (woke,) = await asyncio.to_thread(
+            eventually, lambda: stack.events("ScaledFromZero"), what="the ScaledFromZero event"
+        )
+        status = stack.release.get("bd", "cold")
+        # Those that answered are ready; a second may be starting.
+        listed = json.loads(
+            stack.cluster.kubectl(
+                "get",
+                "pods",
+                "-n",
+                stack.release.namespace,
+                "-l",
+                children.selector_string("cold"),
+                "-o",
+                "json",
+            ).stdout
+        )["items"]
+        urls = [f"http://{p['status']['podIP']}:8000" for p in listed if p["status"].get("podIP")]
+        answered = sum([await metric(client, url, "batchd_requests_total") for url in urls])
+    assert [code for code, _ in answers] == [200] * 6
+    assert sorted(body["predictions"][0] for _, body in answers) == [n + 1 for n in range(6)]
+    assert answered == 6  # each held request went to a replica once
+    # Why it woke, in the event and the status: what the routers held (all six, or the first few).
+    assert re.fullmatch(r"0 -> [12] replicas: [1-6] request\(s\) held by the routers, .*", woke), woke
+    assert (
+        status is not None and "held by the routers" in status["status"]["autoscaling"]["last_scale_reason"]
+    )
+    assert waited_s < START_S
