@@ -1,5 +1,6 @@
 """Faults only a real control plane shows: the API server restarted under load, with etcd's history
 compacted meanwhile so that every watch that comes back is told 410 Gone and must list again.
+(Replicas and routers killed under load: `test_router.py`.)
 
 Replicas run as pods on the node; the operator and the router run on the chart's ServiceAccount
 tokens. Clients must not notice, and both must follow what changes afterwards.
@@ -7,7 +8,6 @@ tokens. Clients must not notice, and both must follow what changes afterwards.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import Counter
@@ -18,7 +18,6 @@ import httpx
 import pytest
 import yaml
 
-from batchd.operator import children
 from batchd.testing.kubernetes.components import component_process, operator_command
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
@@ -147,62 +146,3 @@ def test_an_api_server_restart_with_410_gone_is_invisible_to_clients(
     assert (
         lists_after["router"] > lists_before["router"] and lists_after["operator"] > lists_before["operator"]
     )
-
-
-def test_a_replica_container_killed_by_the_runtime_is_restarted_and_loses_only_its_request(
-    release: Release, kube_node: Node, tmp_path: Path
-) -> None:
-    cluster, ns = release.cluster, release.namespace
-    router_port = free_port()
-    router = f"http://127.0.0.1:{router_port}"
-    with (
-        component_process(
-            cluster,
-            ns,
-            release.name,
-            operator_command(),
-            tmp_path / "operator.log",
-            watches="batcheddeployments",
-        ),
-        component_process(
-            cluster,
-            ns,
-            f"{release.name}-router",
-            [*router_command(), "--port", str(router_port)],
-            tmp_path / "router.log",
-            watches="endpointslices",
-        ),
-    ):
-        cluster.kubectl(
-            "apply", "-n", ns, "-f", "-", input=yaml.safe_dump(manifest("killed", num_replicas=2))
-        )
-        cluster.kubectl("wait", "-n", ns, "--for=condition=Ready", "bd/killed", "--timeout=180s")
-        predict = f"{router}/v1/models/killed:predict"
-        eventually(
-            lambda: httpx.post(predict, json={"instances": [1]}).status_code == 200,
-            what="the router to route to the replicas",
-        )
-        pods = json.loads(
-            cluster.kubectl(
-                "get", "pods", "-n", ns, "-l", children.selector_string("killed"), "-o", "json"
-            ).stdout
-        )["items"]
-        victim = pods[0]
-        container_id = victim["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-        with Load(predict) as load:
-            eventually(lambda: load.outcomes[200] >= 20, what="load before the kill")
-            kube_node.ctr("tasks", "kill", "--signal", "SIGKILL", container_id)
-
-            def restarted() -> bool:
-                pod = json.loads(
-                    cluster.kubectl("get", "pod", "-n", ns, victim["metadata"]["name"], "-o", "json").stdout
-                )
-                status = pod["status"]["containerStatuses"][0]
-                return bool(status["restartCount"] == 1 and status["ready"])
-
-            eventually(restarted, what="the kubelet to restart the container and see it ready", timeout_s=120)
-            served = load.outcomes[200]
-            eventually(lambda: load.outcomes[200] >= served + 20, what="load after the restart")
-        failures = sum(count for outcome, count in load.outcomes.items() if outcome != 200)
-        # One request at a time: at most the one the killed replica held is lost.
-        assert failures <= 1, load.outcomes
