@@ -19,10 +19,9 @@ import yaml
 
 from batchd.api.crd import CRD_NAME
 from batchd.testing import ROOT
-from batchd.testing.kubernetes.components import component_process, forbidden, operator_command
+from batchd.testing.kubernetes.components import forbidden
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.release import Release, installed
-from batchd.testing.servers import router_command
 from batchd.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
@@ -102,14 +101,7 @@ def test_the_api_server_refuses_an_invalid_deployment_naming_the_field(release: 
 def test_the_operator_on_its_own_token_reconciles_scales_and_cleans_up(release: Release) -> None:
     cluster, ns = release.cluster, release.namespace
     seen = len(cluster.audit_events(release.operator_user))
-    with component_process(
-        cluster,
-        ns,
-        release.name,
-        operator_command(),
-        release.logs / "operator.log",
-        watches="batcheddeployments",
-    ):
+    with release.operator(release.logs / "operator.log"):
         cluster.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "adder.yaml"))
         deployment = eventually(lambda: release.get("deployment", "adder"), what="the adder's Deployment")
         assert deployment["metadata"]["ownerReferences"][0]["kind"] == "BatchedDeployment"
@@ -155,15 +147,7 @@ def test_the_operator_on_its_own_token_reconciles_scales_and_cleans_up(release: 
 
 def test_the_router_on_its_own_token_watches_without_a_refusal(release: Release) -> None:
     cluster, ns = release.cluster, release.namespace
-    with component_process(
-        cluster,
-        ns,
-        f"{release.name}-router",
-        [*router_command(), "--port", "0"],
-        release.logs / "router.log",
-        watches="endpointslices",
-        env={"BATCHD_HOST": "127.0.0.1"},
-    ):
+    with release.router(release.logs / "router.log", 0):
         pass
     assert forbidden(cluster, release.router_user) == []
 
@@ -182,14 +166,7 @@ def test_a_permission_the_chart_does_not_grant_is_seen_refused(release: Release,
 
     set_rules(narrowed)
     try:
-        with component_process(
-            cluster,
-            ns,
-            release.name,
-            operator_command(),
-            tmp_path / "operator.log",
-            watches="batcheddeployments",
-        ):
+        with release.operator(tmp_path / "operator.log"):
             refused = eventually(
                 lambda: forbidden(cluster, release.operator_user, since=seen), what="a refused call"
             )

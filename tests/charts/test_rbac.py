@@ -16,12 +16,11 @@ import pytest
 import yaml
 
 from batchd.testing.helm import SCENARIOS, render
-from batchd.testing.kubernetes.components import component_process, forbidden, operator_command
+from batchd.testing.kubernetes.components import forbidden
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.fixtures import unique_name
 from batchd.testing.kubernetes.release import Release, installed
 from batchd.testing.manifests import manifest
-from batchd.testing.servers import router_command
 from batchd.testing.waiting import eventually
 
 Call = tuple[str, str, str]
@@ -117,14 +116,7 @@ def lifecycle(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
     logs = tmp_path_factory.mktemp("rbac")
     with installed(control_plane, logs) as release:
         user = release.operator_user
-        with component_process(
-            control_plane,
-            release.namespace,
-            release.name,
-            operator_command(),
-            logs / "operator.log",
-            watches="batcheddeployments",
-        ):
+        with release.operator(logs / "operator.log"):
             exercise_operator(release)
         yield Lifecycle(release, frozenset(calls_of(control_plane, user)), forbidden(control_plane, user))
 
@@ -164,25 +156,11 @@ def test_an_operator_and_router_held_to_listed_namespaces_need_nothing_cluster_w
     name = unique_name("batchd-scoped")
     with installed(control_plane, logs, {"watchNamespaces": [name]}, name=name) as release:
         assert release.get("clusterrole", release.name) is None
-        with component_process(
-            control_plane,
-            name,
-            release.name,
-            operator_command(),
-            logs / "operator.log",
-            watches="batcheddeployments",
-        ):
+        with release.operator(logs / "operator.log"):
             apply(release, manifest("scoped"))
             eventually(lambda: release.get("deployment", "scoped"), what="the Deployment")
             control_plane.kubectl("delete", "-n", name, "bd/scoped")
-        with component_process(
-            control_plane,
-            name,
-            f"{name}-router",
-            [*router_command(), "--port", "0"],
-            logs / "router.log",
-            watches="endpointslices",
-        ):
+        with release.router(logs / "router.log", 0):
             pass
         assert forbidden(control_plane, release.operator_user) == []
         assert forbidden(control_plane, release.router_user) == []

@@ -18,12 +18,11 @@ import httpx
 import pytest
 import yaml
 
-from batchd.testing.kubernetes.components import component_process, operator_command
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
 from batchd.testing.kubernetes.release import Release, installed
 from batchd.testing.manifests import manifest
-from batchd.testing.servers import free_port, router_command
+from batchd.testing.servers import free_port
 from batchd.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
@@ -97,22 +96,8 @@ def test_an_api_server_restart_with_410_gone_is_invisible_to_clients(
     router_port = free_port()
     router = f"http://127.0.0.1:{router_port}"
     with (
-        component_process(
-            cluster,
-            ns,
-            release.name,
-            operator_command(),
-            tmp_path / "operator.log",
-            watches="batcheddeployments",
-        ),
-        component_process(
-            cluster,
-            ns,
-            f"{release.name}-router",
-            [*router_command(), "--port", str(router_port)],
-            tmp_path / "router.log",
-            watches="endpointslices",
-        ),
+        release.operator(tmp_path / "operator.log"),
+        release.router(tmp_path / "router.log", router_port),
     ):
         apply("before")
         cluster.kubectl("wait", "-n", ns, "--for=condition=Ready", "bd/before", "--timeout=180s")

@@ -15,7 +15,7 @@ from batchd.testing import ROOT
 from batchd.testing.kubernetes.components import forbidden
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
-from batchd.testing.kubernetes.release import Release, installed
+from batchd.testing.kubernetes.release import ONE_ROUTER, Release, installed
 from batchd.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
@@ -25,9 +25,7 @@ pytestmark = pytest.mark.slow
 def release(
     control_plane: ControlPlane, kube_node: Node, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Release]:
-    # One router: the node's two cores hold the operator, a router and a replica.
-    values = {"router": {"replicaCount": 1, "resources": {"requests": {"cpu": "100m"}}}}
-    with installed(control_plane, tmp_path_factory.mktemp("node"), values, wait=True) as release:
+    with installed(control_plane, tmp_path_factory.mktemp("node"), ONE_ROUTER, wait=True) as release:
         yield release
 
 

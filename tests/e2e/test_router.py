@@ -28,7 +28,7 @@ from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.components import forbidden
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
-from batchd.testing.kubernetes.release import Release, installed
+from batchd.testing.kubernetes.release import ONE_ROUTER, Release, installed
 from batchd.testing.manifests import manifest
 from batchd.testing.waiting import eventually
 
@@ -91,6 +91,14 @@ class Stack:
 
         return eventually(probe, timeout_s=START_S, what=f"{count} ready pods of {name}")
 
+    def restarted(self, pod: str) -> dict[str, Any]:
+        """The pod's container's status once the kubelet has restarted it once and it is ready again."""
+        document = json.loads(
+            self.cluster.kubectl("get", "pod", "-n", self.release.namespace, pod, "-o", "json").stdout
+        )
+        status: dict[str, Any] = document["status"]["containerStatuses"][0]
+        return status if status["restartCount"] == 1 and status["ready"] else {}
+
     def events(self, reason: str) -> list[str]:
         listed = self.cluster.kubectl(
             "get",
@@ -109,9 +117,7 @@ class Stack:
 def stack(
     control_plane: ControlPlane, kube_node: Node, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    # One router: the node's two cores hold the operator, the router and the replicas.
-    values = {"router": {"replicaCount": 1, "resources": {"requests": {"cpu": "100m"}}}}
-    with installed(control_plane, tmp_path_factory.mktemp("router"), values, wait=True) as release:
+    with installed(control_plane, tmp_path_factory.mktemp("router"), ONE_ROUTER, wait=True) as release:
         control_plane.kubectl(
             "apply", "-n", release.namespace, "-f", "-", input=yaml.safe_dump(handlers.config_map())
         )
@@ -253,17 +259,11 @@ async def test_a_router_restarted_mid_load_answers_everything_it_was_sent(
         # Connection: close) and exits 0 once drained; the kubelet starts it again.
         kube_node.ctr("tasks", "kill", "--signal", "SIGTERM", container)
 
-        def restarted() -> dict[str, Any]:
-            pod = json.loads(
-                stack.cluster.kubectl(
-                    "get", "pod", "-n", ns, router_pod["metadata"]["name"], "-o", "json"
-                ).stdout
-            )
-            status: dict[str, Any] = pod["status"]["containerStatuses"][0]
-            return status if status["restartCount"] == 1 and status["ready"] else {}
-
         status = await asyncio.to_thread(
-            eventually, restarted, timeout_s=90, what="the router back and ready"
+            eventually,
+            lambda: stack.restarted(router_pod["metadata"]["name"]),
+            timeout_s=90,
+            what="the router back and ready",
         )
         since = load.answered()
         await asyncio.to_thread(
@@ -303,14 +303,12 @@ async def test_a_replica_killed_mid_load_loses_only_what_it_had_accepted(
         await asyncio.to_thread(eventually, lambda: load.answered() >= 60, timeout_s=30, what="60 answers")
         kube_node.ctr("tasks", "kill", "--signal", "SIGKILL", container)  # no drain: its connections reset
 
-        def back() -> bool:
-            pod = json.loads(
-                stack.cluster.kubectl("get", "pod", "-n", ns, victim["metadata"]["name"], "-o", "json").stdout
-            )
-            status = pod["status"]["containerStatuses"][0]
-            return bool(status["restartCount"] == 1 and status["ready"])
-
-        await asyncio.to_thread(eventually, back, timeout_s=90, what="the kubelet to restart the replica")
+        await asyncio.to_thread(
+            eventually,
+            lambda: stack.restarted(victim["metadata"]["name"]),
+            timeout_s=90,
+            what="the kubelet to restart the replica",
+        )
         since = load.answered()
         await asyncio.to_thread(
             eventually, lambda: load.answered() >= since + 200, timeout_s=30, what="200 more answers"

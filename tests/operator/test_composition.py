@@ -22,7 +22,7 @@ from batchd.testing import manifests
 from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
-from batchd.testing.kubernetes.release import Release, installed
+from batchd.testing.kubernetes.release import ONE_ROUTER, Release, installed
 from batchd.testing.manifests import manifest
 
 pytestmark = pytest.mark.slow
@@ -32,8 +32,7 @@ pytestmark = pytest.mark.slow
 def release(
     control_plane: ControlPlane, kube_node: Node, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Release]:
-    values = {"router": {"replicaCount": 1, "resources": {"requests": {"cpu": "100m"}}}}
-    with installed(control_plane, tmp_path_factory.mktemp("composition"), values, wait=True) as release:
+    with installed(control_plane, tmp_path_factory.mktemp("composition"), ONE_ROUTER, wait=True) as release:
         control_plane.kubectl(
             "apply", "-n", release.namespace, "-f", "-", input=yaml.safe_dump(handlers.config_map())
         )

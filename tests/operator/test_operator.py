@@ -19,7 +19,7 @@ import yaml
 
 from batchd.api.crd import CRD_NAME
 from batchd.operator import children
-from batchd.testing.kubernetes.components import component_process, operator_command, refused
+from batchd.testing.kubernetes.components import refused
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
 from batchd.testing.kubernetes.release import Release, installed
@@ -57,15 +57,7 @@ def operator(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFacto
     with installed(control_plane, logs) as release:
         liveness = f"http://127.0.0.1:{liveness_port}/healthz"
         env = {"BATCHD_METRICS_PORT": str(metrics_port), "BATCHD_LIVENESS_ENDPOINT": liveness}
-        with component_process(
-            control_plane,
-            release.namespace,
-            release.name,
-            operator_command(),
-            logs / "operator.log",
-            watches="batcheddeployments",
-            env=env,
-        ):
+        with release.operator(logs / "operator.log", env):
             yield Operator(release, f"http://127.0.0.1:{metrics_port}/metrics", liveness)
 
 

@@ -3,15 +3,13 @@ it was away and creates nothing twice (every create is in the API server's audit
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from batchd.operator import children
-from batchd.testing.kubernetes.components import component_process, operator_command, refused
+from batchd.testing.kubernetes.components import refused
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.release import Release, installed
 from batchd.testing.manifests import manifest
@@ -37,24 +35,14 @@ def test_operator_restarted_midway_makes_no_duplicates(control_plane: ControlPla
         def apply(name: str) -> None:
             control_plane.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(manifest(name)))
 
-        def operator() -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
-            return component_process(
-                control_plane,
-                ns,
-                release.name,
-                operator_command(),
-                tmp_path / "operator.log",
-                watches="batcheddeployments",
-            )
-
-        with operator():
+        with release.operator(tmp_path / "operator.log"):
             for name in ("one", "two", "three"):
                 apply(name)
             eventually(lambda: release.get("deployment", "one"), what="the first Deployment")
         # Stopped in the middle; meanwhile a child goes away and a resource is added.
         control_plane.kubectl("delete", "-n", ns, "service/one")
         apply("four")
-        with operator():
+        with release.operator(tmp_path / "operator.log"):
             for name in ("one", "two", "three", "four"):
                 for kind, child in (
                     ("deployment", name),

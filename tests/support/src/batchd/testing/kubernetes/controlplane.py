@@ -18,15 +18,15 @@ import ssl
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 import yaml
 
 from batchd.testing.kubernetes.network import ClusterAddresses, add_cluster_address, remove_cluster_address
 from batchd.testing.kubernetes.pki import CertificateAuthority, Credential, service_account_keys
+from batchd.testing.kubernetes.processes import Process, Started, run
 from batchd.testing.kubernetes.toolchain import Toolchain, toolchain
 from batchd.testing.servers import free_port
 
@@ -64,41 +64,11 @@ def kubeconfig(server: str, ca: Path, *, user: dict[str, str], name: str = "batc
     }
 
 
-class CommandFailed(subprocess.CalledProcessError):
-    """A kubectl or helm command that failed, shown with its own message."""
-
-    def __str__(self) -> str:
-        return f"{' '.join(map(str, self.cmd[:1] + self.cmd[2:]))} exited {self.returncode}:\n{self.stderr}"
-
-
 def certificate_user(credential: Credential) -> dict[str, str]:
     return {"client-certificate": str(credential.cert), "client-key": str(credential.key)}
 
 
-@dataclass
-class Process:
-    """One component's process and the log it writes."""
-
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-    _log_file: IO[bytes] = field(repr=False)
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self, timeout_s: float = 15.0) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        self._log_file.close()
-
-
-class ControlPlane:
+class ControlPlane(Started):
     """etcd, the API server, the controller manager and the scheduler, started in `directory`.
 
     `admin_kubeconfig` is cluster-admin (the test's own client, kubectl and helm);
@@ -159,12 +129,7 @@ class ControlPlane:
     # --- processes -----------------------------------------------------------------------------
 
     def _start(self, name: str, *args: str) -> Process:
-        log = self.directory / f"{name}.log"
-        log_file = log.open("ab")
-        popen = subprocess.Popen(
-            [self.tools[name], *args], stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-        process = Process(name, popen, log, log_file)
+        process = Process.start(name, [self.tools[name], *args], self.directory / f"{name}.log")
         self.processes[name] = process
         return process
 
@@ -317,16 +282,6 @@ class ControlPlane:
             process.stop()
         remove_cluster_address(self.addresses)
 
-    def __enter__(self) -> ControlPlane:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # --- clients -------------------------------------------------------------------------------
 
     def client(self) -> httpx.Client:
@@ -350,17 +305,12 @@ class ControlPlane:
     ) -> subprocess.CompletedProcess[str]:
         """`kubectl` as cluster-admin (or with `kubeconfig_path`); with `check`, a failure raises
         with kubectl's own message."""
-        result = subprocess.run(
+        return run(
             [self.tools["kubectl"], f"--kubeconfig={kubeconfig_path or self.admin_kubeconfig}", *args],
-            capture_output=True,
-            text=True,
+            check=check,
             input=input,
-            timeout=timeout_s,
-            check=False,
+            timeout_s=timeout_s,
         )
-        if check and result.returncode != 0:
-            raise CommandFailed(result.returncode, result.args, result.stdout, result.stderr)
-        return result
 
     def helm(
         self, *args: str, check: bool = True, timeout_s: float = 300.0
@@ -374,17 +324,12 @@ class ControlPlane:
             "HELM_CONFIG_HOME": str(helm_home / "config"),
             "HELM_DATA_HOME": str(helm_home / "data"),
         }
-        result = subprocess.run(
+        return run(
             [self.tools["helm"], f"--kubeconfig={self.admin_kubeconfig}", *args],
-            capture_output=True,
-            text=True,
+            check=check,
             env=env,
-            timeout=timeout_s,
-            check=False,
+            timeout_s=timeout_s,
         )
-        if check and result.returncode != 0:
-            raise CommandFailed(result.returncode, result.args, result.stdout, result.stderr)
-        return result
 
     def audit_events(self, username: str | None = None) -> list[dict[str, Any]]:
         """What the API server answered each ServiceAccount's request (or `username`'s), oldest

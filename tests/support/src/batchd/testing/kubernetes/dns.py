@@ -5,12 +5,11 @@ other's Services by name, as on any cluster; nothing is forwarded outside."""
 
 from __future__ import annotations
 
-import subprocess
-
 import httpx
 import yaml
 
-from batchd.testing.kubernetes.controlplane import ControlPlane, Process, certificate_user, kubeconfig
+from batchd.testing.kubernetes.controlplane import ControlPlane, certificate_user, kubeconfig
+from batchd.testing.kubernetes.processes import Process
 
 USER = "batchd-test-coredns"
 # What CoreDNS's kubernetes plugin reads (the rules of the system:coredns role kubeadm installs).
@@ -59,16 +58,12 @@ def start_dns(cluster: ControlPlane) -> Process:
 }}
 """
     )
-    log = directory / "coredns.log"
-    log_file = log.open("ab")
-    popen = subprocess.Popen(
+    process = Process.start(
+        "coredns",
         [cluster.tools["coredns"], "-conf", str(corefile)],
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
+        directory / "coredns.log",
         cwd=directory,
     )
-    process = Process("coredns", popen, log, log_file)
     cluster.processes["coredns"] = process
     cluster.wait_for(lambda: _ready(cluster), what="CoreDNS to be ready")
     return process

@@ -52,6 +52,6 @@ def load(node: Node, images: list[Image]) -> list[Image]:
     for image in images:
         if manifest_digest(image.archive) in node.ctr("images", "list", f"name=={image.ref}").stdout:
             continue
-        node.ctr("images", "import", str(image.archive))
+        node.ctr("images", "import", str(image.archive), timeout_s=None)  # the replica's GBs take minutes
         imported.append(image)
     return imported

@@ -18,19 +18,12 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import subprocess
 from dataclasses import dataclass
+
+from batchd.testing.kubernetes.processes import run
 
 MAX_SLOTS = 25
 MAX_NODES = 8
-
-
-def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """A command of this machine's (ip, sysctl, ctr); with `check`, a failure raises with its message."""
-    result = subprocess.run(args, capture_output=True, text=True, check=False)
-    if check and result.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
-    return result
 
 
 def worker_slot() -> int:
@@ -104,11 +97,11 @@ class NodeAddresses:
 
 def remove_node_network(node: NodeAddresses) -> None:
     """Undo `make_node_network`, including what a killed session left."""
-    run("ip", "route", "del", str(node.pod_subnet), check=False)
+    run(["ip", "route", "del", str(node.pod_subnet)], check=False)
     if node.index == 0:
-        run("ip", "route", "del", node.cluster.service_cidr, check=False)
-    run("ip", "link", "del", node.host_link, check=False)
-    run("ip", "netns", "del", node.netns, check=False)
+        run(["ip", "route", "del", node.cluster.service_cidr], check=False)
+    run(["ip", "link", "del", node.host_link], check=False)
+    run(["ip", "netns", "del", node.netns], check=False)
 
 
 def make_node_network(node: NodeAddresses) -> None:
@@ -116,29 +109,29 @@ def make_node_network(node: NodeAddresses) -> None:
     node 0, to the cluster's Services)."""
     remove_node_network(node)
     ns = ("ip", "netns", "exec", node.netns)
-    run("ip", "netns", "add", node.netns)
-    run("ip", "link", "add", node.host_link, "type", "veth", "peer", "name", "eth0", "netns", node.netns)
-    run("ip", "addr", "add", f"{node.host_ip}/30", "dev", node.host_link)
-    run("ip", "link", "set", node.host_link, "up")
-    run(*ns, "ip", "addr", "add", f"{node.ip}/30", "dev", "eth0")
-    run(*ns, "ip", "link", "set", "eth0", "up")
-    run(*ns, "ip", "link", "set", "lo", "up")
-    run(*ns, "ip", "route", "add", "default", "via", node.host_ip)
+    run(["ip", "netns", "add", node.netns])
+    run(["ip", "link", "add", node.host_link, "type", "veth", "peer", "name", "eth0", "netns", node.netns])
+    run(["ip", "addr", "add", f"{node.host_ip}/30", "dev", node.host_link])
+    run(["ip", "link", "set", node.host_link, "up"])
+    run([*ns, "ip", "addr", "add", f"{node.ip}/30", "dev", "eth0"])
+    run([*ns, "ip", "link", "set", "eth0", "up"])
+    run([*ns, "ip", "link", "set", "lo", "up"])
+    run([*ns, "ip", "route", "add", "default", "via", node.host_ip])
     # A packet for a Service that no rule rewrote goes nowhere (not back out to this machine).
-    run(*ns, "ip", "route", "add", "unreachable", node.cluster.service_cidr)
+    run([*ns, "ip", "route", "add", "unreachable", node.cluster.service_cidr])
     for sysctl in ("net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1"):
-        run(*ns, "sysctl", "-qw", sysctl)
-    run("ip", "route", "add", str(node.pod_subnet), "via", node.ip)
+        run([*ns, "sysctl", "-qw", sysctl])
+    run(["ip", "route", "add", str(node.pod_subnet), "via", node.ip])
     if node.index == 0:
-        run("ip", "route", "add", node.cluster.service_cidr, "via", node.ip)
+        run(["ip", "route", "add", node.cluster.service_cidr, "via", node.ip])
 
 
 def add_cluster_address(cluster: ClusterAddresses) -> None:
     """The API server's address on this machine; pods reach it through their node's link."""
-    run("sysctl", "-qw", "net.ipv4.ip_forward=1")  # between the nodes' links
-    if cluster.api not in run("ip", "-o", "addr", "show", "dev", "lo").stdout:
-        run("ip", "addr", "add", f"{cluster.api}/32", "dev", "lo")
+    run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])  # between the nodes' links
+    if cluster.api not in run(["ip", "-o", "addr", "show", "dev", "lo"]).stdout:
+        run(["ip", "addr", "add", f"{cluster.api}/32", "dev", "lo"])
 
 
 def remove_cluster_address(cluster: ClusterAddresses) -> None:
-    run("ip", "addr", "del", f"{cluster.api}/32", "dev", "lo", check=False)
+    run(["ip", "addr", "del", f"{cluster.api}/32", "dev", "lo"], check=False)

@@ -24,8 +24,9 @@ from typing import Any
 import tomli_w
 import yaml
 
-from batchd.testing.kubernetes.controlplane import ControlPlane, Process, certificate_user, kubeconfig
-from batchd.testing.kubernetes.network import NodeAddresses, make_node_network, remove_node_network, run
+from batchd.testing.kubernetes.controlplane import ControlPlane, certificate_user, kubeconfig
+from batchd.testing.kubernetes.network import NodeAddresses, make_node_network, remove_node_network
+from batchd.testing.kubernetes.processes import Process, Started, run
 from batchd.testing.kubernetes.toolchain import cache_root
 
 CNI_PLUGINS = Path("/usr/lib/cni")
@@ -34,7 +35,7 @@ PAUSE_IMAGE = "localhost/batchd-pause:3.10"
 START_TIMEOUT_S = 120.0
 
 
-class Node:
+class Node(Started):
     """One node of `cluster`, started in `directory`."""
 
     def __init__(self, cluster: ControlPlane, addresses: NodeAddresses, directory: Path) -> None:
@@ -178,17 +179,10 @@ class Node:
     # --- processes -----------------------------------------------------------------------------
 
     def _start(self, name: str, command: list[str]) -> Process:
-        log = self.directory / f"{name}.log"
-        log_file = log.open("ab")
         # nsenter joins only the network namespace: `ip netns exec` would also remount /sys and
         # hide the cgroup mounts the kubelet and runc need.
-        popen = subprocess.Popen(
-            ["nsenter", f"--net=/run/netns/{self.addresses.netns}", *command],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        process = Process(name, popen, log, log_file)
+        in_node = ["nsenter", f"--net=/run/netns/{self.addresses.netns}", *command]
+        process = Process.start(name, in_node, self.directory / f"{name}.log")
         self.processes[name] = process
         return process
 
@@ -258,9 +252,13 @@ class Node:
             "patch", "node", self.name, "--subresource=status", "--type=json", "-p", json.dumps(patch)
         )
 
-    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def ctr(
+        self, *args: str, check: bool = True, timeout_s: float | None = 120.0
+    ) -> subprocess.CompletedProcess[str]:
         """containerd's own client, on the namespace the kubelet's containers and images live in."""
-        return run("ctr", f"--address={self.socket}", "--namespace=k8s.io", *args, check=check)
+        return run(
+            ["ctr", f"--address={self.socket}", "--namespace=k8s.io", *args], check=check, timeout_s=timeout_s
+        )
 
     def stop(self) -> None:
         # The kubelet first, so it starts nothing more; then every container of this session.
@@ -286,17 +284,7 @@ class Node:
             self.ctr("containers", "delete", container, check=False)
             # A sandbox's network namespace is the CNI's to remove, which nobody asks it now.
             for netns in pod_network_namespaces(info):
-                run("ip", "netns", "del", netns, check=False)
-
-    def __enter__(self) -> Node:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+                run(["ip", "netns", "del", netns], check=False)
 
 
 def _hierarchies() -> list[Path]:
@@ -360,4 +348,4 @@ def unmount_below(directory: Path) -> None:
     prefix = str(directory.resolve()) + "/"
     mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
     for mount_point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
-        run("umount", "-l", mount_point, check=False)
+        run(["umount", "-l", mount_point], check=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,11 +14,19 @@ from typing import Any
 import yaml
 
 from batchd.testing import ROOT
-from batchd.testing.kubernetes.components import chart_deployment, service_account_user
+from batchd.testing.kubernetes.components import (
+    chart_deployment,
+    component_process,
+    operator_command,
+    service_account_user,
+)
 from batchd.testing.kubernetes.controlplane import ControlPlane, namespace
 from batchd.testing.kubernetes.fixtures import unique_name
+from batchd.testing.servers import router_command
 
 CHART = ROOT / "charts" / "batchd"
+# One router with a small request: a test node's two cores hold the operator, a router and replicas.
+ONE_ROUTER: dict[str, Any] = {"router": {"replicaCount": 1, "resources": {"requests": {"cpu": "100m"}}}}
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,31 @@ class Release:
     @property
     def router_user(self) -> str:
         return self._user(f"{self.name}-router")
+
+    def operator(
+        self, log_path: Path, env: dict[str, str] | None = None
+    ) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+        """The operator as a process of this machine, in place of the release's operator pod."""
+        return component_process(
+            self.cluster,
+            self.namespace,
+            self.name,
+            operator_command(),
+            log_path,
+            watches="batcheddeployments",
+            env=env,
+        )
+
+    def router(self, log_path: Path, port: int) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+        """The router as a process of this machine on 127.0.0.1:`port`, in place of its pods."""
+        return component_process(
+            self.cluster,
+            self.namespace,
+            f"{self.name}-router",
+            [*router_command(), "--port", str(port)],
+            log_path,
+            watches="endpointslices",
+        )
 
     def _user(self, deployment: str) -> str:
         spec = chart_deployment(self.cluster, self.namespace, deployment)["spec"]["template"]["spec"]
