@@ -173,3 +173,12 @@ def test_a_permission_the_chart_does_not_grant_is_seen_refused(release: Release,
     finally:
         set_rules(role["rules"])
     assert any("customresourcedefinitions" in call for call in refused), refused
+
+
+def test_the_cluster_reports_the_version_it_was_built_at(control_plane: ControlPlane) -> None:
+    # What `kubectl version` shows a user, from the binaries `make kubernetes` built (ldflags).
+    version = json.loads(control_plane.kubectl("version", "-o", "json").stdout)
+    built = control_plane.tools.kubernetes_version
+    assert version["clientVersion"]["gitVersion"] == built
+    assert version["serverVersion"]["gitVersion"] == built
+    assert version["serverVersion"]["minor"] == built.split(".")[1]
