@@ -34,7 +34,11 @@ from batchd.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
-START_S = 120.0  # a replica pod starts in seconds; the machine may be busy
+START_S = 150.0  # a replica pod starts in seconds; the machine may be busy
+# A request held at zero replicas waits for the whole wake-up (the operator's poll of the routers,
+# the Deployment's pod scheduled and started, the model loaded, the readiness probe, the
+# EndpointSlice): on a starved 2-core node that passes the chart's default 30 s.
+HOLD_S = 120
 # One batch of 8 items every 50 ms: 160 items/s a replica.
 SLOW = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 0.05}}
 BATCHING = {"max_batch_size": 8, "batch_wait_timeout_s": 0.005, "max_queued_requests": 1024}
@@ -113,11 +117,14 @@ class Stack:
         return [str(event["message"]) for event in json.loads(listed)["items"]]
 
 
+VALUES = {"router": {**ONE_ROUTER["router"], "hold": {"timeoutSeconds": HOLD_S}}}
+
+
 @pytest.fixture(scope="module")
 def stack(
     control_plane: ControlPlane, kube_node: Node, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    with installed(control_plane, tmp_path_factory.mktemp("router"), ONE_ROUTER, wait=True) as release:
+    with installed(control_plane, tmp_path_factory.mktemp("router"), VALUES, wait=True) as release:
         control_plane.kubectl(
             "apply", "-n", release.namespace, "-f", "-", input=yaml.safe_dump(handlers.config_map())
         )
