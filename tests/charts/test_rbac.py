@@ -17,8 +17,7 @@ import yaml
 
 from batchd.testing.helm import SCENARIOS, render
 from batchd.testing.kubernetes.components import forbidden
-from batchd.testing.kubernetes.controlplane import ControlPlane
-from batchd.testing.kubernetes.fixtures import unique_name
+from batchd.testing.kubernetes.controlplane import ControlPlane, unique_name
 from batchd.testing.kubernetes.release import Release, installed
 from batchd.testing.manifests import manifest
 from batchd.testing.waiting import eventually

@@ -17,6 +17,7 @@ import json
 import ssl
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -355,6 +356,11 @@ class ControlPlane(Started):
         path = self.directory / f"sa-{namespace}-{name}.kubeconfig"
         path.write_text(yaml.safe_dump(kubeconfig(self.server, self.ca.cert, user={"token": token})))
         return path
+
+
+def unique_name(prefix: str) -> str:
+    """A name no other test of the session uses (namespaces are deleted without waiting)."""
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
 @contextlib.contextmanager

@@ -4,14 +4,13 @@ namespace of its own for each test that asks."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from batchd.api.crd import CRD_NAME, CRD_PATH
 from batchd.testing import ROOT
-from batchd.testing.kubernetes.controlplane import ControlPlane, namespace
+from batchd.testing.kubernetes.controlplane import ControlPlane, namespace, unique_name
 from batchd.testing.kubernetes.dns import start_dns
 from batchd.testing.kubernetes.images import build_images, load
 from batchd.testing.kubernetes.network import ClusterAddresses, worker_slot
@@ -45,11 +44,6 @@ def kube_node(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
         load(node, build_images())
         node.advertise_gpus(GPUS_PER_NODE)
         yield node
-
-
-def unique_name(prefix: str) -> str:
-    """A name no other test of the session uses (namespaces are deleted without waiting)."""
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
 @pytest.fixture(scope="module")

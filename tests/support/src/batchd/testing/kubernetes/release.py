@@ -4,6 +4,7 @@ the tests read back of it."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import subprocess
 from collections.abc import Iterator
@@ -20,8 +21,7 @@ from batchd.testing.kubernetes.components import (
     operator_command,
     service_account_user,
 )
-from batchd.testing.kubernetes.controlplane import ControlPlane, namespace
-from batchd.testing.kubernetes.fixtures import unique_name
+from batchd.testing.kubernetes.controlplane import ControlPlane, namespace, unique_name
 from batchd.testing.servers import router_command
 
 CHART = ROOT / "charts" / "batchd"
@@ -51,12 +51,13 @@ class Release:
             return None
         raise RuntimeError(result.stderr)
 
-    @property
+    # Read once: tests poll the audit log by these names, and each read asks the API server.
+    @functools.cached_property
     def operator_user(self) -> str:
         """The operator's ServiceAccount, as the API server names it."""
         return self._user(self.name)
 
-    @property
+    @functools.cached_property
     def router_user(self) -> str:
         return self._user(f"{self.name}-router")
 
