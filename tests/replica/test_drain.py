@@ -12,11 +12,11 @@ import signal
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import aiohttp
 import pytest
 
+from batchd.testing.closed_loop import connection_tracing
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import replica_process, write_manifest
 
@@ -24,17 +24,6 @@ pytestmark = pytest.mark.slow
 
 SIGTERMS = 8
 CLIENTS = 24
-
-
-def connection_tracing() -> aiohttp.TraceConfig:
-    """Tells each request (through its trace context) whether it went out on a new connection."""
-    tracing = aiohttp.TraceConfig()
-
-    async def created(session: Any, context: SimpleNamespace, params: Any) -> None:
-        context.trace_request_ctx.new_connection = True
-
-    tracing.on_connection_create_end.append(created)
-    return tracing
 
 
 async def hammer(url: str, stop: asyncio.Event) -> Counter[str]:

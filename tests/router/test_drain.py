@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from batchd.testing.closed_loop import connection_tracing
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import replica_process, write_manifest
 
@@ -25,16 +26,10 @@ CLIENTS = 12
 
 async def keep_alive_load(url: str, outcomes: Counter[str], answered: asyncio.Event) -> None:
     """Clients on one keep-alive pool sending back to back until the router takes no connection."""
-    tracing = aiohttp.TraceConfig()
-
-    async def created(session: Any, context: SimpleNamespace, params: Any) -> None:
-        context.trace_request_ctx.new_connection = True
-
-    tracing.on_connection_create_end.append(created)
     connector = aiohttp.TCPConnector(limit=CLIENTS)
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(
-        connector=connector, timeout=timeout, trace_configs=[tracing]
+        connector=connector, timeout=timeout, trace_configs=[connection_tracing()]
     ) as session:
 
         async def client() -> None:
