@@ -91,6 +91,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/hadolint Dockerfile
 
 # The CRD is generated from the spec model; a test fails when the committed copy is stale.

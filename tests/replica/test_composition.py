@@ -28,7 +28,8 @@ from batchd.api.environment import SettingsError
 from batchd.api.spec import ModelSpec
 from batchd.bench.kit.promtext import Histogram, parse_histogram
 from batchd.replica import cli
-from batchd.replica.models import ModelLoadError, load_model
+from batchd.replica.loading import load_model
+from batchd.replica.models import ModelLoadError
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing import ROOT, manifests
 from batchd.testing.manifests import manifest

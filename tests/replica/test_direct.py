@@ -1,4 +1,4 @@
-"""The direct path (`batchd.replica.direct`) answers a KServe V1 prediction as the ASGI front
+"""The direct path (`batchd.replica.front.direct`) answers a KServe V1 prediction as the ASGI front
 would, byte for byte, and only the requests it is meant for; whatever it does not take, and
 whatever is pipelined behind it, uvicorn answers, in order.
 
@@ -20,8 +20,8 @@ import pytest
 
 from batchd.api.manifest import parse_manifest
 from batchd.bench.kit.promtext import parse_counter
-from batchd.replica.app import create_app
-from batchd.replica.server import replica_protocol
+from batchd.replica.front.app import create_app
+from batchd.replica.front.server import replica_protocol
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import uvicorn_in_thread

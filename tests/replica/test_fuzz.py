@@ -22,7 +22,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from batchd.api.manifest import parse_manifest
-from batchd.replica.app import create_app
+from batchd.replica.front.app import create_app
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import uvicorn_in_thread

@@ -23,7 +23,7 @@ import orjson
 import pytest
 
 from batchd.api.manifest import parse_manifest
-from batchd.replica.app import create_app
+from batchd.replica.front.app import create_app
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing import manifests
 from batchd.testing.models import build_gpt2

@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 import pytest
 
-from batchd.replica.keepalive import ends_connection
+from batchd.replica.front.keepalive import ends_connection
 from batchd.testing.manifests import manifest
 from batchd.testing.models import build_gpt2
 from batchd.testing.servers import ServerProcess, replica_process, write_manifest

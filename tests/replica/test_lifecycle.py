@@ -78,8 +78,8 @@ def test_a_model_that_cannot_load_exits_3_and_says_why(tmp_path: Path) -> None:
 
 def test_live_at_once_ready_only_once_the_model_has_loaded() -> None:
     from batchd.api.manifest import parse_manifest
-    from batchd.replica.app import create_app
-    from batchd.replica.models import load_model
+    from batchd.replica.front.app import create_app
+    from batchd.replica.loading import load_model
     from batchd.replica.settings import ReplicaSettings
     from batchd.testing.servers import uvicorn_in_thread
 

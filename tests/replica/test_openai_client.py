@@ -23,7 +23,7 @@ import openai
 import pytest
 
 from batchd.api.manifest import parse_manifest
-from batchd.replica.app import create_app
+from batchd.replica.front.app import create_app
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing import manifests
 from batchd.testing.models import MINILM_SOURCE, build_gpt2, minilm_mirror, minilm_path

@@ -10,6 +10,9 @@ import pytest
 
 from batchd.api.routes import KSERVE_V1_PREDICT, OPENAI_COMPLETIONS, RouteTable
 from batchd.replica.errors import InvalidInput, QueueFull, TooLarge, http_error, openai_error_body
+from batchd.replica.front.protocols.openai import answers
+from batchd.replica.front.protocols.openai.completions import choices_of
+from batchd.replica.front.protocols.openai.requests import read_chat, read_completion, read_embedding
 from batchd.replica.generation.params import (
     Completion,
     GenerationLimits,
@@ -18,9 +21,6 @@ from batchd.replica.generation.params import (
     TokenLogprob,
 )
 from batchd.replica.generation.service import Preparer
-from batchd.replica.protocols.openai import answers
-from batchd.replica.protocols.openai.completions import choices_of
-from batchd.replica.protocols.openai.requests import read_chat, read_completion, read_embedding
 
 
 def refused(read: Any, body: dict[str, Any]) -> InvalidInput:

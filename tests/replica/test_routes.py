@@ -9,8 +9,8 @@ import pytest
 
 from batchd.api.manifest import parse_manifest
 from batchd.api.routes import INFERENCE_ROUTES, Route, RouteMatch, RouteTable
-from batchd.replica.app import create_app
-from batchd.replica.protocols import ENDPOINTS
+from batchd.replica.front.app import create_app
+from batchd.replica.front.protocols import ENDPOINTS
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing.manifests import manifest
 

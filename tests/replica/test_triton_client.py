@@ -13,7 +13,7 @@ import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
 from batchd.api.manifest import parse_manifest
-from batchd.replica.app import create_app
+from batchd.replica.front.app import create_app
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing.manifests import manifest
 from batchd.testing.models import MINILM_SOURCE, minilm_mirror

@@ -12,7 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from batchd.api.spec import ModelSpec
-from batchd.replica.models import ModelLoadError, load_model
+from batchd.replica.loading import load_model
+from batchd.replica.models import ModelLoadError
 from batchd.replica.models.base import BatchModel
 from batchd.replica.models.devices import choose_device, choose_dtype
 from batchd.replica.models.sources import resolve_source

@@ -191,7 +191,7 @@ class Batcher:
         client_timeout: ClientTimeout | None = None,
     ) -> Submitted:
         """Queue one request's items (all or none, as `infer`) and return at once: for callers
-        that wait by callback, not by coroutine (the direct path, `batchd.replica.direct`).
+        that wait by callback, not by coroutine (the direct path, `batchd.replica.front.direct`).
         `client_timeout` ends the wait sooner than `request_timeout_s` where the client said so.
         The caller `close`s the submission once it has its outcome."""
         futures, deadline = self._admit(items)

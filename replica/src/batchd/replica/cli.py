@@ -20,8 +20,8 @@ import uvicorn
 
 from batchd.api.httpserver import UVICORN_OPTIONS
 from batchd.api.manifest import ManifestError, load_manifest
-from batchd.replica.app import create_app
-from batchd.replica.server import ReplicaServer, replica_protocol
+from batchd.replica.front.app import create_app
+from batchd.replica.front.server import ReplicaServer, replica_protocol
 from batchd.replica.settings import ReplicaSettings, check_call_url
 
 TERMINATION_LOG = Path("/dev/termination-log")

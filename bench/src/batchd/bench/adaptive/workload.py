@@ -31,11 +31,12 @@ from batchd.bench.adaptive.options import (
 )
 from batchd.bench.adaptive.results import ModelRecord, ModelResult, RunFigures
 from batchd.bench.adaptive.schedules import Schedule, schedule_for
-from batchd.bench.kit import loadgen, servers
-from batchd.bench.kit.manifests import manifest
-from batchd.bench.kit.models import MINILM_SOURCE, SENTENCE, minilm_mirror
+from batchd.bench.kit import loadgen
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
+from batchd.testing import servers
+from batchd.testing.manifests import manifest
+from batchd.testing.models import MINILM_SOURCE, SENTENCE, minilm_mirror
 
 logger = logging.getLogger("batchd.bench.adaptive")
 

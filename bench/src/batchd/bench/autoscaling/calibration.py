@@ -13,10 +13,11 @@ import uvloop
 
 from batchd.bench.autoscaling.options import HANDLER
 from batchd.bench.autoscaling.results import Calibration, CalibrationRow
-from batchd.bench.kit import loadgen, servers
+from batchd.bench.kit import loadgen
 from batchd.bench.kit.formatting import number
-from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.stats import mean, percentile
+from batchd.testing import servers
+from batchd.testing.manifests import manifest
 
 logger = logging.getLogger("batchd.bench.autoscaling")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from batchd.bench.kit.manifests import manifest
+from batchd.testing.manifests import manifest
 
 NS = "default"
 HANDLER = "batchd.testing.batch_handlers:SlowAdder"

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from batchd.bench.demo.report import report
 from batchd.bench.demo.workload import serve_and_load
-from batchd.bench.kit import cli, servers
-from batchd.bench.kit.models import minilm_mirror, minilm_path
+from batchd.bench.kit import cli
+from batchd.testing import servers
+from batchd.testing.models import minilm_mirror, minilm_path
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batchd.bench.kit import loadgen, promtext, servers
-from batchd.bench.kit.manifests import manifest
-from batchd.bench.kit.models import MINILM_SOURCE
+from batchd.bench.kit import loadgen, promtext
+from batchd.testing import servers
+from batchd.testing.manifests import manifest
+from batchd.testing.models import MINILM_SOURCE
 
 SENTENCES = [
     "Batching gathers independent requests into one call to the model.",

@@ -24,9 +24,9 @@ from batchd.bench.generation.workload import (
     prompts,
     workload,
 )
-from batchd.bench.kit import servers
-from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.repeats import rotated
+from batchd.testing import servers
+from batchd.testing.manifests import manifest
 from batchd.testing.models import build_gpt2
 
 logger = logging.getLogger("batchd.bench.generation")

@@ -2,9 +2,9 @@
 
 `loadgen` drives any HTTP endpoint (closed and open loops over keep-alive connections), `stats`
 summarises what it saw, `promtext` reads a server's `/metrics`, `procstat` a process's CPU and
-memory, `servers` starts `batchd serve` (or any server) and waits until it is ready, `models` and
-`manifests` say what it serves, `records` writes where, when and how a run went, `formatting` and
-`charts` turn figures into the text and pictures of a report.
+memory, `records` writes where, when and how a run went, `formatting` and `charts` turn figures
+into the text and pictures of a report. The servers a benchmark starts, the models they serve and
+their manifests come from the test support (`batchd.testing.servers`, `models`, `manifests`).
 """
 
 from pathlib import Path

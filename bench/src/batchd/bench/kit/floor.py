@@ -16,7 +16,7 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from batchd.api.httpserver import UVICORN_OPTIONS
-from batchd.bench.kit import servers
+from batchd.testing import servers
 
 ANSWER = b'{"predictions":[2]}'
 HEADERS = [(b"content-type", b"application/json")]

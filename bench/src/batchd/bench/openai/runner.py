@@ -12,10 +12,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import uvloop
 
-from batchd.bench.kit import servers
 from batchd.bench.kit.connections import Request, RequestFailed, Session
-from batchd.bench.kit.manifests import manifest
-from batchd.bench.kit.models import minilm_mirror
 from batchd.bench.kit.stats import p99_ms
 from batchd.bench.openai.analysis import EmbeddingRun, StreamingRun, rate_between_completions
 from batchd.bench.openai.workload import (
@@ -29,7 +26,9 @@ from batchd.bench.openai.workload import (
     Setup,
     chat_model,
 )
-from batchd.testing.models import build_gpt2
+from batchd.testing import servers
+from batchd.testing.manifests import manifest
+from batchd.testing.models import build_gpt2, minilm_mirror
 
 logger = logging.getLogger("batchd.bench.openai")
 

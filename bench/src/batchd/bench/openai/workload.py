@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from batchd.bench.kit.models import MINILM_SOURCE, SENTENCE
+from batchd.testing.models import MINILM_SOURCE, SENTENCE
 
 EMBEDDINGS_MODEL = "minilm"
 CHAT_MODEL = "gpt2"

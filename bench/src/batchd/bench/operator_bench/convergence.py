@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from batchd.bench.kit import procstat
-from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.stats import median, percentile
 from batchd.bench.operator_bench.results import Convergence
 from batchd.testing.apiserver import ApiServer
+from batchd.testing.manifests import manifest
 from batchd.testing.operator_runner import api_server, create, operator_process
 
 NS = "default"

@@ -14,12 +14,12 @@ from typing import Any
 
 from batchd.api.pod import MANAGED_BY
 from batchd.bench.kit import procstat
-from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.stats import mean, median
 from batchd.bench.operator_bench.convergence import NS, all_converged, rss_mib
 from batchd.bench.operator_bench.load_endpoints import load_server, polls_seen, replica_ip
 from batchd.bench.operator_bench.results import Polling, Window
 from batchd.operator.settings import Settings
+from batchd.testing.manifests import manifest
 from batchd.testing.operator_runner import api_server, create, operator_process, patch
 
 DEFAULT_POLL_S = float(Settings.model_fields["replica_poll_interval_s"].default)

@@ -25,7 +25,7 @@ import uvicorn
 from batchd.api.httpserver import UVICORN_OPTIONS
 from batchd.bench.kit.asgi import read_body
 from batchd.bench.overhead.subjects import BATCH_WAIT_S, MAX_BATCH_SIZE
-from batchd.replica.keepalive import bounded_protocol
+from batchd.replica.front.keepalive import bounded_protocol
 
 HEADERS = [(b"content-type", b"application/json")]
 READY = b'{"ready": true}'

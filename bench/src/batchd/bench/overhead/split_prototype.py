@@ -32,7 +32,7 @@ import uvloop
 
 from batchd.bench.kit.asgi import read_body
 from batchd.bench.overhead.subjects import BATCH_WAIT_S, MAX_BATCH_SIZE
-from batchd.replica.keepalive import bounded_protocol
+from batchd.replica.front.keepalive import bounded_protocol
 
 FRAME = struct.Struct("!I")  # every message: its length, then orjson of [[request id, item], ...]
 MODULE = "batchd.bench.overhead.split_prototype"

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batchd.api.httpserver import UVICORN_OPTIONS
-from batchd.bench.kit import servers
-from batchd.bench.kit.manifests import manifest
+from batchd.testing import servers
+from batchd.testing.manifests import manifest
 
 MODEL = "adder"
 MAX_BATCH_SIZE = 32

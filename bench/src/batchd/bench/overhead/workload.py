@@ -13,12 +13,13 @@ from pathlib import Path
 
 import uvloop
 
-from batchd.bench.kit import loadgen, servers
+from batchd.bench.kit import loadgen
 from batchd.bench.kit.processtree import tree_cpu_s
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.stats import percentile
 from batchd.bench.overhead import subjects
 from batchd.bench.overhead.results import Measurement
+from batchd.testing import servers
 
 logger = logging.getLogger("batchd.bench")
 

@@ -11,9 +11,10 @@ from typing import Any
 
 import httpx
 
-from batchd.bench.kit import procstat, servers
-from batchd.bench.kit.manifests import manifest
+from batchd.bench.kit import procstat
 from batchd.bench.kit.stats import p99_ms
+from batchd.testing import servers
+from batchd.testing.manifests import manifest
 from batchd.testing.traffic import Traffic, unanswered
 
 BATCH_S = 0.1

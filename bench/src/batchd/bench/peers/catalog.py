@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batchd.bench.kit.manifests import manifest
-from batchd.bench.kit.models import MINILM_SOURCE, SENTENCE
 from batchd.bench.peers.servers import models
+from batchd.testing.manifests import manifest
+from batchd.testing.models import MINILM_SOURCE, SENTENCE
 
 TRIVIAL_ADDER = "batchd.bench.kit.handlers:TrivialAdder.handle_batch"
 # What every generation request asks to continue (the answer: models.NEW_TOKENS tokens).

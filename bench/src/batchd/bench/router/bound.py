@@ -13,12 +13,12 @@ from pathlib import Path
 
 from batchd.bench.kit.handlers import TrivialAdder
 from batchd.bench.kit.loadgen import Request, closed_loop
-from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
-from batchd.bench.kit.servers import running, start_replica, write_manifest
 from batchd.bench.router.options import BoundOptions
 from batchd.bench.router.results import BoundResult, BoundRound
+from batchd.testing.manifests import manifest
+from batchd.testing.servers import running, start_replica, write_manifest
 
 MODEL = "adder"
 # Each setup is a replica's environment: BATCHD_KEEPALIVE_* are its settings.

@@ -20,11 +20,11 @@ import httptools
 
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
-from batchd.bench.kit.servers import ServerProcess
 from batchd.bench.router.cost import BODY, PATH, listening, start_adder
 from batchd.bench.router.options import ClientsOptions
 from batchd.bench.router.results import ClientRound, ClientsResult
 from batchd.testing.operator_runner import eventually
+from batchd.testing.servers import ServerProcess
 
 CLIENTS = ("aiohttp", "httptools protocol")
 

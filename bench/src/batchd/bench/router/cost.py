@@ -13,12 +13,12 @@ from batchd.bench.kit import procstat
 from batchd.bench.kit.loadgen import Request, closed_loop
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
-from batchd.bench.kit.servers import ServerProcess, start_process
 from batchd.bench.kit.stats import percentile
 from batchd.bench.router.options import CostOptions
 from batchd.bench.router.results import CostResult, CostRound
 from batchd.bench.router.standin import routed
 from batchd.testing.operator_runner import eventually
+from batchd.testing.servers import ServerProcess, start_process
 
 MODEL = "adder"
 PATH = f"/v1/models/{MODEL}:predict"

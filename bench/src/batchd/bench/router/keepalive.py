@@ -11,13 +11,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from batchd.bench.kit import servers
 from batchd.bench.kit.loadgen import Poller
-from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.promtext import parse_counter
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
-from batchd.bench.kit.servers import ServerProcess
 from batchd.bench.router.analysis import (
     latency_ms,
     lost,
@@ -38,6 +35,9 @@ from batchd.bench.router.options import (
 from batchd.bench.router.results import KeepaliveResult, SteadyRun, StepRun
 from batchd.bench.router.standin import routed
 from batchd.bench.router.traffic import keepalive_load
+from batchd.testing import servers
+from batchd.testing.manifests import manifest
+from batchd.testing.servers import ServerProcess
 from batchd.testing.traffic import Outcome
 
 SUBJECTS = ("step: service", "step: router", "steady: one replica", "steady: service", "steady: router")

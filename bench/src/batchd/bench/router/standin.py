@@ -18,10 +18,10 @@ import aiohttp
 import kmock
 import yaml
 
-from batchd.bench.kit.manifests import manifest
-from batchd.bench.kit.servers import ServerProcess, start_process
 from batchd.testing.apiserver import ApiServer, Resource, default_resources, kubeconfig_for
+from batchd.testing.manifests import manifest
 from batchd.testing.operator_runner import eventually
+from batchd.testing.servers import ServerProcess, start_process
 
 NAMESPACE = "default"
 SLICES = f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices"

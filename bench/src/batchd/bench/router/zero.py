@@ -14,15 +14,15 @@ import dataclasses
 import time
 from pathlib import Path
 
-from batchd.bench.kit import servers
-from batchd.bench.kit.manifests import manifest
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.servers import ServerProcess, is_ready
 from batchd.bench.router.analysis import first_at_least
 from batchd.bench.router.options import ZeroOptions
 from batchd.bench.router.results import ZeroResult, ZeroRun
 from batchd.bench.router.standin import Routed, routed
 from batchd.bench.router.traffic import keepalive_load
+from batchd.testing import servers
+from batchd.testing.manifests import manifest
+from batchd.testing.servers import ServerProcess, is_ready
 from batchd.testing.traffic import Outcome
 
 MODEL = "cold"

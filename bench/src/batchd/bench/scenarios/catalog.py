@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batchd.bench.kit.manifests import manifest
-from batchd.bench.kit.models import MINILM_SOURCE, SENTENCE, minilm_mirror, minilm_path
-from batchd.testing.models import build_gpt2
+from batchd.testing.manifests import manifest
+from batchd.testing.models import MINILM_SOURCE, SENTENCE, build_gpt2, minilm_mirror, minilm_path
 
 # Greedy, and exactly 16 new tokens whatever the model says: the ceiling and the servers make the
 # same tokens for the same prompt (the harness checks their answers are identical).

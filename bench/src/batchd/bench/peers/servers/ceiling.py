@@ -11,8 +11,8 @@ import argparse
 import json
 import time
 
-from batchd.bench.kit.models import SENTENCE
 from batchd.bench.peers.servers import models
+from batchd.testing.models import SENTENCE
 
 
 def main() -> None:

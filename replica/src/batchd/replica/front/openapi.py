@@ -15,8 +15,8 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from batchd.replica.endpoints import Endpoint
 from batchd.replica.errors import ErrorBody, endpoint_statuses, openapi_responses
+from batchd.replica.front.endpoints import Endpoint
 
 _REF = "#/components/schemas/{model}"
 _NAME_PARAMETER = {

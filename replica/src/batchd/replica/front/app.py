@@ -22,10 +22,10 @@ from starlette.responses import Response
 from batchd.api import __version__
 from batchd.api.spec import BatchedDeployment
 from batchd.replica.errors import http_error
-from batchd.replica.inference import InferenceRoutes
+from batchd.replica.front.inference import InferenceRoutes
+from batchd.replica.front.openapi import document
+from batchd.replica.front.protocols import ENDPOINTS, kserve_v1, open_inference
 from batchd.replica.models.base import BatchModel
-from batchd.replica.openapi import document
-from batchd.replica.protocols import ENDPOINTS, kserve_v1, open_inference
 from batchd.replica.replica import Replica
 from batchd.replica.retuning import watch_manifest
 from batchd.replica.settings import ReplicaSettings
@@ -35,7 +35,7 @@ ModelLoader = Callable[[], BatchModel]
 
 def default_loader(manifest: BatchedDeployment, settings: ReplicaSettings) -> ModelLoader:
     """Load the model the spec names (imported lazily: torch is heavy and only needed here)."""
-    from batchd.replica.models import load_model
+    from batchd.replica.loading import load_model
 
     return partial(
         load_model,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import uvicorn
 
 from batchd.api.draining import DrainingServer
-from batchd.replica.direct import direct_protocol
-from batchd.replica.keepalive import BoundedHttpToolsProtocol, bounded_protocol
+from batchd.replica.front.direct import direct_protocol
+from batchd.replica.front.keepalive import BoundedHttpToolsProtocol, bounded_protocol
 from batchd.replica.replica import Replica
 
 

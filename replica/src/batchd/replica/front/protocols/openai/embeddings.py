@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from batchd.replica.endpoints import Call
 from batchd.replica.errors import InvalidInput, UnknownModel
-from batchd.replica.protocols.openai.models import check_model
-from batchd.replica.protocols.openai.requests import read_embedding
+from batchd.replica.front.endpoints import Call
+from batchd.replica.front.protocols.openai.models import check_model
+from batchd.replica.front.protocols.openai.requests import read_embedding
 from batchd.replica.replica import Replica
 
 EMBEDDING_TASK = "feature-extraction"

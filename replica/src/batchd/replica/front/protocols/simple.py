@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from batchd.api.routes import SIMPLE_CALL_GET, SIMPLE_CALL_POST
-from batchd.replica.endpoints import Call, Endpoint
 from batchd.replica.errors import InvalidInput
+from batchd.replica.front.endpoints import Call, Endpoint
 
 TAG = "Simple call"
 # Any query parameters: the one there is becomes the item, several make a dict item.

@@ -11,7 +11,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from batchd.replica.protocols.openai.requests import MAX_CHOICES, MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS
+from batchd.replica.front.protocols.openai.requests import (
+    MAX_CHOICES,
+    MAX_COMPLETION_LOGPROBS,
+    MAX_TOP_LOGPROBS,
+)
 
 TextOrTokens = str | list[str] | list[int] | list[list[int]]
 

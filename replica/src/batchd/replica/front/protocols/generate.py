@@ -20,8 +20,8 @@ import orjson
 from pydantic import BaseModel, Field
 
 from batchd.api.routes import V2_GENERATE, V2_GENERATE_STREAM
-from batchd.replica.endpoints import Call, Endpoint, Streaming
 from batchd.replica.errors import InvalidInput, describe
+from batchd.replica.front.endpoints import Call, Endpoint, Streaming
 from batchd.replica.generation.params import Chunk, Completion, GenerationRequest
 
 if TYPE_CHECKING:  # the generation service imports torch, which only text-generation replicas need

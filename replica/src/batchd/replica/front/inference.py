@@ -30,7 +30,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from batchd.api.headers import TIMEOUT_HEADER, parse_timeout_s
 from batchd.api.httpserver import closing
 from batchd.api.routes import RouteTable
-from batchd.replica.endpoints import BinaryAnswer, Call, Endpoint, EventStream
 from batchd.replica.errors import (
     ClientDisconnected,
     DeadlineExceeded,
@@ -43,6 +42,7 @@ from batchd.replica.errors import (
     describe,
     http_error,
 )
+from batchd.replica.front.endpoints import BinaryAnswer, Call, Endpoint, EventStream
 from batchd.replica.replica import Replica
 from batchd.replica.results import json_bytes
 

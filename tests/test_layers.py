@@ -1,20 +1,32 @@
-"""No import cycles among batchd's modules, function-level imports included.
+"""The layers of batchd, as a newcomer reads them and CI enforces them.
 
-A function-level import hides a cycle from the interpreter until the function runs; it is still a
-cycle in the design. The graph is read from the source with `ast`: every `import` and
-`from ... import` of a `batchd` module, wherever it stands, except under `if TYPE_CHECKING:`
-(annotations only; nothing runs).
+Which layer may import which is written once, as import-linter contracts in `pyproject.toml`
+(`[tool.importlinter]`): the replica's command above its HTTP front above its core, models never
+importing generation, neither the operator nor the router importing the replica, what each image
+leaves out, test support below the benchmarks. `make lint` runs them; so does this suite.
+
+Import-linter does not look for cycles, so this module does: no batchd module imports itself
+through others, function-level imports included. A function-level import hides a cycle from the
+interpreter until the function runs; it is still a cycle in the design. The graph is read from the
+source with `ast`: every `import` and `from ... import` of a `batchd` module, wherever it stands,
+except under `if TYPE_CHECKING:` (annotations only; nothing runs).
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tomli_w
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 SOURCE_TREES = [path for path in ROOT.glob("*/src") if (path / "batchd").is_dir()]
 SOURCE_TREES += [path for path in ROOT.glob("tests/*/src") if (path / "batchd").is_dir()]
 
@@ -104,7 +116,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_covers_every_component() -> None:
     graph = import_graph()
-    for module in ("batchd.api.routes", "batchd.replica.inference", "batchd.operator.kopf_handlers"):
+    for module in ("batchd.api.routes", "batchd.replica.front.inference", "batchd.operator.kopf_handlers"):
         assert module in graph, sorted(graph)
     assert "batchd.replica.generation.request_level" in graph["batchd.replica.generation.loader"]
 
@@ -114,32 +126,33 @@ def test_no_batchd_module_imports_itself_through_others() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
-def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
-    seen, todo = set(), [start]
-    while todo:
-        for module in graph.get(todo.pop(), set()) - seen:
-            seen.add(module)
-            todo.append(module)
-    return seen
+def test_every_import_contract_is_kept() -> None:
+    checked = subprocess.run([LINT_IMPORTS], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    assert f"Contracts: {len(contracts)} kept, 0 broken." in checked.stdout
 
 
-def test_the_replica_never_imports_the_kubernetes_client() -> None:
-    # The replica's image installs batchd-api without its `kube` extra: no kubernetes package there.
-    graph = import_graph()
-    replica = [module for module in graph if module.startswith("batchd.replica")]
-    assert replica
-    reached = {module for start in replica for module in reachable(graph, start)}
-    assert "batchd.api.kubeclient" not in reached
-    assert "batchd.api.kubeclient" in reachable(graph, "batchd.router.app")
-
-
-def test_the_operator_never_imports_an_http_server() -> None:
-    # The operator's image installs batchd-api without its `server` extra: no uvicorn there.
-    graph = import_graph()
-    operator = [module for module in graph if module.startswith("batchd.operator")]
-    reached = {module for start in operator for module in reachable(graph, start)}
-    assert "batchd.api.draining" not in reached
-    assert "batchd.api.draining" in reachable(graph, "batchd.replica.cli")
+def test_an_import_across_a_contract_is_refused_naming_the_line(tmp_path: Path) -> None:
+    # The project's own contract, over one more portion of the namespace package that breaks it.
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c.get("source_modules") == ["batchd.replica.models"]]
+    only_it = {"tool": {"importlinter": {"root_packages": ["batchd"], "contracts": [contract]}}}
+    (tmp_path / "pyproject.toml").write_text(tomli_w.dumps(only_it))
+    models = tmp_path / "batchd" / "replica" / "models"
+    models.mkdir(parents=True)
+    (models / "shortcut.py").write_text("from batchd.replica.generation import loader\n")
+    environment = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    checked = subprocess.run(
+        [LINT_IMPORTS],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert checked.returncode == 1, checked.stdout[-3000:]
+    assert "batchd.replica.models.shortcut -> batchd.replica.generation.loader (l.1)" in checked.stdout
 
 
 @pytest.mark.parametrize(

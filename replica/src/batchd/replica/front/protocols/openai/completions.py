@@ -16,8 +16,17 @@ from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 from batchd.replica.batching import Abandoned
-from batchd.replica.endpoints import Call, EventStream
 from batchd.replica.errors import InvalidInput, UnknownModel
+from batchd.replica.front.endpoints import Call, EventStream
+from batchd.replica.front.protocols.generate import SSE_HEADERS
+from batchd.replica.front.protocols.openai import answers
+from batchd.replica.front.protocols.openai.models import check_model
+from batchd.replica.front.protocols.openai.requests import (
+    GenerationAsk,
+    check_fits,
+    read_chat,
+    read_completion,
+)
 from batchd.replica.generation.params import (
     MAX_SEED,
     Chunk,
@@ -26,10 +35,6 @@ from batchd.replica.generation.params import (
     TokenLogprob,
     parse_parameters,
 )
-from batchd.replica.protocols.generate import SSE_HEADERS
-from batchd.replica.protocols.openai import answers
-from batchd.replica.protocols.openai.models import check_model
-from batchd.replica.protocols.openai.requests import GenerationAsk, check_fits, read_chat, read_completion
 from batchd.replica.replica import Replica
 
 if TYPE_CHECKING:  # the generation service imports torch, which only text-generation replicas need

@@ -6,8 +6,8 @@ A protocol module binds its inference routes (`batchd.api.routes`) to handlers i
 
 from __future__ import annotations
 
-from batchd.replica.endpoints import Endpoint
-from batchd.replica.protocols import generate, kserve_v1, open_inference, openai, simple
+from batchd.replica.front.endpoints import Endpoint
+from batchd.replica.front.protocols import generate, kserve_v1, open_inference, openai, simple
 
 ENDPOINTS: tuple[Endpoint, ...] = (
     *kserve_v1.ENDPOINTS,

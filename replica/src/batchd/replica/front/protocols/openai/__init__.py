@@ -14,11 +14,11 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from batchd.api.routes import OPENAI_CHAT_COMPLETIONS, OPENAI_COMPLETIONS, OPENAI_EMBEDDINGS, Route
-from batchd.replica.endpoints import Answerer, Endpoint
 from batchd.replica.errors import OpenAIErrorBody, openai_error_body
-from batchd.replica.protocols.openai import schemas
-from batchd.replica.protocols.openai.completions import chat_completions, completions
-from batchd.replica.protocols.openai.embeddings import embeddings
+from batchd.replica.front.endpoints import Answerer, Endpoint
+from batchd.replica.front.protocols.openai import schemas
+from batchd.replica.front.protocols.openai.completions import chat_completions, completions
+from batchd.replica.front.protocols.openai.embeddings import embeddings
 
 TAG = "OpenAI"
 _STREAMED = (

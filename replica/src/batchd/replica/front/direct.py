@@ -35,11 +35,11 @@ from batchd.api.headers import TIMEOUT_HEADER
 from batchd.api.httpserver import HeadWithBody
 from batchd.api.routes import KSERVE_V1_PREDICT, MODEL_NAME
 from batchd.replica.batching import ClientTimeout, Submitted
-from batchd.replica.endpoints import parse_json
 from batchd.replica.errors import ClientDisconnected, error_body
-from batchd.replica.inference import count_failure, error_answer, parse_client_timeout
-from batchd.replica.keepalive import BoundedHttpToolsProtocol
-from batchd.replica.protocols.kserve_v1 import decode_instances
+from batchd.replica.front.endpoints import parse_json
+from batchd.replica.front.inference import count_failure, error_answer, parse_client_timeout
+from batchd.replica.front.keepalive import BoundedHttpToolsProtocol
+from batchd.replica.front.protocols.kserve_v1 import decode_instances
 from batchd.replica.replica import Replica
 from batchd.replica.results import json_bytes
 

@@ -16,9 +16,9 @@ from starlette.responses import JSONResponse, Response
 from batchd.api import __version__
 from batchd.api.routes import V2_INFER
 from batchd.api.spec import Datatype
-from batchd.replica.endpoints import BinaryAnswer, Call, Endpoint, parse_json
 from batchd.replica.errors import openapi_responses
-from batchd.replica.protocols.v2_tensors import (
+from batchd.replica.front.endpoints import BinaryAnswer, Call, Endpoint, parse_json
+from batchd.replica.front.protocols.v2_tensors import (
     decode_inputs,
     encode_outputs,
     shape_answer,

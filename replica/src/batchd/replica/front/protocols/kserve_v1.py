@@ -12,9 +12,9 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from batchd.api.routes import KSERVE_V1_PREDICT
-from batchd.replica.endpoints import Call, Endpoint
 from batchd.replica.errors import InvalidInput, openapi_responses
-from batchd.replica.protocols.openai.models import model_card, model_list, served_names
+from batchd.replica.front.endpoints import Call, Endpoint
+from batchd.replica.front.protocols.openai.models import model_card, model_list, served_names
 from batchd.replica.replica import Replica
 
 TAG = "KServe V1"
