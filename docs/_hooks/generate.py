@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # page and as `../examples/minilm.yaml` from a page one folder down).
 REPOSITORY_FILES = (
     "README.md",
+    "CONTRIBUTING.md",
     "examples/*.yaml",
     "examples/*.py",
     "bench/results/*.md",
