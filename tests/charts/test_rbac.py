@@ -127,6 +127,7 @@ def test_the_lifecycle_exercised_the_operator(lifecycle: Lifecycle) -> None:
         ("apps", "deployments", "create"),
         ("apps", "deployments", "patch"),
         ("", "services", "create"),
+        ("policy", "poddisruptionbudgets", "create"),
         ("", "events", "create"),
         ("serving.batchd.dev", "batcheddeployments", "watch"),
         ("serving.batchd.dev", "batcheddeployments/status", "patch"),

@@ -8,9 +8,6 @@ tokens. Clients must not notice, and both must follow what changes afterwards.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +15,7 @@ import httpx
 import pytest
 import yaml
 
+from batchd.testing.closed_loop import SteadyLoad
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
 from batchd.testing.kubernetes.release import Release, installed
@@ -26,8 +24,6 @@ from batchd.testing.servers import free_port
 from batchd.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
-LOAD_LIMIT_S = 120.0
-NO_ANSWER, WRONG_ANSWER = 0, -1
 
 
 @pytest.fixture(scope="module")
@@ -54,37 +50,6 @@ def lists(release: Release) -> dict[str, int]:
     }
 
 
-class Load:
-    """Requests one after another through the router until stopped (or LOAD_LIMIT_S), counted by
-    their answer's status (or NO_ANSWER, WRONG_ANSWER)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.outcomes: Counter[int] = Counter()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        deadline = time.monotonic() + LOAD_LIMIT_S
-        with httpx.Client(timeout=10) as client:
-            while not self._stop.is_set() and time.monotonic() < deadline:
-                try:
-                    answer = client.post(self.url, json={"instances": [1, 2]})
-                except httpx.TransportError:
-                    self.outcomes[NO_ANSWER] += 1
-                    continue
-                wrong = answer.status_code == 200 and answer.json() != {"predictions": [2, 3]}
-                self.outcomes[WRONG_ANSWER if wrong else answer.status_code] += 1
-
-    def __enter__(self) -> Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-
 def test_an_api_server_restart_with_410_gone_is_invisible_to_clients(
     release: Release, tmp_path: Path
 ) -> None:
@@ -106,7 +71,7 @@ def test_an_api_server_restart_with_410_gone_is_invisible_to_clients(
             lambda: httpx.post(predict, json={"instances": [1]}).status_code == 200,
             what="the router to route to the replica",
         )
-        with Load(predict) as load:
+        with SteadyLoad(predict) as load:
             eventually(lambda: load.outcomes[200] >= 20, what="load before the restart")
             lists_before = lists(release)
             away_s = cluster.restart_apiserver(compact=True)

@@ -1,6 +1,8 @@
 """batchd on a real node: the chart installed with `helm install --wait`, its operator and routers
 running in pods from the images built from our Dockerfile, and a BatchedDeployment applied with
-`kubectl` answering through its Service's ClusterIP and through the router, as a user would use it.
+`kubectl` answering through its Service's ClusterIP and through the router, as a user would use it;
+and `kubectl drain` of the node, which the deployment's disruption budget lets take one replica at
+a time.
 """
 
 from __future__ import annotations
@@ -10,12 +12,15 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+import yaml
 
+from batchd.operator import children
 from batchd.testing import ROOT
 from batchd.testing.kubernetes.components import forbidden
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
 from batchd.testing.kubernetes.release import ONE_ROUTER, Release, installed
+from batchd.testing.manifests import manifest
 from batchd.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
@@ -62,3 +67,61 @@ def test_an_applied_deployment_answers_through_its_service_and_the_router(releas
         what="the router to route to the adder",
     )
     assert routed.json() == {"predictions": [2, 3, 4]}
+
+
+def test_a_drain_takes_one_replica_at_a_time(release: Release, kube_node: Node) -> None:
+    cluster, ns = release.cluster, release.namespace
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(manifest("drained", num_replicas=2)))
+    cluster.kubectl("wait", "-n", ns, "--for=condition=Ready", "bd/drained", "--timeout=180s")
+    selector = children.selector_string("drained")
+
+    def budget_allows() -> int:
+        budget = release.get("poddisruptionbudget", "drained")
+        return int(((budget or {}).get("status") or {}).get("disruptionsAllowed", 0))
+
+    # The disruption controller counts both replicas healthy: one may go.
+    eventually(lambda: budget_allows() == 1, what="the replicas' budget to allow one disruption")
+    before = set(pod_names(cluster, ns, selector))
+    try:
+        drain = cluster.kubectl(
+            "drain",
+            kube_node.name,
+            f"--pod-selector={selector}",
+            "--delete-emptydir-data",  # a replica's emptyDir volumes are scratch
+            "--timeout=20s",
+            check=False,
+            timeout_s=90,
+        )
+        # One replica evicted; the other refused while the first one's replacement is not Ready
+        # (here it cannot be: the node is cordoned and the only one).
+        assert drain.returncode != 0, drain.stdout
+        assert "violate the pod's disruption budget" in drain.stderr, drain.stderr
+        left = set(pod_names(cluster, ns, selector, ready=True))
+        assert len(left) == 1 and left < before, (before, left)
+        answer = httpx.post(
+            f"{service_url(release, 'drained', 8000)}/v1/models/drained:predict",
+            json={"instances": [1]},
+            timeout=10,
+        )
+        assert answer.json() == {"predictions": [2]}
+    finally:
+        cluster.kubectl("uncordon", kube_node.name)
+    eventually(
+        lambda: len(pod_names(cluster, ns, selector, ready=True)) == 2, timeout_s=120, what="2 replicas back"
+    )
+
+
+def pod_names(cluster: ControlPlane, namespace: str, selector: str, ready: bool = False) -> list[str]:
+    """The deployment's pods that are not terminating (with `ready`: and Ready)."""
+    listed = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout)
+    return [
+        pod["metadata"]["name"]
+        for pod in listed["items"]
+        if not pod["metadata"].get("deletionTimestamp")
+        and (
+            not ready
+            or any(
+                c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])
+            )
+        )
+    ]

@@ -30,7 +30,7 @@ NS = "default"
 RESOURCES = 50
 KILLS = 10
 SEED = 20261123
-CHILD_KINDS = ("apps/deployments", "services", "configmaps")
+CHILD_KINDS = ("apps/deployments", "services", "configmaps", "policy/poddisruptionbudgets")
 
 
 async def workload(server: ApiServer, rng: random.Random, stop: asyncio.Event) -> int:
@@ -95,6 +95,8 @@ def drift(server: ApiServer) -> list[str]:
             problems.append(f"{name}: the replicas' manifest is not the spec's")
         if server.get_object("services", NS, name) is None:
             problems.append(f"{name}: no Service")
+        if server.get_object("policy/poddisruptionbudgets", NS, name) is None:
+            problems.append(f"{name}: no PodDisruptionBudget")
     for kind in CHILD_KINDS:
         for child in server.list_objects(kind, NS):
             child_name = child["metadata"]["name"]

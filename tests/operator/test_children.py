@@ -210,6 +210,15 @@ def test_service_selects_exactly_this_deployments_pods() -> None:
     assert children.service(bd())["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "batchd"
 
 
+def test_the_disruption_budget_covers_exactly_this_deployments_pods_one_at_a_time() -> None:
+    budget = children.disruption_budget(GPU)
+    deployment = children.deployment(GPU, SETTINGS)
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    assert budget["spec"]["maxUnavailable"] == 1
+    # An unready replica serves nothing: evicting it must never wait on the budget.
+    assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
 def test_replicas_finish_draining_before_the_kubelet_kills_them() -> None:
     pod = children.deployment(GPU, SETTINGS)["spec"]["template"]["spec"]
     env = {item["name"]: item.get("value") for item in container(children.deployment(GPU, SETTINGS))["env"]}

@@ -1,17 +1,23 @@
 """The operator stopped midway and started again, on a real cluster: it picks up what changed while
-it was away and creates nothing twice (every create is in the API server's audit log)."""
+it was away and creates nothing twice (every create is in the API server's audit log); stopped in
+the middle of a rolling update, the update finishes once, on the spec of the moment, and no
+request is lost."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from batchd.operator import children
+from batchd.testing.closed_loop import SteadyLoad
+from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.components import refused
 from batchd.testing.kubernetes.controlplane import ControlPlane
-from batchd.testing.kubernetes.release import Release, installed
+from batchd.testing.kubernetes.node import Node
+from batchd.testing.kubernetes.release import ONE_ROUTER, Release, installed
 from batchd.testing.manifests import manifest
 from batchd.testing.waiting import eventually
 
@@ -57,4 +63,68 @@ def test_operator_restarted_midway_makes_no_duplicates(control_plane: ControlPla
                 )
         assert creates(release, "deployments") == 4  # each created once, across both runs
         assert creates(release, "services") == 5  # and the one deleted, once more
+        assert refused(control_plane, release.operator_user, namespace=ns) == []
+
+
+SLOW = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 0.02}}
+
+
+def rollout(release: Release, name: str) -> tuple[int, int, int, str]:
+    """(replicas, updated, available, revision) of the deployment's Deployment."""
+    deployment = release.get("deployment", name) or {}
+    state = deployment.get("status", {})
+    revision = (
+        deployment.get("metadata", {}).get("annotations", {}).get("deployment.kubernetes.io/revision", "")
+    )
+    return (
+        state.get("replicas", 0),
+        state.get("updatedReplicas", 0),
+        state.get("availableReplicas", 0),
+        revision,
+    )
+
+
+def test_operator_restarted_during_a_rolling_update_finishes_it_once(
+    control_plane: ControlPlane, kube_node: Node, tmp_path: Path
+) -> None:
+    with installed(control_plane, tmp_path, ONE_ROUTER) as release:
+        ns = release.namespace
+        control_plane.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(handlers.config_map()))
+
+        def apply(model: dict[str, Any], **spec: Any) -> None:
+            document = manifest("rolled", model, **handlers.pod_spec(), **spec)
+            control_plane.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(document))
+
+        with release.operator(tmp_path / "operator.log"):
+            apply(SLOW, num_replicas=2)
+            control_plane.kubectl("wait", "-n", ns, "--for=condition=Ready", "bd/rolled", "--timeout=180s")
+        service = release.get("service", "rolled") or {}
+        predict = f"http://{service['spec']['clusterIP']}:8000/v1/models/rolled:predict"
+        with SteadyLoad(predict) as load:
+            eventually(lambda: load.outcomes[200] >= 20, what="load before the update")
+            with release.operator(tmp_path / "operator.log"):
+                # A new model rolls the pods; the operator stops as soon as the new ReplicaSet has begun.
+                apply({**SLOW, "init_kwargs": {"delay_s": 0.03}}, num_replicas=2)
+                eventually(lambda: rollout(release, "rolled")[3] == "2", what="the rolling update to begin")
+            assert rollout(release, "rolled")[1] < 2, "the rollout finished before the operator stopped"
+            # While it is away the user scales too.
+            control_plane.kubectl("scale", "-n", ns, "bd/rolled", "--replicas=3")
+            with release.operator(tmp_path / "operator.log"):
+                eventually(
+                    lambda: rollout(release, "rolled")[:3] == (3, 3, 3),
+                    timeout_s=240,
+                    what="3 updated replicas",
+                )
+                control_plane.kubectl(
+                    "wait", "-n", ns, "--for=condition=Ready", "bd/rolled", "--timeout=120s"
+                )
+                bd = release.get("bd", "rolled") or {}
+            served = load.outcomes[200]
+            eventually(lambda: load.outcomes[200] >= served + 20, what="load after the update")
+        # Every request answered, by the old pods or the new: the update drained each old one.
+        assert set(load.outcomes) == {200}, load.outcomes
+        # One rolling update: the restarted operator did not roll the pods again (a third revision).
+        assert rollout(release, "rolled")[3] == "2"
+        assert bd["status"]["observed_generation"] == bd["metadata"]["generation"]
+        assert creates(release, "deployments") == 1
         assert refused(control_plane, release.operator_user, namespace=ns) == []

@@ -262,6 +262,24 @@ def service(bd: BatchedDeployment) -> Manifest:
     }
 
 
+def disruption_budget(bd: BatchedDeployment) -> Manifest:
+    """A voluntary disruption (`kubectl drain`, a node upgrade) takes one replica at a time: the
+    eviction API refuses the next until the last one's replacement is Ready. A replica that is
+    not Ready may always be evicted: it serves nothing, and a budget spent on it would block every
+    drain of its node."""
+    name = bd.metadata.name
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "labels": labels(name)},
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": selector_labels(name)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
 def service_url(bd: BatchedDeployment, namespace: str, settings: Settings) -> str:
     """Where clients reach the deployment (`status.url`): the router when it runs (the model name
     in the path picks the deployment, and a deployment at zero wakes), else its own Service."""
@@ -301,4 +319,9 @@ def children(
     bd: BatchedDeployment, settings: Settings, replicas: int | None = None, batching_revision: int = 0
 ) -> list[Manifest]:
     """All children, in the order they must exist: the config before the pods that mount it."""
-    return [config_map(bd, batching_revision), deployment(bd, settings, replicas), service(bd)]
+    return [
+        config_map(bd, batching_revision),
+        deployment(bd, settings, replicas),
+        service(bd),
+        disruption_budget(bd),
+    ]

@@ -135,6 +135,7 @@ async def scale_deployment(
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED_BY)
 @kopf.on.event("", "v1", "services", labels=MANAGED_BY)
 @kopf.on.event("", "v1", "configmaps", labels=MANAGED_BY)
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED_BY)
 async def child_changed(
     body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:

@@ -32,6 +32,7 @@ CHILD_RESOURCES = {
     "ConfigMap": ("v1", "configmaps"),
     "Deployment": ("apps/v1", "deployments"),
     "Service": ("v1", "services"),
+    "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"),
 }
 # The API server refused what we sent: retrying the same spec cannot help.
 REFUSED = (400, 422)

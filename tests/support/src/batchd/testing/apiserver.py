@@ -260,6 +260,7 @@ def default_resources(validate_children: bool = True) -> list[Resource]:
         ),
         Resource("events.k8s.io", "events", "Event"),
         Resource("discovery.k8s.io", "endpointslices", "EndpointSlice", validator=children_validator),
+        Resource("policy", "poddisruptionbudgets", "PodDisruptionBudget", validator=children_validator),
         Resource(
             "apps",
             "deployments",

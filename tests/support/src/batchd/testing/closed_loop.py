@@ -1,20 +1,28 @@
-"""Closed-loop load on one keep-alive pool, and reading a server's Prometheus metrics: how the
-router's end-to-end tests load it and see where requests went."""
+"""Closed-loop load, and reading a server's Prometheus metrics: how the end-to-end tests load a
+deployment and see where requests went. `KeepAliveClient`: many workers on one keep-alive pool
+(asyncio); `SteadyLoad`: one client in a thread."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import threading
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
+import httpx
 
 # The client's keep-alive pool.
 CONNECTIONS = 16
 # The outcome of a request that failed on a new connection.
 UNSENT = "unsent"
+# SteadyLoad's bound, and its outcomes besides HTTP statuses.
+LOAD_LIMIT_S = 120.0
+NO_ANSWER, WRONG_ANSWER = 0, -1
 
 
 async def metric(client: aiohttp.ClientSession, url: str, name: str, **labels: str) -> float:
@@ -95,3 +103,35 @@ class KeepAliveClient:
 
     def answered(self) -> int:
         return sum(isinstance(outcome, int) for outcome in self.outcomes)
+
+
+class SteadyLoad:
+    """One client's requests to an adder, one after another in a thread, until stopped (or
+    LOAD_LIMIT_S), counted by their answer's status (or NO_ANSWER, WRONG_ANSWER): for tests that
+    drive the cluster with blocking calls meanwhile."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.outcomes: Counter[int] = Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + LOAD_LIMIT_S
+        with httpx.Client(timeout=10) as client:
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                try:
+                    answer = client.post(self.url, json={"instances": [1, 2]})
+                except httpx.TransportError:
+                    self.outcomes[NO_ANSWER] += 1
+                    continue
+                wrong = answer.status_code == 200 and answer.json() != {"predictions": [2, 3]}
+                self.outcomes[WRONG_ANSWER if wrong else answer.status_code] += 1
+
+    def __enter__(self) -> SteadyLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
