@@ -81,7 +81,7 @@ def test_a_drain_takes_one_replica_at_a_time(release: Release, kube_node: Node) 
 
     # The disruption controller counts both replicas healthy: one may go.
     eventually(lambda: budget_allows() == 1, what="the replicas' budget to allow one disruption")
-    before = set(pod_names(cluster, ns, selector))
+    before = {pod["metadata"]["name"] for pod in release.pods("drained")}
     try:
         drain = cluster.kubectl(
             "drain",
@@ -96,7 +96,7 @@ def test_a_drain_takes_one_replica_at_a_time(release: Release, kube_node: Node) 
         # (here it cannot be: the node is cordoned and the only one).
         assert drain.returncode != 0, drain.stdout
         assert "violate the pod's disruption budget" in drain.stderr, drain.stderr
-        left = set(pod_names(cluster, ns, selector, ready=True))
+        left = {pod["metadata"]["name"] for pod in release.pods("drained", ready=True)}
         assert len(left) == 1 and left < before, (before, left)
         answer = httpx.post(
             f"{service_url(release, 'drained', 8000)}/v1/models/drained:predict",
@@ -106,22 +106,4 @@ def test_a_drain_takes_one_replica_at_a_time(release: Release, kube_node: Node) 
         assert answer.json() == {"predictions": [2]}
     finally:
         cluster.kubectl("uncordon", kube_node.name)
-    eventually(
-        lambda: len(pod_names(cluster, ns, selector, ready=True)) == 2, timeout_s=120, what="2 replicas back"
-    )
-
-
-def pod_names(cluster: ControlPlane, namespace: str, selector: str, ready: bool = False) -> list[str]:
-    """The deployment's pods that are not terminating (with `ready`: and Ready)."""
-    listed = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout)
-    return [
-        pod["metadata"]["name"]
-        for pod in listed["items"]
-        if not pod["metadata"].get("deletionTimestamp")
-        and (
-            not ready
-            or any(
-                c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])
-            )
-        )
-    ]
+    eventually(lambda: len(release.pods("drained", ready=True)) == 2, timeout_s=120, what="2 replicas back")

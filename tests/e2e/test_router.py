@@ -70,24 +70,8 @@ class Stack:
         """The base URLs of the deployment's `count` ready pods (waits until there are that many)."""
 
         def probe() -> list[str]:
-            listed = self.cluster.kubectl(
-                "get",
-                "pods",
-                "-n",
-                self.release.namespace,
-                "-l",
-                children.selector_string(name),
-                "-o",
-                "json",
-            ).stdout
-            pods = [p for p in json.loads(listed)["items"] if not p["metadata"].get("deletionTimestamp")]
-            ready = [
-                p
-                for p in pods
-                if any(
-                    c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])
-                )
-            ]
+            pods = self.release.pods(name)
+            ready = self.release.pods(name, ready=True)
             return (
                 [f"http://{p['status']['podIP']}:8000" for p in ready]
                 if len(pods) == len(ready) == count

@@ -1,4 +1,5 @@
-"""What the stand-in cluster's controllers read off a Pod: the same reading everywhere, as in Kubernetes."""
+"""What is read off a Pod, the same way everywhere (the tests on the real cluster, the stand-in
+cluster's controllers), as Kubernetes reads it."""
 
 from __future__ import annotations
 

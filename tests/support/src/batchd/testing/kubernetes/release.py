@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from batchd.operator import children
 from batchd.testing import ROOT
 from batchd.testing.kubernetes.components import (
     chart_deployment,
@@ -22,6 +23,7 @@ from batchd.testing.kubernetes.components import (
     service_account_user,
 )
 from batchd.testing.kubernetes.controlplane import ControlPlane, namespace, unique_name
+from batchd.testing.pods import is_ready, is_terminating
 from batchd.testing.servers import router_command
 
 CHART = ROOT / "charts" / "batchd"
@@ -50,6 +52,17 @@ class Release:
         if "NotFound" in result.stderr:
             return None
         raise RuntimeError(result.stderr)
+
+    def pods(self, deployment: str, *, ready: bool = False) -> list[dict[str, Any]]:
+        """The BatchedDeployment's pods that are not terminating (with `ready`: and Ready)."""
+        listed = self.cluster.kubectl(
+            "get", "pods", "-n", self.namespace, "-l", children.selector_string(deployment), "-o", "json"
+        )
+        return [
+            pod
+            for pod in json.loads(listed.stdout)["items"]
+            if not is_terminating(pod) and (is_ready(pod) or not ready)
+        ]
 
     # Read once: tests poll the audit log by these names, and each read asks the API server.
     @functools.cached_property
