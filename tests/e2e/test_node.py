@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -34,6 +35,14 @@ def release(
         yield release
 
 
+def answered(url: str, body: dict[str, Any]) -> httpx.Response | None:
+    """The answer to a POST, or None while nothing behind the address takes the connection."""
+    try:
+        return httpx.post(url, json=body, timeout=10)
+    except httpx.ConnectError:
+        return None
+
+
 def service_url(release: Release, name: str, port: int) -> str:
     service = release.get("service", name)
     assert service is not None
@@ -55,9 +64,9 @@ def test_an_applied_deployment_answers_through_its_service_and_the_router(releas
     cluster.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "adder.yaml"))
     cluster.kubectl("wait", "-n", ns, "--for=condition=Ready", "bd/adder", "--timeout=180s")
     body = {"instances": [1, 2, 3]}
-    answer = httpx.post(
-        f"{service_url(release, 'adder', 8000)}/v1/models/adder:predict", json=body, timeout=10
-    )
+    service = f"{service_url(release, 'adder', 8000)}/v1/models/adder:predict"
+    # Ready is the pods' readiness; kube-proxy programs the new Service's address on its own sync.
+    answer = eventually(lambda: answered(service, body), timeout_s=30, what="the adder's Service to answer")
     assert answer.json() == {"predictions": [2, 3, 4]}
     router = service_url(release, f"{release.name}-router", 80)
     routed = eventually(

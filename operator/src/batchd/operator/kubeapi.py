@@ -1,5 +1,5 @@
-"""What the operator sends to the Kubernetes API for the children: GET, POST, merge-PATCH and the
-status subresource, plain dicts in and out (the connection: `batchd.api.kubeclient`)."""
+"""What the operator sends to the Kubernetes API for the children: GET, POST, merge-PATCH, JSON
+patch and the status subresource, plain dicts in and out (the connection: `batchd.api.kubeclient`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from batchd.api.kubeclient import ApiError, KubeConnection
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 class KubeApi(KubeConnection):
@@ -41,3 +42,7 @@ class KubeApi(KubeConnection):
 
     async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self.request("PATCH", path, body, content_type=MERGE_PATCH)
+
+    async def json_patch(self, path: str, operations: list[dict[str, Any]]) -> dict[str, Any]:
+        """RFC 6902 operations, applied all or none: a failed `test` refuses the whole patch (422)."""
+        return await self.request("PATCH", path, operations, content_type=JSON_PATCH)

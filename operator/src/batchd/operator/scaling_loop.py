@@ -165,10 +165,11 @@ class ScalingLoop:
         loads = await read_loads(self.session, pods, settings.replica_poll_timeout_s)
         old = dict(body.get("status") or {})
         updates: dict[str, Any] = {}
+        batching: dict[str, Any] | None = None
         if old.get("batching"):
             batching = status.batching_applied(old["batching"], [load.batching_revision for load in loads])
-            if batching != old["batching"]:
-                updates["batching"] = batching
+            if batching == old["batching"]:
+                batching = None
 
         decision: Decision | None = None
         policy = Policy.of(bd)
@@ -182,9 +183,12 @@ class ScalingLoop:
                 decision = await self._autoscale(namespace, name, body, current, policy, loads, held, updates)
             else:  # replicas asked for, none has said anything yet: nothing to decide on
                 self.autoscalers.setdefault((namespace, name), Autoscaler()).unobserved()
-        if updates:
+        if updates or batching:
             async with self.reconciler.locks[(namespace, name)]:
-                await self._patch_status(namespace, name, updates)
+                if updates:
+                    await self._patch_status(namespace, name, updates)
+                if batching:
+                    await self._patch_batching(namespace, name, batching)
         return decision
 
     async def _autoscale(
@@ -266,6 +270,25 @@ class ScalingLoop:
         await self.reconciler.api.merge_patch(
             self.reconciler.parent_path(namespace, name, "status"), {"status": updates}
         )
+
+    async def _patch_batching(self, namespace: str, name: str, batching: dict[str, Any]) -> None:
+        """`status.batching` as the replicas reported it, only while it still names the revision
+        they were counted against: the poll reads a cached resource, and a new spec.batching may
+        have moved the revision meanwhile (converge's), which an older count must not put back."""
+        operations = [
+            {"op": "test", "path": "/status/batching/revision", "value": batching["revision"]},
+            {"op": "replace", "path": "/status/batching", "value": batching},
+        ]
+        try:
+            await self.reconciler.api.json_patch(
+                self.reconciler.parent_path(namespace, name, "status"), operations
+            )
+        except ApiError as error:
+            if error.status != 422:
+                raise
+            logger.debug(
+                "%s/%s: batching revision moved since this poll read it; counted next poll", namespace, name
+            )
 
 
 def scale_event_reason(current: int, replicas: int) -> str:

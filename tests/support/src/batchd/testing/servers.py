@@ -10,6 +10,7 @@ Every wait is a bounded poll; nothing sleeps to synchronise.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -33,10 +34,24 @@ class ServerFailed(RuntimeError):
     """A server did not start, or died; the message carries the tail of its log."""
 
 
+# Ports are picked below the kernel's ephemeral range (net.ipv4.ip_local_port_range), from which
+# every outgoing connection takes its local port: a port picked there could be taken by a connection
+# between the pick and the server's bind.
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10_000
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port nothing is bound to on `host` now, outside the ephemeral range."""
+    first_ephemeral = int(EPHEMERAL_PORTS.read_text().split()[0]) if EPHEMERAL_PORTS.exists() else 32768
+    for port in random.sample(range(LOWEST_PORT, first_ephemeral), 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port on {host} between {LOWEST_PORT} and {first_ephemeral}")
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.02) -> None:
