@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 NS = "default"
 RESOURCES = 50
-KILLS = 10
+KILLS = 6
 SEED = 20261123
 CHILD_KINDS = ("apps/deployments", "services", "configmaps", "policy/poddisruptionbudgets")
 

@@ -72,7 +72,7 @@ QUICK = Options(
     repeats=1,
     upscale_delay_s=1.0,
     downscale_delay_s=3.0,
-    step=Step(low_rps=20, high_rps=320, before_s=3, step_s=10, after_s=8),
+    step=Step(low_rps=20, high_rps=320, before_s=2, step_s=10, after_s=4),
 )
 
 
