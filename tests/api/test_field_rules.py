@@ -1,5 +1,6 @@
-"""The spec's newer fields, refused alike by the model (`batchd serve`, the operator) and the CRD
-(`kubectl apply`): Ray Serve's batching_config names, `allow_small_batch`, `model.calls`."""
+"""Rules on spec fields that the model (`batchd serve`, the operator) and the CRD (`kubectl apply`)
+enforce alike: Ray Serve's batching_config names refused with ours to use, `allow_small_batch`
+against the queue, and what `model.calls` may name."""
 
 from __future__ import annotations
 
