@@ -25,12 +25,15 @@ pytestmark = pytest.mark.slow
 
 
 def creates(release: Release, resource: str) -> int:
+    """The operator's creates of `resource` in the release's namespace (its ClusterRole lets it act
+    on every namespace of the session's cluster, where other tests' deployments live and go)."""
     return sum(
         1
         for event in release.cluster.audit_events(release.operator_user)
         if event["verb"] == "create"
         and event["stage"] == "ResponseComplete"
         and event.get("objectRef", {}).get("resource") == resource
+        and event["objectRef"].get("namespace") == release.namespace
     )
 
 
