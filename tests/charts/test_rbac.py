@@ -74,7 +74,7 @@ class Lifecycle:
 
 
 def apply(release: Release, document: dict[str, Any]) -> None:
-    release.cluster.kubectl("apply", "-n", release.namespace, "-f", "-", input=yaml.safe_dump(document))
+    release.apply(document)
 
 
 def exercise_operator(release: Release) -> None:

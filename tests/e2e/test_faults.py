@@ -13,7 +13,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from batchd.testing.closed_loop import SteadyLoad
 from batchd.testing.kubernetes.controlplane import ControlPlane
@@ -56,7 +55,7 @@ def test_an_api_server_restart_with_410_gone_is_invisible_to_clients(
     cluster, ns = release.cluster, release.namespace
 
     def apply(name: str) -> None:
-        cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(manifest(name)))
+        release.apply(manifest(name))
 
     router_port = free_port()
     router = f"http://127.0.0.1:{router_port}"

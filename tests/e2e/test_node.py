@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from batchd.operator import children
 from batchd.testing import ROOT
@@ -80,7 +79,7 @@ def test_an_applied_deployment_answers_through_its_service_and_the_router(releas
 
 def test_a_drain_takes_one_replica_at_a_time(release: Release, kube_node: Node) -> None:
     cluster, ns = release.cluster, release.namespace
-    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(manifest("drained", num_replicas=2)))
+    release.apply(manifest("drained", num_replicas=2))
     cluster.kubectl("wait", "-n", ns, "--for=condition=Ready", "bd/drained", "--timeout=180s")
     selector = children.selector_string("drained")
 

@@ -21,7 +21,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from batchd.operator import children
 from batchd.testing.closed_loop import CONNECTIONS, UNSENT, KeepAliveClient, metric
@@ -64,7 +63,7 @@ class Stack:
 
     def apply(self, name: str, model: dict[str, Any], **spec: Any) -> None:
         document = manifest(name, model, **handlers.pod_spec(), **spec)
-        self.cluster.kubectl("apply", "-n", self.release.namespace, "-f", "-", input=yaml.safe_dump(document))
+        self.release.apply(document)
 
     def ready_pods(self, name: str, count: int) -> list[str]:
         """The base URLs of the deployment's `count` ready pods (waits until there are that many)."""
@@ -110,9 +109,7 @@ def stack(
     control_plane: ControlPlane, kube_node: Node, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     with installed(control_plane, tmp_path_factory.mktemp("router"), VALUES, wait=True) as release:
-        control_plane.kubectl(
-            "apply", "-n", release.namespace, "-f", "-", input=yaml.safe_dump(handlers.config_map())
-        )
+        release.apply(handlers.config_map())
         yield Stack(release)
         assert forbidden(control_plane, release.router_user) == []
         assert forbidden(control_plane, release.operator_user) == []

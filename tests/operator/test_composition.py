@@ -14,7 +14,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-import yaml
 
 from batchd.bench.kit.promtext import parse_histogram
 from batchd.operator import children
@@ -33,9 +32,7 @@ def release(
     control_plane: ControlPlane, kube_node: Node, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Release]:
     with installed(control_plane, tmp_path_factory.mktemp("composition"), ONE_ROUTER, wait=True) as release:
-        control_plane.kubectl(
-            "apply", "-n", release.namespace, "-f", "-", input=yaml.safe_dump(handlers.config_map())
-        )
+        release.apply(handlers.config_map())
         yield release
 
 
@@ -59,7 +56,7 @@ def test_a_composers_calls_reach_its_callee_through_the_router_and_are_batched_t
     )
     for document in (composer, callee):  # the composer first: a name resolves before its Service exists
         document["spec"].update(handlers.pod_spec())
-        cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(document))
+        release.apply(document)
     for name in ("relay", "doubler"):
         cluster.kubectl("wait", "-n", ns, "--for=condition=Ready", f"bd/{name}", "--timeout=180s")
     # The operator told the composer where its callee is: the router's Service, by name ...

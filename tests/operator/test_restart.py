@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from batchd.operator import children
 from batchd.testing.closed_loop import SteadyLoad
@@ -42,7 +41,7 @@ def test_operator_restarted_midway_makes_no_duplicates(control_plane: ControlPla
         ns = release.namespace
 
         def apply(name: str) -> None:
-            control_plane.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(manifest(name)))
+            release.apply(manifest(name))
 
         with release.operator(tmp_path / "operator.log"):
             for name in ("one", "two", "three"):
@@ -92,11 +91,11 @@ def test_operator_restarted_during_a_rolling_update_finishes_it_once(
 ) -> None:
     with installed(control_plane, tmp_path, ONE_ROUTER) as release:
         ns = release.namespace
-        control_plane.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(handlers.config_map()))
+        release.apply(handlers.config_map())
 
         def apply(model: dict[str, Any], **spec: Any) -> None:
             document = manifest("rolled", model, **handlers.pod_spec(), **spec)
-            control_plane.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(document))
+            release.apply(document)
 
         with release.operator(tmp_path / "operator.log"):
             apply(SLOW, num_replicas=2)

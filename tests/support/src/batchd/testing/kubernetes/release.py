@@ -53,6 +53,11 @@ class Release:
             return None
         raise RuntimeError(result.stderr)
 
+    def apply(self, *documents: dict[str, Any]) -> None:
+        """`kubectl apply` of these documents into the release's namespace, as a user applies them."""
+        stream = yaml.safe_dump_all(documents)
+        self.cluster.kubectl("apply", "-n", self.namespace, "-f", "-", input=stream)
+
     def pods(self, deployment: str, *, ready: bool = False) -> list[dict[str, Any]]:
         """The BatchedDeployment's pods that are not terminating (with `ready`: and Ready)."""
         listed = self.cluster.kubectl(
