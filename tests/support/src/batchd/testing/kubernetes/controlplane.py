@@ -257,12 +257,14 @@ class ControlPlane(Started):
         return time.monotonic() - stopped
 
     def _compact_etcd(self) -> None:
-        # etcd's JSON gateway: the current revision, then a compaction up to it.
+        # A write first, then a compaction up to it (etcd's JSON gateway): a watcher whose last
+        # resourceVersion was the newest revision would otherwise resume without a 410.
         etcd = f"http://127.0.0.1:{self.etcd_port}/v3"
-        revision = httpx.post(f"{etcd}/kv/range", json={"key": base64.b64encode(b"/").decode()}).json()
+        mark = {"key": base64.b64encode(b"/batchd-test/compaction").decode(), "value": ""}
+        written = httpx.post(f"{etcd}/kv/put", json=mark).raise_for_status().json()
         httpx.post(
-            f"{etcd}/kv/compaction", json={"revision": revision["header"]["revision"], "physical": True}
-        )
+            f"{etcd}/kv/compaction", json={"revision": written["header"]["revision"], "physical": True}
+        ).raise_for_status()
 
     def _check_running(self) -> None:
         for process in self.processes.values():
