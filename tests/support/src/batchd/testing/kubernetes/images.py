@@ -54,4 +54,18 @@ def load(node: Node, images: list[Image]) -> list[Image]:
             continue
         node.ctr("images", "import", str(image.archive), timeout_s=None)  # the replica's GBs take minutes
         imported.append(image)
+    if imported:
+        remove_superseded(node)
     return imported
+
+
+def remove_superseded(node: Node) -> None:
+    """Drop the images no name points to any more: an import moves a name to the new image, but the
+    CRI plugin's `sha256:<id>` reference keeps the old one, and the replica's GBs would fill the disk
+    within a few rebuilds. The kubelet's own image GC works by percentage of a disk far larger than
+    what is free to us, so it is off (see `node.py`)."""
+    rows = [line.split() for line in node.ctr("images", "list").stdout.splitlines()[1:]]
+    named = {row[2] for row in rows if not row[0].startswith("sha256:")}
+    superseded = [row[0] for row in rows if row[0].startswith("sha256:") and row[2] not in named]
+    if superseded:
+        node.ctr("images", "rm", "--sync", *superseded, timeout_s=None)
