@@ -1,5 +1,8 @@
-"""Scale to zero and back, end to end: the real operator against the emulated API server, a replica
-and a router that answer `GET /load` and `GET /held` over real HTTP on loopback.
+"""Scale to zero, the operator's side: the real operator against the emulated API server, with a
+replica and a router that answer `GET /load` and `GET /held` as each test sets them, over real HTTP
+on loopback (a router that cannot answer, requests held when the delay ends, no router at all).
+The whole path on a real cluster, a request through the chart's router waking a deployment at
+zero: `tests/e2e/test_scale_to_zero.py`.
 
 The router and the replica are stand-ins (one small aiohttp server, what each answers set by the
 test), reached through pods in the emulator as the operator finds them in a cluster: the replica
@@ -142,49 +145,6 @@ async def stack(tmp_path: Path, *, poll_s: float = POLL_S) -> AsyncIterator[tupl
         async with running_operator(server, **settings):
             await ready_pod(server, ROUTER_NS, "batchd-router-1", ROUTER_SELECTOR, fake.port)
             yield server, fake
-
-
-async def test_an_idle_deployment_goes_to_zero_after_the_delay_and_a_held_request_wakes_it(
-    tmp_path: Path,
-) -> None:
-    async with stack(tmp_path) as (server, fake):
-        await create(server, to_zero("idle"))
-        await eventually(lambda: replicas(server, "idle") == 1, what="the first replica asked for")
-        await ready_pod(server, NS, "idle-1", children.labels("idle"), fake.port)
-        since = time.monotonic()
-
-        await eventually(lambda: replicas(server, "idle") == 0, what="scaled to zero")
-        assert time.monotonic() - since >= DELAY_S  # idle for the whole delay first
-        # Kopf posts events in the background: wait for it, bounded.
-        # Two events: the scale, and the Ready condition's transition.
-        said = await eventually(
-            lambda: len(events(server, "ScaledToZero")) == 2 and events(server, "ScaledToZero"),
-            what="the ScaledToZero events",
-        )
-        assert sorted(said) == [
-            "1 -> 0 replicas: idle for 1 s: no item on the replicas, no request held by the routers",
-            "Ready=False: scaled to zero (idle for 1 s: no item on the replicas, no request held by the "
-            "routers); a request through the router starts a replica",
-        ]
-        resource = server.get_object("serving.batchd.dev/batcheddeployments", NS, "idle") or {}
-        assert resource["status"]["url"] == ROUTER_URL
-        assert resource["status"]["autoscaling"]["last_scale_reason"].startswith("idle for 1 s")
-        condition = await scaled_to_zero(server, "idle")
-        assert "a request through the router starts a replica" in condition["message"]
-
-        # The ReplicaSet removes the pod; then six requests arrive at the router and wait.
-        response = await server.delete(f"/api/v1/namespaces/{NS}/pods/idle-1")
-        assert response.status == 200
-        fake.held = [
-            {"namespace": NS, "name": "idle", "model": "idle", "held_requests": 6, "oldest_held_s": 2.5}
-        ]
-        await eventually(
-            lambda: replicas(server, "idle") == 2, what="woken for the held requests"
-        )  # ceil(6 / 4)
-        (woke,) = await eventually(lambda: events(server, "ScaledFromZero"), what="the ScaledFromZero event")
-        assert woke == "0 -> 2 replicas: 6 request(s) held by the routers, the oldest waited 2.5 s"
-        status = (server.get_object("serving.batchd.dev/batcheddeployments", NS, "idle") or {})["status"]
-        assert status["desired_replicas"] == 2 and status["autoscaling"]["held_requests"] == 6
 
 
 async def test_requests_held_for_a_deployment_keep_it_from_going_to_zero(tmp_path: Path) -> None:

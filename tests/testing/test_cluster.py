@@ -8,7 +8,6 @@ its own, without processes.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator
@@ -198,67 +197,6 @@ async def test_scale_down_removes_the_cheapest_pod_which_drains_and_exits_0(
             lambda: (cr(server, "adder").get("status") or {}).get("replicas") == 1,
             what="the BatchedDeployment to report 1 replica",
         )
-
-
-@pytest.mark.slow  # real replica processes
-async def test_a_rollout_replaces_pods_one_by_one_while_requests_keep_succeeding(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    async with stack(tmp_path, monkeypatch, drain_delay_s=1) as (server, cluster):
-        await create(server, manifest("adder", HANDLER, num_replicas=2))
-        old = await ready_pods(cluster, "adder", 2)
-        ready_counts: list[int] = []
-        live_counts: list[int] = []
-        failures: list[str] = []
-        answered = 0
-        stop = asyncio.Event()
-
-        async def load() -> None:
-            """A client that spreads requests over the endpoints, as kube-proxy would route them."""
-            nonlocal answered
-            async with httpx.AsyncClient(timeout=10) as client:
-                while not stop.is_set():
-                    urls = cluster.endpoints("adder")
-                    ready_counts.append(len(urls))
-                    live_counts.append(sum(not pod.terminating for pod in cluster.pods("adder")))
-                    for url in urls:
-                        try:
-                            assert await predict(client, url, "adder", 41) == {"predictions": [42]}
-                            answered += 1
-                        except (httpx.HTTPError, AssertionError) as error:
-                            failures.append(f"{url}: {error!r}")
-                    await asyncio.sleep(0.01)
-
-        loader = asyncio.create_task(load())
-        try:
-            # The env is part of the pod template (and of the config hash): the pods roll.
-            await patch(
-                server,
-                f"{CR_PATH.format(ns=NS)}/adder",
-                {"spec": {"env": [{"name": "ROLLOUT", "value": "2"}]}},
-            )
-
-            def rolled() -> list[PodView]:
-                pods = cluster.pods("adder")
-                fresh = [pod for pod in pods if pod.name not in {o.name for o in old}]
-                done = len(pods) == len(fresh) == 2 and all(pod.ready for pod in fresh)
-                return fresh if done and all(cluster.exit_codes(o.name) for o in old) else []
-
-            new = await eventually(rolled, timeout_s=START_S, what="the rollout to finish")
-        finally:
-            stop.set()
-            await loader
-
-        assert failures == []
-        assert answered > 0
-        assert min(ready_counts) >= 2, "maxUnavailable 0: never fewer ready pods than desired"
-        assert max(live_counts) <= 3, "maxSurge 1: at most one extra pod at a time"
-        assert {pod.template_hash for pod in new} != {pod.template_hash for pod in old}
-        for pod in old:
-            assert cluster.exit_codes(pod.name) == [0], cluster.log(pod.name)
-        for pod in new:
-            assert pod.pid is not None
-            assert "ROLLOUT=2" in environment_of(pod.pid)
 
 
 @pytest.mark.slow  # real replica processes

@@ -82,9 +82,9 @@ def test_quick_calibration_shows_ongoing_items_growing_with_utilization(
     assert "| 8 @ 0.1 s | 70% |" in done.stdout
 
     rows = json.loads((tmp_path / "autoscaling.json").read_text())["calibration"]["rows"]
-    for max_batch in (8, 32):
-        ratios = [row["ongoing_over_batch"] for row in rows if row["max_batch_size"] == max_batch]
-        assert len(ratios) == len(CALIBRATION_UTILIZATIONS)
-        assert ratios == sorted(ratios), ratios  # more load, more items held
-        assert 0.6 < ratios[2] < 1.5, ratios  # about one batch's worth at 70%
-        assert all(row["errors"] == 0 for row in rows)
+    assert {row["max_batch_size"] for row in rows} == {8}  # smoke size: the first shape only
+    ratios = [row["ongoing_over_batch"] for row in rows]
+    assert len(ratios) == len(CALIBRATION_UTILIZATIONS)
+    assert ratios == sorted(ratios), ratios  # more load, more items held
+    assert 0.6 < ratios[2] < 1.5, ratios  # about one batch's worth at 70%
+    assert all(row["errors"] == 0 for row in rows)

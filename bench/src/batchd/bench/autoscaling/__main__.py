@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from batchd.bench import autoscaling
-from batchd.bench.autoscaling.calibration import calibrate, calibration_markdown
+from batchd.bench.autoscaling.calibration import CALIBRATION_SHAPES, calibrate, calibration_markdown
 from batchd.bench.autoscaling.chart import draw_chart
 from batchd.bench.autoscaling.options import QUICK, SUBJECTS, Options
 from batchd.bench.autoscaling.report import step_markdown, write_results
@@ -70,7 +70,9 @@ def _calibrate_command(args: argparse.Namespace, argv: Sequence[str], workdir: P
     duration_s = args.duration_s or (2.0 if args.quick else 20.0)
     warmup_s = 1.0 if args.quick else 3.0
     batch_wait_s = Options().batch_wait_s
-    rows = calibrate(duration_s, warmup_s, workdir, batch_wait_s)
+    # Smoke size measures the first shape only: it runs every step of the calibration once.
+    shapes = CALIBRATION_SHAPES[:1] if args.quick else CALIBRATION_SHAPES
+    rows = calibrate(duration_s, warmup_s, workdir, batch_wait_s, shapes)
     record = RunRecord.now("batchd.bench.autoscaling", argv)
     calibration = Calibration(record, duration_s, warmup_s, batch_wait_s, rows)
     write_results(args.output_dir, Results(calibration=calibration))

@@ -51,10 +51,16 @@ async def _drained(host: str, port: int, timeout_s: float = 120) -> None:
         connection.close()
 
 
-def calibrate(duration_s: float, warmup_s: float, workdir: Path, batch_wait_s: float) -> list[CalibrationRow]:
+def calibrate(
+    duration_s: float,
+    warmup_s: float,
+    workdir: Path,
+    batch_wait_s: float,
+    shapes: tuple[tuple[int, float], ...] = CALIBRATION_SHAPES,
+) -> list[CalibrationRow]:
     """For each shape and utilization: mean ongoing items, as a multiple of max_batch_size."""
     rows: list[CalibrationRow] = []
-    for max_batch, batch_s in CALIBRATION_SHAPES:
+    for max_batch, batch_s in shapes:
         capacity = max_batch / batch_s
         document = manifest(
             "calibrate",

@@ -4,10 +4,10 @@ The emulated API server (`apiserver`) stores the Deployment the operator makes; 
 it. `Cluster` does, so that end-to-end tests drive the real operator, real replica processes and
 real load together:
 - the Deployment controller keeps `spec.replicas` Pods per Deployment, named and labelled as the
-  ReplicaSet controller names them (`<deployment>-<pod-template-hash>-<random>`), rolls them when
-  the template changes within `strategy.rollingUpdate` (maxSurge / maxUnavailable, as
-  https://kubernetes.io/docs/concepts/workloads/controllers/deployment/ describes), scales down in
-  the ReplicaSet controller's order (not ready first, then lower
+  ReplicaSet controller names them (`<deployment>-<pod-template-hash>-<random>`), replaces them
+  all at once when the template changes (rolling updates are left to the real cluster, whose tests
+  are the only ones that change a running deployment's template), scales down in the ReplicaSet
+  controller's order (not ready first, then lower
   `controller.kubernetes.io/pod-deletion-cost`, then newer first), and writes the Deployment's
   status through `/status`;
 - the kubelet runs each Pod's container as a real process on the Pod's own loopback address
@@ -867,39 +867,11 @@ class Cluster:
         live = [pod for pod in pods if _is_live(pod)]
         new = [pod for pod in live if _hash_of(pod) == current]
         old = [pod for pod in live if _hash_of(pod) != current]
-        strategy = spec.get("strategy") or {}
-        if spec.get("paused"):
-            pass  # a paused Deployment keeps its pods as they are
-        elif strategy.get("type") == "Recreate":
-            await self._delete_pods(old)
-            if not any(_hash_of(pod) != current for pod in pods):  # old pods gone, not just going
-                await self._scale(deployment, new, desired, current)
-        elif not old:
-            await self._scale(deployment, new, desired, current)
-        else:
-            await self._roll(deployment, new, old, desired, current)
+        # A changed template replaces every pod at once: the rolling update itself is the real
+        # Deployment controller's, tested on the real cluster (tests/operator/test_restart.py).
+        await self._delete_pods(old)
+        await self._scale(deployment, new, desired, current)
         await self._write_status(deployment, owned(), current)
-
-    async def _roll(
-        self, deployment: Manifest, new: list[Manifest], old: list[Manifest], desired: int, current: str
-    ) -> None:
-        """One step of a rolling update, as the Deployment controller computes it."""
-        surge, unavailable = rolling_bounds(deployment["spec"].get("strategy") or {}, desired)
-        room = min(desired + surge - len(new) - len(old), desired - len(new))
-        if room > 0:  # scaled up: the next round scales down, from what the pods then say
-            for _ in range(room):
-                await self._create_pod(deployment, current)
-            return
-        min_available = desired - unavailable
-        new_unavailable = sum(not is_ready(pod) for pod in new)
-        allowed = len(new) + len(old) - min_available - new_unavailable
-        if allowed <= 0:
-            return
-        unhealthy = self._ranked([pod for pod in old if not is_ready(pod)])[:allowed]
-        await self._delete_pods(unhealthy)  # they block the rollout and serve nobody
-        available = sum(is_ready(pod) for pod in [*new, *old])
-        healthy = self._ranked([pod for pod in old if is_ready(pod)])
-        await self._delete_pods(healthy[: max(0, available - min_available)])
 
     async def _scale(self, deployment: Manifest, pods: list[Manifest], desired: int, current: str) -> None:
         for _ in range(desired - len(pods)):

@@ -1,0 +1,210 @@
+"""Autoscaling and live retuning on a real cluster: the operator on the chart's ServiceAccount, the
+chart's router in a pod, replicas as pods of the node, open-loop load through the router's
+Service as clients send it.
+
+The handler holds every batch for a fixed time, as a GPU does for a batch of any size up to its
+limit, so one replica serves at most max_batch_size / BATCH_S items a second. The operator reads
+its replicas every POLL_S (the chart's default is 5 s; a test has no minutes to spare).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from batchd.bench.kit.promtext import parse_histogram
+from batchd.testing.kubernetes import handlers
+from batchd.testing.kubernetes.controlplane import ControlPlane
+from batchd.testing.kubernetes.node import Node
+from batchd.testing.kubernetes.release import ONE_ROUTER, Release, installed
+from batchd.testing.manifests import manifest
+from batchd.testing.traffic import Traffic, unanswered
+from batchd.testing.waiting import eventually
+
+pytestmark = pytest.mark.slow
+
+BATCH_S = 0.1  # every batch holds the model this long
+MAX_BATCH = 4  # so one replica serves at most 40 items/s
+POLL_S = 0.25  # the operator reads every ready replica this often
+QUEUE = 64
+BATCHES = 10  # batches each replica runs under one batching before its sizes are compared
+START_S = 90.0
+OPERATOR_ENV = {
+    "BATCHD_REPLICA_POLL_INTERVAL_S": str(POLL_S),
+    "BATCHD_AUTOSCALING_STATUS_INTERVAL_S": str(POLL_S),
+    # A 1 s preStop: endpoints drop a pod before it stops listening, and scale-downs end sooner.
+    "BATCHD_DRAIN_DELAY_S": "1",
+}
+
+
+@pytest.fixture(scope="module")
+def release(
+    control_plane: ControlPlane, kube_node: Node, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Release]:
+    logs = tmp_path_factory.mktemp("autoscaling")
+    with installed(control_plane, logs, ONE_ROUTER, wait=True) as release:
+        release.apply(handlers.config_map())
+        with release.operator(logs / "operator.log", env=OPERATOR_ENV):
+            yield release
+
+
+def slow_adder(release: Release, name: str, batch_s: float = BATCH_S, **spec: Any) -> None:
+    model = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": batch_s}}
+    # A queue of QUEUE items (under 2 s of waiting at one replica's rate): while replicas start,
+    # what does not fit is refused at once with Retry-After, rather than waiting past the client.
+    spec.setdefault(
+        "batching", {"max_batch_size": MAX_BATCH, "batch_wait_timeout_s": 0.02, "max_queued_requests": QUEUE}
+    )
+    release.apply(manifest(name, model, **handlers.pod_spec(), **spec))
+
+
+def status(release: Release, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = (release.get("bd", name) or {}).get("status") or {}
+    return found
+
+
+def events(release: Release, reason: str) -> list[dict[str, Any]]:
+    listed = release.cluster.kubectl(
+        "get", "events", "-n", release.namespace, f"--field-selector=reason={reason}", "-o", "json"
+    )
+    found: list[dict[str, Any]] = json.loads(listed.stdout)["items"]
+    return found
+
+
+def traffic(release: Release, name: str, rate: float | Any) -> Traffic:
+    router = release.get("service", f"{release.name}-router")
+    assert router is not None
+    url = f"http://{router['spec']['clusterIP']}:80"
+    return Traffic(lambda: [url], f"/v1/models/{name}:predict", b'{"instances": [1]}', rate)
+
+
+async def test_load_scales_up_until_the_queues_are_under_target_then_back_down_losing_nothing(
+    release: Release,
+) -> None:
+    # Room above the four replicas the load needs: on a starved machine every item takes longer,
+    # each replica holds more, and the autoscaler rightly asks for a fifth or a sixth.
+    autoscaling = {"min_replicas": 1, "max_replicas": 6, "upscale_delay_s": 1, "downscale_delay_s": 4}
+    slow_adder(release, "auto", autoscaling=autoscaling)
+    await asyncio.to_thread(
+        eventually, lambda: len(release.pods("auto", ready=True)) == 1, timeout_s=START_S, what="one replica"
+    )
+
+    # Twice what one replica can serve. Each replica then holds what arrives while a batch runs
+    # and the one before it finishes (Little's law: about 3.2 items at 20 items/s each with 4
+    # replicas, 4.3 with 3): under the target of 4 a replica with 4, over it with 3.
+    load = traffic(release, "auto", rate=80)
+    sending = asyncio.create_task(load.run(duration_s=120))
+    try:
+
+        def carried() -> bool:
+            # Enough ready replicas that each holds no more than its target (max_batch_size).
+            scaling = status(release, "auto").get("autoscaling", {})
+            serving = len(release.pods("auto", ready=True))
+            return (
+                serving >= 3 and scaling.get("ready_replicas") == serving and scaling["load"] <= 4 * serving
+            )
+
+        await asyncio.to_thread(eventually, carried, timeout_s=100, what="replicas that carry the load")
+    finally:
+        load.stop()
+        outcomes = await sending
+    assert events(release, "ScaledUp")
+
+    # Idle now: back to the minimum once the downscale delay has passed.
+    await asyncio.to_thread(
+        eventually,
+        lambda: len(release.pods("auto")) == 1 and status(release, "auto")["desired_replicas"] == 1,
+        timeout_s=60,
+        what="scale back to min_replicas",
+    )
+    assert "enough for 4 s" in status(release, "auto")["autoscaling"]["last_scale_reason"]
+    assert events(release, "ScaledDown")
+    assert len(outcomes) > 500
+    lost = unanswered(outcomes)
+    assert not lost, f"{len(lost)} of {len(outcomes)} requests got no usable answer, e.g. {lost[:3]}"
+
+
+def batch_sizes(pod: dict[str, Any]) -> tuple[float, float]:
+    metrics = httpx.get(f"http://{pod['status']['podIP']}:8000/metrics", timeout=5).text
+    histogram = parse_histogram(metrics, "batchd_batch_size")
+    return histogram.count, histogram.sum
+
+
+def batches_since(replicas: list[dict[str, Any]], since: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Wait (bounded) until every replica has run BATCHES batches after `since` (each one's batch
+    and item counts then); the mean batch size of each since."""
+
+    def grown() -> dict[str, float]:
+        now = {pod["metadata"]["name"]: batch_sizes(pod) for pod in replicas}
+        ran = {name: (count - since[name][0], items - since[name][1]) for name, (count, items) in now.items()}
+        return (
+            {name: items / count for name, (count, items) in ran.items()}
+            if all(count >= BATCHES for count, _ in ran.values())
+            else {}
+        )
+
+    return eventually(grown, timeout_s=60, what=f"{BATCHES} batches on every replica")
+
+
+def containers(replicas: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(pod, container ID): a restarted container or a replaced pod changes it."""
+    return {
+        (pod["metadata"]["name"], pod["status"]["containerStatuses"][0]["containerID"]) for pod in replicas
+    }
+
+
+async def test_a_batching_change_under_load_reaches_the_same_processes_and_fails_nothing(
+    release: Release,
+) -> None:
+    slow_adder(
+        release, "retuned", num_replicas=2, batching={"max_batch_size": 2, "batch_wait_timeout_s": 0.02}
+    )
+    replicas = await asyncio.to_thread(
+        eventually,
+        lambda: found if len(found := release.pods("retuned", ready=True)) == 2 else [],
+        timeout_s=START_S,
+        what="two replicas",
+    )
+    await asyncio.to_thread(
+        eventually, lambda: status(release, "retuned").get("batching", {}).get("applied"), what="status"
+    )
+    load = traffic(release, "retuned", rate=50)
+    sending = asyncio.create_task(load.run(duration_s=120))  # stopped once the test has seen enough
+    try:
+        first = await asyncio.to_thread(
+            batches_since, replicas, {pod["metadata"]["name"]: (0, 0) for pod in replicas}
+        )
+        assert all(mean <= 2 for mean in first.values()), first
+
+        slow_adder(
+            release, "retuned", num_replicas=2, batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.1}
+        )
+        revision = (release.get("bd", "retuned") or {})["metadata"]["generation"]
+
+        def applied() -> bool:
+            batching = status(release, "retuned").get("batching", {})
+            return batching == {
+                **batching,
+                "revision": revision,
+                "applied": True,
+                "ready_replicas_applied": 2,
+            }
+
+        await asyncio.to_thread(
+            eventually, applied, timeout_s=45, what="every ready replica on the new batching revision"
+        )
+        middle = {pod["metadata"]["name"]: batch_sizes(pod) for pod in replicas}
+        after = await asyncio.to_thread(batches_since, replicas, middle)
+    finally:
+        load.stop()
+        outcomes = await sending
+
+    assert all(mean > 2 for mean in after.values()), f"batches did not grow: {after}"
+    # The same containers: the change reached them in place, nothing restarted or rolled.
+    assert containers(release.pods("retuned", ready=True)) == containers(replicas)
+    assert outcomes and not [outcome for outcome in outcomes if outcome.status != 200]
