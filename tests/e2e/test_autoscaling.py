@@ -1,6 +1,6 @@
-"""Autoscaling and live retuning on a real cluster: the operator on the chart's ServiceAccount, the
-chart's router in a pod, replicas as pods of the node, open-loop load through the router's
-Service as clients send it.
+"""Autoscaling, scale to zero and live retuning on a real cluster: the operator on the chart's
+ServiceAccount, the chart's router in a pod, replicas as pods of the node, load through the
+router's Service as clients send it.
 
 The handler holds every batch for a fixed time, as a GPU does for a batch of any size up to its
 limit, so one replica serves at most max_batch_size / BATCH_S items a second. The operator reads
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,12 +35,17 @@ POLL_S = 0.25  # the operator reads every ready replica this often
 QUEUE = 64
 BATCHES = 10  # batches each replica runs under one batching before its sizes are compared
 START_S = 90.0
+TO_ZERO_DELAY_S = 2  # scale_to_zero_delay_s
 OPERATOR_ENV = {
     "BATCHD_REPLICA_POLL_INTERVAL_S": str(POLL_S),
     "BATCHD_AUTOSCALING_STATUS_INTERVAL_S": str(POLL_S),
+    "BATCHD_WAKE_POLL_INTERVAL_S": str(POLL_S),
     # A 1 s preStop: endpoints drop a pod before it stops listening, and scale-downs end sooner.
     "BATCHD_DRAIN_DELAY_S": "1",
 }
+# A replica's start on a test node that shares two cores with the rest of the suite can take
+# longer than the chart's 30 s hold, which is sized for a warm GPU node.
+VALUES = {"router": {**ONE_ROUTER["router"], "hold": {"timeoutSeconds": 120}}}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +53,7 @@ def release(
     control_plane: ControlPlane, kube_node: Node, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Release]:
     logs = tmp_path_factory.mktemp("autoscaling")
-    with installed(control_plane, logs, ONE_ROUTER, wait=True) as release:
+    with installed(control_plane, logs, VALUES, wait=True) as release:
         release.apply(handlers.config_map())
         with release.operator(logs / "operator.log", env=OPERATOR_ENV):
             yield release
@@ -68,12 +74,20 @@ def status(release: Release, name: str) -> dict[str, Any]:
     return found
 
 
-def events(release: Release, reason: str) -> list[dict[str, Any]]:
+def events(release: Release, reason: str, name: str | None = None) -> list[str]:
+    """The messages of the events with this reason (about `name` only, if given)."""
+    selector = f"reason={reason}" + (f",involvedObject.name={name}" if name else "")
     listed = release.cluster.kubectl(
-        "get", "events", "-n", release.namespace, f"--field-selector=reason={reason}", "-o", "json"
+        "get", "events", "-n", release.namespace, f"--field-selector={selector}", "-o", "json"
     )
-    found: list[dict[str, Any]] = json.loads(listed.stdout)["items"]
-    return found
+    return [event["message"] for event in json.loads(listed.stdout)["items"]]
+
+
+def ready_condition(release: Release, name: str) -> dict[str, Any]:
+    for condition in status(release, name).get("conditions", []):
+        if condition["type"] == "Ready":
+            return dict(condition)
+    return {}
 
 
 def traffic(release: Release, name: str, rate: float | Any) -> Traffic:
@@ -127,6 +141,47 @@ async def test_load_scales_up_until_the_queues_are_under_target_then_back_down_l
     assert len(outcomes) > 500
     lost = unanswered(outcomes)
     assert not lost, f"{len(lost)} of {len(outcomes)} requests got no usable answer, e.g. {lost[:3]}"
+
+
+def test_an_idle_deployment_goes_to_zero_and_a_request_through_the_router_wakes_it(release: Release) -> None:
+    autoscaling = {"min_replicas": 0, "max_replicas": 2, "scale_to_zero_delay_s": TO_ZERO_DELAY_S}
+    release.apply(manifest("sleepy", num_replicas=1, autoscaling=autoscaling))
+    eventually(lambda: release.pods("sleepy", ready=True), timeout_s=120, what="the first replica")
+
+    condition = eventually(
+        lambda: (found := ready_condition(release, "sleepy")).get("reason") == "ScaledToZero" and found,
+        timeout_s=60,
+        what="Ready=False ScaledToZero",
+    )
+    assert "a request through the router starts a replica" in condition["message"]
+    eventually(lambda: not release.pods("sleepy"), timeout_s=60, what="the replica pod gone")
+    # Two events of that reason: the scale, and the Ready condition's transition.
+    went = eventually(
+        lambda: [m for m in events(release, "ScaledToZero", "sleepy") if m.startswith("1 -> 0")],
+        what="the ScaledToZero event",
+    )
+    assert went == [
+        f"1 -> 0 replicas: idle for {TO_ZERO_DELAY_S} s: "
+        "no item on the replicas, no request held by the routers"
+    ]
+
+    # The request a client sends, to the Service the deployment's status names.
+    url = (release.get("bd", "sleepy") or {})["status"]["url"]
+    router = release.get("service", f"{release.name}-router")
+    assert router is not None and url.startswith(f"http://{release.name}-router.{release.namespace}.svc")
+    sent = time.monotonic()
+    answer = httpx.post(
+        f"http://{router['spec']['clusterIP']}/v1/models/sleepy:predict",
+        json={"instances": [1, 2]},
+        timeout=150,
+    )
+    cold_start_s = time.monotonic() - sent
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"predictions": [2, 3]}
+    (woke,) = eventually(lambda: events(release, "ScaledFromZero", "sleepy"), what="the ScaledFromZero event")
+    assert woke.startswith("0 -> 1 replicas: 1 request(s) held by the routers"), woke
+    assert len(release.pods("sleepy", ready=True)) == 1
+    print(f"cold start through the router: {cold_start_s:.1f} s")
 
 
 def batch_sizes(pod: dict[str, Any]) -> tuple[float, float]:

@@ -96,7 +96,7 @@ def test_a_drain_takes_one_replica_at_a_time(release: Release, kube_node: Node) 
             kube_node.name,
             f"--pod-selector={selector}",
             "--delete-emptydir-data",  # a replica's emptyDir volumes are scratch
-            "--timeout=20s",
+            "--timeout=10s",  # it retries a refused eviction every 5 s until then
             check=False,
             timeout_s=90,
         )

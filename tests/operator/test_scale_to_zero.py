@@ -2,7 +2,7 @@
 replica and a router that answer `GET /load` and `GET /held` as each test sets them, over real HTTP
 on loopback (a router that cannot answer, requests held when the delay ends, no router at all).
 The whole path on a real cluster, a request through the chart's router waking a deployment at
-zero: `tests/e2e/test_scale_to_zero.py`.
+zero: `tests/e2e/test_autoscaling.py`.
 
 The router and the replica are stand-ins (one small aiohttp server, what each answers set by the
 test), reached through pods in the emulator as the operator finds them in a cluster: the replica
