@@ -10,7 +10,6 @@ its replicas every POLL_S (the chart's default is 5 s; a test has no minutes to 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -74,22 +73,6 @@ def status(release: Release, name: str) -> dict[str, Any]:
     return found
 
 
-def events(release: Release, reason: str, name: str | None = None) -> list[str]:
-    """The messages of the events with this reason (about `name` only, if given)."""
-    selector = f"reason={reason}" + (f",involvedObject.name={name}" if name else "")
-    listed = release.cluster.kubectl(
-        "get", "events", "-n", release.namespace, f"--field-selector={selector}", "-o", "json"
-    )
-    return [event["message"] for event in json.loads(listed.stdout)["items"]]
-
-
-def ready_condition(release: Release, name: str) -> dict[str, Any]:
-    for condition in status(release, name).get("conditions", []):
-        if condition["type"] == "Ready":
-            return dict(condition)
-    return {}
-
-
 def traffic(release: Release, name: str, rate: float | Any) -> Traffic:
     router = release.get("service", f"{release.name}-router")
     assert router is not None
@@ -127,7 +110,7 @@ async def test_load_scales_up_until_the_queues_are_under_target_then_back_down_l
     finally:
         load.stop()
         outcomes = await sending
-    assert events(release, "ScaledUp")
+    assert release.events("ScaledUp")
 
     # Idle now: back to the minimum once the downscale delay has passed.
     await asyncio.to_thread(
@@ -137,7 +120,7 @@ async def test_load_scales_up_until_the_queues_are_under_target_then_back_down_l
         what="scale back to min_replicas",
     )
     assert "enough for 4 s" in status(release, "auto")["autoscaling"]["last_scale_reason"]
-    assert events(release, "ScaledDown")
+    assert release.events("ScaledDown")
     assert len(outcomes) > 500
     lost = unanswered(outcomes)
     assert not lost, f"{len(lost)} of {len(outcomes)} requests got no usable answer, e.g. {lost[:3]}"
@@ -149,7 +132,7 @@ def test_an_idle_deployment_goes_to_zero_and_a_request_through_the_router_wakes_
     eventually(lambda: release.pods("sleepy", ready=True), timeout_s=120, what="the first replica")
 
     condition = eventually(
-        lambda: (found := ready_condition(release, "sleepy")).get("reason") == "ScaledToZero" and found,
+        lambda: (found := release.condition("sleepy", "Ready")).get("reason") == "ScaledToZero" and found,
         timeout_s=60,
         what="Ready=False ScaledToZero",
     )
@@ -157,7 +140,7 @@ def test_an_idle_deployment_goes_to_zero_and_a_request_through_the_router_wakes_
     eventually(lambda: not release.pods("sleepy"), timeout_s=60, what="the replica pod gone")
     # Two events of that reason: the scale, and the Ready condition's transition.
     went = eventually(
-        lambda: [m for m in events(release, "ScaledToZero", "sleepy") if m.startswith("1 -> 0")],
+        lambda: [m for m in release.events("ScaledToZero", "sleepy") if m.startswith("1 -> 0")],
         what="the ScaledToZero event",
     )
     assert went == [
@@ -178,7 +161,7 @@ def test_an_idle_deployment_goes_to_zero_and_a_request_through_the_router_wakes_
     cold_start_s = time.monotonic() - sent
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"predictions": [2, 3]}
-    (woke,) = eventually(lambda: events(release, "ScaledFromZero", "sleepy"), what="the ScaledFromZero event")
+    (woke,) = eventually(lambda: release.events("ScaledFromZero", "sleepy"), what="the ScaledFromZero event")
     assert woke.startswith("0 -> 1 replicas: 1 request(s) held by the routers"), woke
     assert len(release.pods("sleepy", ready=True)) == 1
     print(f"cold start through the router: {cold_start_s:.1f} s")

@@ -87,19 +87,6 @@ class Stack:
         status: dict[str, Any] = document["status"]["containerStatuses"][0]
         return status if status["restartCount"] == 1 and status["ready"] else {}
 
-    def events(self, reason: str) -> list[str]:
-        listed = self.cluster.kubectl(
-            "get",
-            "events",
-            "-n",
-            self.release.namespace,
-            "--field-selector",
-            f"reason={reason}",
-            "-o",
-            "json",
-        ).stdout
-        return [str(event["message"]) for event in json.loads(listed)["items"]]
-
 
 VALUES = {"router": {**ONE_ROUTER["router"], "hold": {"timeoutSeconds": HOLD_S}}}
 
@@ -200,7 +187,7 @@ async def test_requests_held_at_zero_replicas_wake_the_deployment_and_go_to_its_
         answers = await asyncio.wait_for(asyncio.gather(*waiting), START_S)
         waited_s = time.monotonic() - sent
         (woke,) = await asyncio.to_thread(
-            eventually, lambda: stack.events("ScaledFromZero"), what="the ScaledFromZero event"
+            eventually, lambda: stack.release.events("ScaledFromZero"), what="the ScaledFromZero event"
         )
         status = stack.release.get("bd", "cold")
         # Those that answered are ready; a second may be starting.

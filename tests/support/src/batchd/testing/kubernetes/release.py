@@ -58,6 +58,22 @@ class Release:
         stream = yaml.safe_dump_all(documents)
         self.cluster.kubectl("apply", "-n", self.namespace, "-f", "-", input=stream)
 
+    def events(self, reason: str, about: str | None = None) -> list[str]:
+        """The messages of the events in the namespace with this reason (about the object named
+        `about` only, if given)."""
+        selector = f"reason={reason}" + (f",involvedObject.name={about}" if about else "")
+        listed = self.cluster.kubectl(
+            "get", "events", "-n", self.namespace, f"--field-selector={selector}", "-o", "json"
+        )
+        return [str(event["message"]) for event in json.loads(listed.stdout)["items"]]
+
+    def condition(self, name: str, type_: str) -> dict[str, Any]:
+        """The BatchedDeployment's status condition of this type ({} if none yet)."""
+        for condition in ((self.get("bd", name) or {}).get("status") or {}).get("conditions", []):
+            if condition["type"] == type_:
+                return dict(condition)
+        return {}
+
     def pods(self, deployment: str, *, ready: bool = False) -> list[dict[str, Any]]:
         """The BatchedDeployment's pods that are not terminating (with `ready`: and Ready)."""
         listed = self.cluster.kubectl(
