@@ -1,6 +1,10 @@
-"""The router's tests: the project's emulated API server (`batchd.testing.apiserver`, which filters
-by label and serves EndpointSlices), the router as a real process (`batchd.testing.servers`), and
-fake replicas that answer as a test needs.
+"""The router's tests: a real Kubernetes API server (`batchd.testing.kubernetes`) with no node
+behind it, the router as a real process (`batchd.testing.servers`) on a ServiceAccount that holds
+exactly the router's Role, and fake replicas that answer as a test needs.
+
+The test writes the EndpointSlices itself, as an EndpointSlice controller would, so that it says
+which replica is ready when. The API server refuses loopback addresses in a slice, so every replica
+listens on the cluster's own address (`Routed.host`, on this machine's loopback device).
 """
 
 from __future__ import annotations
@@ -14,21 +18,24 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+import httpx
 import pytest
+import yaml
 
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.bench.kit.asgi import read_body
-from batchd.testing.apiserver import ApiServer, selects
+from batchd.router.rbac import role
+from batchd.testing.kubernetes.controlplane import ControlPlane, unique_name
+from batchd.testing.kubernetes.controlplane import kubeconfig as kubeconfig_document
 from batchd.testing.manifests import manifest
-from batchd.testing.operator_runner import api_server, call, eventually
 from batchd.testing.servers import ServerProcess, start_router, uvicorn_in_thread
-
-T = TypeVar("T")
+from batchd.testing.waiting import eventually_async
 
 SLICES_PATH = "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
 DEPLOYMENTS_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}"
+ROUTER_ACCOUNT = "batchd-router"
 # The labels the operator gives a replica Service (operator/children.py), which the EndpointSlice
 # controller copies onto the Service's slices.
 SERVICE_LABELS = {
@@ -36,15 +43,12 @@ SERVICE_LABELS = {
     "app.kubernetes.io/component": "replica",
     "app.kubernetes.io/managed-by": "batchd",
 }
+# A slice's manager other than the real EndpointSlice controller's, which then leaves it alone.
+SLICE_MANAGER = "batchd-tests"
 
 
 def endpoint_slice(
-    service: str,
-    replicas: list[str],
-    *,
-    name: str | None = None,
-    ready: bool = True,
-    namespace: str = "default",
+    service: str, replicas: list[str], *, namespace: str, name: str | None = None, ready: bool = True
 ) -> dict[str, Any]:
     """An EndpointSlice as the controller makes it for a replica Service: `replicas` are `host:port`
     (a slice has one port, so replicas on other ports go in other slices)."""
@@ -60,7 +64,7 @@ def endpoint_slice(
                 **SERVICE_LABELS,
                 "app.kubernetes.io/instance": service,
                 "kubernetes.io/service-name": service,
-                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+                "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER,
             },
         },
         "addressType": "IPv4",
@@ -72,69 +76,147 @@ def endpoint_slice(
     }
 
 
-class StandIn:
-    """What the tests do to the cluster (BatchedDeployments and EndpointSlices, through the API),
-    and the helpers they share: the one fixture of the router's tests."""
+def _checked(response: httpx.Response) -> dict[str, Any]:
+    document: dict[str, Any] = response.json()
+    assert response.is_success, document
+    return document
 
-    slice = staticmethod(endpoint_slice)
-    selects = staticmethod(selects)
 
-    eventually = staticmethod(eventually)
+class Routed:
+    """Two namespaces of the real API server for one test, what the test does in them
+    (BatchedDeployments and EndpointSlices), and the router that watches them: the one fixture of
+    the router's tests. `namespace` is where a call goes unless it names another."""
 
-    def __init__(self, server: ApiServer, tmp_path: Path) -> None:
-        self.server = server
+    eventually = staticmethod(eventually_async)
+
+    def __init__(self, control_plane: ControlPlane, tmp_path: Path) -> None:
+        self.control_plane = control_plane
         self.tmp_path = tmp_path
+        self.api = control_plane.client()
+        self.namespace, self.second_namespace = unique_name("r"), unique_name("r2")
+        self.router_user = f"system:serviceaccount:{self.namespace}:{ROUTER_ACCOUNT}"
+
+    @property
+    def host(self) -> str:
+        """The address a replica listens on, for the router to reach it through a slice."""
+        return self.control_plane.addresses.api
+
+    def set_up(self) -> None:
+        """The namespaces, and the router's ServiceAccount bound to its Role in each, as the chart
+        makes them for `watchNamespaces`."""
+        for namespace in (self.namespace, self.second_namespace):
+            self._post("/api/v1/namespaces", {"metadata": {"name": namespace}})
+            self._post(
+                f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+                role(ROUTER_ACCOUNT, namespace),
+            )
+            binding = {
+                "metadata": {"name": ROUTER_ACCOUNT},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROUTER_ACCOUNT},
+                "subjects": [{"kind": "ServiceAccount", "name": ROUTER_ACCOUNT, "namespace": self.namespace}],
+            }
+            self._post(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", binding)
+        self._post(
+            f"/api/v1/namespaces/{self.namespace}/serviceaccounts", {"metadata": {"name": ROUTER_ACCOUNT}}
+        )
+
+    def tear_down(self) -> None:
+        """Delete the namespaces, without waiting: their names are never used again."""
+        for namespace in (self.namespace, self.second_namespace):
+            self.api.delete(f"/api/v1/namespaces/{namespace}")
+        self.api.close()
+
+    def _post(self, path: str, document: dict[str, Any]) -> dict[str, Any]:
+        return _checked(self.api.post(path, json=document))
+
+    def _kubeconfig(self) -> Path:
+        """The router's ServiceAccount token (TokenRequest), as its pod would have it projected."""
+        path = f"/api/v1/namespaces/{self.namespace}/serviceaccounts/{ROUTER_ACCOUNT}/token"
+        token = self._post(path, {"spec": {"expirationSeconds": 3600}})["status"]["token"]
+        kubeconfig = self.tmp_path / "router.kubeconfig"
+        server, ca = self.control_plane.server, self.control_plane.ca.cert
+        kubeconfig.write_text(yaml.safe_dump(kubeconfig_document(server, ca, user={"token": token})))
+        return kubeconfig
 
     @asynccontextmanager
     async def router(self, **settings: Any) -> AsyncIterator[ServerProcess]:
-        """`batchd-router` against the emulator (`settings`: RouterSettings fields), yielded once it
-        has listed the deployments and endpoints; stopped on the way out."""
-        router = start_router(self.server.kubeconfig_path, self.tmp_path / "logs", settings=settings)
+        """`batchd-router` watching this test's namespaces (`settings`: RouterSettings fields),
+        yielded once it has listed the deployments and endpoints; stopped on the way out."""
+        settings = {"namespaces": f"{self.namespace},{self.second_namespace}", **settings}
+        router = start_router(self._kubeconfig(), self.tmp_path / "logs", settings=settings)
         try:
             await asyncio.to_thread(router.wait_ready, 60)
             yield router
         finally:
             await asyncio.to_thread(router.stop, 20)
 
-    async def _call(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
-    ) -> Any:
-        return await call(self.server, method, path, body, content_type)
+    def router_calls(self) -> set[tuple[str, str, str]]:
+        """(API group, resource, verb) of every request the router made, as the API server's audit
+        log recorded them; each one it was refused fails the test."""
+        events = self.control_plane.audit_events(self.router_user)
+        refused = [event for event in events if event["responseStatus"]["code"] >= 400]
+        assert not refused, refused
+        return {
+            (event["objectRef"].get("apiGroup", ""), event["objectRef"]["resource"], event["verb"])
+            for event in events
+        }
+
+    def slice(
+        self,
+        service: str,
+        replicas: list[str],
+        *,
+        name: str | None = None,
+        ready: bool = True,
+        namespace: str | None = None,
+    ) -> dict[str, Any]:
+        return endpoint_slice(
+            service, replicas, name=name, ready=ready, namespace=namespace or self.namespace
+        )
 
     async def create_deployment(
-        self, name: str, *, model: str | None = None, namespace: str = "default"
+        self, name: str, *, model: str | None = None, namespace: str | None = None, **fields: Any
     ) -> None:
-        document = manifest(name)
+        """A BatchedDeployment (`fields`: `manifest`'s keyword arguments), with no operator: what
+        the router reads is the resource, and the slices the test writes."""
+        document = manifest(name, **fields)
         if model is not None:
             document["spec"]["model"]["name"] = model
-        await self._call("POST", DEPLOYMENTS_PATH.format(ns=namespace), document)
+        self._post(DEPLOYMENTS_PATH.format(ns=namespace or self.namespace), document)
 
     async def deploy(self, name: str, *replicas: str) -> None:
         """A BatchedDeployment `name` whose Service has these ready replicas (`host:port`), each in
         a slice of its own (a slice has one port)."""
         await self.create_deployment(name)
         for n, replica in enumerate(replicas):
-            await self.put_slice(endpoint_slice(name, [replica], name=f"{name}-{n}"))
+            await self.put_slice(self.slice(name, [replica], name=f"{name}-{n}"))
 
-    async def delete_deployment(self, name: str, namespace: str = "default") -> None:
-        await self._call("DELETE", f"{DEPLOYMENTS_PATH.format(ns=namespace)}/{name}")
+    async def delete_deployment(self, name: str, namespace: str | None = None) -> None:
+        _checked(self.api.delete(f"{DEPLOYMENTS_PATH.format(ns=namespace or self.namespace)}/{name}"))
 
     async def put_slice(self, document: dict[str, Any]) -> None:
+        """Create the slice, or replace the one of that name (as the controller updates it)."""
         namespace, name = document["metadata"]["namespace"], document["metadata"]["name"]
-        if self.server.get_object("discovery.k8s.io/endpointslices", namespace, name) is None:
-            await self._call("POST", SLICES_PATH.format(ns=namespace), document)
+        path = f"{SLICES_PATH.format(ns=namespace)}/{name}"
+        if self.api.get(path).status_code == 404:
+            self._post(SLICES_PATH.format(ns=namespace), document)
         else:
-            path = f"{SLICES_PATH.format(ns=namespace)}/{name}"
-            await self._call("PATCH", path, document, "application/merge-patch+json")
+            _checked(
+                self.api.patch(path, json=document, headers={"Content-Type": "application/merge-patch+json"})
+            )
 
-    async def delete_slice(self, name: str, namespace: str = "default") -> None:
-        await self._call("DELETE", f"{SLICES_PATH.format(ns=namespace)}/{name}")
+    async def delete_slice(self, name: str, namespace: str | None = None) -> None:
+        _checked(self.api.delete(f"{SLICES_PATH.format(ns=namespace or self.namespace)}/{name}"))
 
 
 @pytest.fixture
-async def stand_in(tmp_path: Path) -> AsyncIterator[StandIn]:
-    async with api_server(tmp_path) as server:
-        yield StandIn(server, tmp_path)
+def cluster(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Routed]:
+    routed = Routed(control_plane, tmp_path)
+    routed.set_up()
+    try:
+        yield routed
+    finally:
+        routed.tear_down()
 
 
 class FakeReplica:
@@ -204,10 +286,10 @@ class ResettingReplica:
     """A replica that reads the whole request and then drops the connection without answering:
     what a crash after accepting looks like from outside. Counts the requests it read."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str) -> None:
         self.received = 0
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._listener = socket.create_server((host, 0))
+        self.address = f"{host}:{self._listener.getsockname()[1]}"
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
@@ -237,20 +319,20 @@ class ResettingReplica:
 
 
 @pytest.fixture
-def fakes() -> Iterator[Callable[[str], FakeReplica]]:
-    """`fakes(mode)`: a FakeReplica listening on loopback; all stopped after the test."""
+def fakes(cluster: Routed) -> Iterator[Callable[[str], FakeReplica]]:
+    """`fakes(mode)`: a FakeReplica listening on the cluster's address; all stopped after the test."""
     with contextlib.ExitStack() as stack:
 
         def start(mode: str) -> FakeReplica:
             fake = FakeReplica(mode)
-            fake.url = stack.enter_context(uvicorn_in_thread(fake, wait_ready=False))
+            fake.url = stack.enter_context(uvicorn_in_thread(fake, wait_ready=False, host=cluster.host))
             return fake
 
         yield start
 
 
 @pytest.fixture
-def resetting() -> Iterator[ResettingReplica]:
-    replica = ResettingReplica()
+def resetting(cluster: Routed) -> Iterator[ResettingReplica]:
+    replica = ResettingReplica(cluster.host)
     yield replica
     replica.close()

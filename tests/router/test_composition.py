@@ -47,7 +47,7 @@ class Composed:
 
 
 @pytest.fixture
-async def composed(stand_in: Any, tmp_path: Path) -> AsyncIterator[Composed]:
+async def composed(cluster: Any, tmp_path: Path) -> AsyncIterator[Composed]:
     callee = manifests.doubler("callee", batch_wait_timeout_s=0.02)
     tight = manifests.tight(TIGHT_BATCH_S)
     composer = manifest(
@@ -56,15 +56,17 @@ async def composed(stand_in: Any, tmp_path: Path) -> AsyncIterator[Composed]:
         batching={"max_batch_size": 1, "max_concurrent_batches": 32},
     )
     callees = [
-        start_replica(write_manifest(tmp_path, document), tmp_path / "logs") for document in (callee, tight)
+        start_replica(write_manifest(tmp_path, document), tmp_path / "logs", host=cluster.host)
+        for document in (callee, tight)
     ]
     with running(callees):
         for replica in callees:
-            await stand_in.deploy(replica.name, f"{replica.host}:{replica.port}")
-        async with stand_in.router() as router:
+            await cluster.deploy(replica.name, f"{replica.host}:{replica.port}")
+        async with cluster.router() as router:
             # As the operator writes them: the router's URL scoped to each callee deployment.
             calls = [
-                f"--call={alias}={router.url}/deployments/default/{alias}" for alias in ("callee", "tight")
+                f"--call={alias}={router.url}/deployments/{cluster.namespace}/{alias}"
+                for alias in ("callee", "tight")
             ]
             command = [*batchd_command(), "serve", str(write_manifest(tmp_path, composer)), *calls]
             with running([start_process("composer", command, tmp_path / "logs")]) as (composer_process,):

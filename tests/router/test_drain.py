@@ -54,16 +54,16 @@ async def keep_alive_load(url: str, outcomes: Counter[str], answered: asyncio.Ev
 
 
 async def test_sigterm_under_a_keep_alive_load_loses_nothing_and_exits_0(
-    stand_in: Any, tmp_path: Path
+    cluster: Any, tmp_path: Path
 ) -> None:
     adder = manifest(
         "adder",
         {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 0.02}},
         batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.002},
     )
-    with replica_process(write_manifest(tmp_path, adder), tmp_path / "replica") as replica:
-        await stand_in.deploy("adder", f"{replica.host}:{replica.port}")
-        async with stand_in.router() as router:
+    with replica_process(write_manifest(tmp_path, adder), tmp_path / "replica", host=cluster.host) as replica:
+        await cluster.deploy("adder", f"{replica.host}:{replica.port}")
+        async with cluster.router() as router:
             outcomes: Counter[str] = Counter()
             answered = asyncio.Event()
             load = asyncio.create_task(keep_alive_load(URL.format(router=router.url), outcomes, answered))
@@ -76,9 +76,9 @@ async def test_sigterm_under_a_keep_alive_load_loses_nothing_and_exits_0(
     assert outcomes["200"] >= 100 and outcomes["200 + close"] > 0, dict(outcomes)
 
 
-async def test_a_held_request_gets_503_with_retry_after_at_the_drain_bound(stand_in: Any) -> None:
-    await stand_in.create_deployment("adder")  # no replica: requests are held
-    async with stand_in.router(drain_timeout_s=1) as router:
+async def test_a_held_request_gets_503_with_retry_after_at_the_drain_bound(cluster: Any) -> None:
+    await cluster.create_deployment("adder")  # no replica: requests are held
+    async with cluster.router(drain_timeout_s=1) as router:
         connector = aiohttp.TCPConnector(limit=2)
         async with aiohttp.ClientSession(connector=connector) as client:
             assert (await client.get(f"{router.url}/readyz")).status == 200
@@ -88,7 +88,7 @@ async def test_a_held_request_gets_503_with_retry_after_at_the_drain_bound(stand
                 async with client.get(f"{router.url}/held") as response:
                     return bool((await response.json())["deployments"])
 
-            await stand_in.eventually(holding, what="the request held")
+            await cluster.eventually(holding, what="the request held")
             started = time.monotonic()
             router.process.send_signal(signal.SIGTERM)
             answer = await asyncio.wait_for(held, 30)

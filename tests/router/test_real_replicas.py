@@ -30,11 +30,13 @@ BATCHING = {"max_batch_size": 8, "batch_wait_timeout_s": 0.005, "max_queued_requ
 
 
 @pytest.fixture
-def replicas(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[ServerProcess]]:
+def replicas(cluster: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[ServerProcess]]:
     """`count` (the test's parameter, default 3) ready replicas of the slow adder."""
     count = getattr(request, "param", 3)
     path = write_manifest(tmp_path, manifest("slow", SLOW, batching=BATCHING))
-    started = [start_replica(path, tmp_path / "logs", name=f"slow-{n}") for n in range(count)]
+    started = [
+        start_replica(path, tmp_path / "logs", name=f"slow-{n}", host=cluster.host) for n in range(count)
+    ]
     try:
         for replica in started:
             replica.wait_ready(180)
@@ -75,15 +77,15 @@ async def closed_loop(url: str, count: int, connections: int, on_answer: Any = N
     return statuses
 
 
-async def add_replicas(stand_in: Any, replicas: list[ServerProcess]) -> None:
-    await stand_in.deploy("slow", *(f"{replica.host}:{replica.port}" for replica in replicas))
+async def add_replicas(cluster: Any, replicas: list[ServerProcess]) -> None:
+    await cluster.deploy("slow", *(f"{replica.host}:{replica.port}" for replica in replicas))
 
 
 async def test_a_keep_alive_client_is_spread_over_every_replica(
-    stand_in: Any, replicas: list[ServerProcess]
+    cluster: Any, replicas: list[ServerProcess]
 ) -> None:
-    await add_replicas(stand_in, replicas)
-    async with stand_in.router() as router:
+    await add_replicas(cluster, replicas)
+    async with cluster.router() as router:
         statuses = await closed_loop(URL.format(router=router.url), 360, connections=12)
     assert statuses == [200] * 360
     shares = [served(replica) / 360 for replica in replicas]
@@ -93,9 +95,9 @@ async def test_a_keep_alive_client_is_spread_over_every_replica(
 
 @pytest.mark.parametrize("replicas", [2], indirect=True)
 async def test_a_replica_killed_mid_load_loses_only_what_it_had_accepted(
-    stand_in: Any, replicas: list[ServerProcess]
+    cluster: Any, replicas: list[ServerProcess]
 ) -> None:
-    await add_replicas(stand_in, replicas)
+    await add_replicas(cluster, replicas)
     doomed, survivor = replicas
     connections = 12
 
@@ -103,7 +105,7 @@ async def test_a_replica_killed_mid_load_loses_only_what_it_had_accepted(
         if doomed.process.poll() is None and sum(status != 0 for status in statuses) >= 60:
             doomed.process.kill()  # SIGKILL: no drain, its connections reset
 
-    async with stand_in.router() as router:
+    async with cluster.router() as router:
         statuses = await closed_loop(URL.format(router=router.url), 400, connections, kill_after_some)
         async with aiohttp.ClientSession() as client, client.get(f"{router.url}/metrics") as response:
             metrics = await response.text()
@@ -120,7 +122,7 @@ async def test_a_replica_killed_mid_load_loses_only_what_it_had_accepted(
     assert retried and float(retried[0]) >= 1
 
 
-async def test_a_request_a_full_replica_refused_is_answered_by_another(stand_in: Any, tmp_path: Path) -> None:
+async def test_a_request_a_full_replica_refused_is_answered_by_another(cluster: Any, tmp_path: Path) -> None:
     """`full` holds one batch and one queued item for seconds; `free` answers at once. The router
     learns no load from `GET /load` in this test (polled once an hour), so about half the requests
     go to `full` first: it refuses each with `batchd-refused`, and the router sends it to `free`."""
@@ -129,21 +131,22 @@ async def test_a_request_a_full_replica_refused_is_answered_by_another(stand_in:
     full_path = write_manifest(tmp_path / "full", manifest("slow", full_model, batching=one_at_a_time))
     free_path = write_manifest(tmp_path / "free", manifest("slow", {**SLOW, "init_kwargs": {"delay_s": 0}}))
     full, free = (
-        start_replica(path, tmp_path / "logs", name=path.parent.name) for path in (full_path, free_path)
+        start_replica(path, tmp_path / "logs", name=path.parent.name, host=cluster.host)
+        for path in (full_path, free_path)
     )
     with running([full, free]):
-        await add_replicas(stand_in, [full, free])
+        await add_replicas(cluster, [full, free])
         async with (
-            stand_in.router(load_poll_interval_s=3600) as router,
+            cluster.router(load_poll_interval_s=3600) as router,
             httpx.AsyncClient(timeout=30) as client,
         ):
             direct = f"{full.url}/v1/models/slow:predict"
             # One request in the model, then one in its queue: sent together, the second could
             # find the first still queued, and be refused.
             busy = [asyncio.ensure_future(client.post(direct, json={"instances": [0]}))]
-            await stand_in.eventually(lambda: full.load()["running_items"] == 1, what="full's model busy")
+            await cluster.eventually(lambda: full.load()["running_items"] == 1, what="full's model busy")
             busy.append(asyncio.ensure_future(client.post(direct, json={"instances": [1]})))
-            await stand_in.eventually(lambda: full.load()["queued_items"] == 1, what="full's queue full")
+            await cluster.eventually(lambda: full.load()["queued_items"] == 1, what="full's queue full")
             answers = [
                 await client.post(URL.format(router=router.url), json={"instances": [n]}) for n in range(10)
             ]

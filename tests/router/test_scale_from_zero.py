@@ -27,36 +27,37 @@ async def predict(client: aiohttp.ClientSession, router: str) -> tuple[int, dict
         return response.status, await response.json(), response.headers.get("retry-after")
 
 
-async def test_held_requests_go_to_the_first_replica_that_is_ready(stand_in: Any, fakes: Any) -> None:
+async def test_held_requests_go_to_the_first_replica_that_is_ready(cluster: Any, fakes: Any) -> None:
     first = fakes("ok")
-    await stand_in.create_deployment("adder")
-    await stand_in.put_slice(stand_in.slice("adder", [first.address], ready=False))  # starting
-    async with stand_in.router() as router, aiohttp.ClientSession() as client:
+    await cluster.create_deployment("adder")
+    await cluster.put_slice(cluster.slice("adder", [first.address], ready=False))  # starting
+    async with cluster.router() as router, aiohttp.ClientSession() as client:
         waiting = [asyncio.create_task(predict(client, router.url)) for _ in range(3)]
-        entries = await stand_in.eventually(
+        entries = await cluster.eventually(
             lambda: _with_count(held(client, router.url), 3), what="three requests held"
         )
-        assert entries[0]["namespace"] == "default" and entries[0]["model"] == "adder"
+        assert entries[0]["namespace"] == cluster.namespace and entries[0]["model"] == "adder"
         assert first.received == 0
-        await stand_in.put_slice(stand_in.slice("adder", [first.address], ready=True))
+        await cluster.put_slice(cluster.slice("adder", [first.address], ready=True))
         answers = await asyncio.gather(*waiting)
         assert [status for status, _, _ in answers] == [200] * 3
         assert first.received == 3
         assert await held(client, router.url) == []
         async with client.get(f"{router.url}/metrics") as response:
-            assert 'batchd_router_cold_starts_total{deployment="adder",namespace="default"} 3.0' in (
-                await response.text()
+            assert (
+                f'batchd_router_cold_starts_total{{deployment="adder",namespace="{cluster.namespace}"}} 3.0'
+                in (await response.text())
             )
 
 
-async def test_past_the_bounds_a_client_is_told_to_retry_later(stand_in: Any) -> None:
-    await stand_in.create_deployment("adder")
+async def test_past_the_bounds_a_client_is_told_to_retry_later(cluster: Any) -> None:
+    await cluster.create_deployment("adder")
     async with (
-        stand_in.router(max_held_per_deployment=1, hold_timeout_s=2, hold_retry_after_s=7) as router,
+        cluster.router(max_held_per_deployment=1, hold_timeout_s=2, hold_retry_after_s=7) as router,
         aiohttp.ClientSession() as client,
     ):
         waiting = asyncio.create_task(predict(client, router.url))
-        await stand_in.eventually(lambda: _with_count(held(client, router.url), 1), what="one request held")
+        await cluster.eventually(lambda: _with_count(held(client, router.url), 1), what="one request held")
         status, body, retry_after = await predict(client, router.url)
         assert (status, retry_after) == (503, "7")
         assert body == {
@@ -67,15 +68,17 @@ async def test_past_the_bounds_a_client_is_told_to_retry_later(stand_in: Any) ->
         assert body == {"error": "model 'adder': no replica became ready within 2 s; retry later"}
 
 
-async def test_a_deployment_deleted_while_requests_wait_fails_them_naming_the_model(stand_in: Any) -> None:
-    await stand_in.create_deployment("adder")
-    async with stand_in.router() as router, aiohttp.ClientSession() as client:
+async def test_a_deployment_deleted_while_requests_wait_fails_them_naming_the_model(cluster: Any) -> None:
+    await cluster.create_deployment("adder")
+    async with cluster.router() as router, aiohttp.ClientSession() as client:
         waiting = asyncio.create_task(predict(client, router.url))
-        await stand_in.eventually(lambda: _with_count(held(client, router.url), 1), what="one request held")
-        await stand_in.delete_deployment("adder")
+        await cluster.eventually(lambda: _with_count(held(client, router.url), 1), what="one request held")
+        await cluster.delete_deployment("adder")
         status, body, _ = await waiting
         assert status == 404
-        assert body == {"error": "model 'adder': its BatchedDeployment default/adder was deleted"}
+        assert body == {
+            "error": f"model 'adder': its BatchedDeployment {cluster.namespace}/adder was deleted"
+        }
         status, body, _ = await predict(client, router.url)
         assert (status, body) == (404, {"error": "model 'adder': no BatchedDeployment serves it"})
 
@@ -85,21 +88,21 @@ async def _with_count(entries: Any, count: int) -> list[dict[str, Any]] | None:
     return found if found and found[0]["held_requests"] == count else None
 
 
-async def test_a_client_that_leaves_stops_waiting(stand_in: Any) -> None:
-    await stand_in.create_deployment("adder")
-    async with stand_in.router() as router, aiohttp.ClientSession() as client:
+async def test_a_client_that_leaves_stops_waiting(cluster: Any) -> None:
+    await cluster.create_deployment("adder")
+    async with cluster.router() as router, aiohttp.ClientSession() as client:
         waiting = asyncio.create_task(predict(client, router.url))
-        await stand_in.eventually(lambda: _with_count(held(client, router.url), 1), what="one request held")
+        await cluster.eventually(lambda: _with_count(held(client, router.url), 1), what="one request held")
         waiting.cancel()  # closes its connection
         await asyncio.gather(waiting, return_exceptions=True)
-        await stand_in.eventually(lambda: _empty(held(client, router.url)), what="the request no longer held")
+        await cluster.eventually(lambda: _empty(held(client, router.url)), what="the request no longer held")
 
 
 async def test_the_clients_deadline_bounds_the_hold_and_travels_to_the_replica(
-    stand_in: Any, fakes: Any
+    cluster: Any, fakes: Any
 ) -> None:
-    await stand_in.create_deployment("adder")
-    async with stand_in.router() as router, aiohttp.ClientSession() as client:
+    await cluster.create_deployment("adder")
+    async with cluster.router() as router, aiohttp.ClientSession() as client:
         url = URL.format(router=router.url)
         async with client.post(url, json={"instances": [1]}, headers={"batchd-timeout-s": "0.3"}) as response:
             assert response.status == 504
@@ -114,15 +117,15 @@ async def test_the_clients_deadline_bounds_the_hold_and_travels_to_the_replica(
                 "header batchd-timeout-s: expected a positive number of seconds, got 'soon'"
             )
         replica = fakes("ok")
-        await stand_in.put_slice(stand_in.slice("adder", [replica.address]))
-        await stand_in.eventually(lambda: _answers(client, url), what="the replica reached")
+        await cluster.put_slice(cluster.slice("adder", [replica.address]))
+        await cluster.eventually(lambda: _answers(client, url), what="the replica reached")
         async with client.post(url, json={"instances": [1]}, headers={"batchd-timeout-s": "20"}) as response:
             assert response.status == 200
         assert 0 < float(replica.headers[-1][b"batchd-timeout-s"]) <= 20
 
 
 async def _empty(entries: Any) -> bool:
-    return await entries == []
+    return bool(await entries == [])
 
 
 async def _answers(client: aiohttp.ClientSession, url: str) -> bool:

@@ -266,10 +266,15 @@ def running(
 
 @contextmanager
 def replica_process(
-    manifest_path: Path, log_dir: Path, env: dict[str, str] | None = None, timeout_s: float = 180
+    manifest_path: Path,
+    log_dir: Path,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 180,
+    host: str = "127.0.0.1",
 ) -> Iterator[ServerProcess]:
-    """`batchd serve MANIFEST`, yielded once ready; killed on the way out if still running."""
-    replica = start_replica(manifest_path, log_dir, env=env)
+    """`batchd serve MANIFEST` listening on `host`, yielded once ready; killed on the way out if
+    still running."""
+    replica = start_replica(manifest_path, log_dir, env=env, host=host)
     try:
         replica.wait_ready(timeout_s)
         yield replica
@@ -281,17 +286,21 @@ def replica_process(
 
 @contextmanager
 def uvicorn_in_thread(
-    app: Any, timeout_s: float = 120, wait_ready: bool = True, http: Any = "httptools"
+    app: Any,
+    timeout_s: float = 120,
+    wait_ready: bool = True,
+    http: Any = "httptools",
+    host: str = "127.0.0.1",
 ) -> Iterator[str]:
-    """Serve an ASGI app with a real uvicorn on a loopback port; yields its base URL once it
-    listens and, with `wait_ready`, once its model is ready. `http`: uvicorn's protocol (a name
-    or a class, as the replica's `batchd.replica.front.server.replica_protocol`)."""
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, loop="uvloop", http=http, log_level="warning")
+    """Serve an ASGI app with a real uvicorn on a port of `host` (loopback unless told); yields its
+    base URL once it listens and, with `wait_ready`, once its model is ready. `http`: uvicorn's
+    protocol (a name or a class, as the replica's `batchd.replica.front.server.replica_protocol`)."""
+    port = free_port(host)
+    config = uvicorn.Config(app, host=host, port=port, loop="uvloop", http=http, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{host}:{port}"
     try:
         wait_until(lambda: server.started or not thread.is_alive(), timeout_s, "uvicorn start")
         if not server.started:

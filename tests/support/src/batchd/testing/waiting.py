@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -20,3 +22,28 @@ def eventually(probe: Callable[[], T], *, what: str, timeout_s: float = 30.0, in
         time.sleep(interval_s)
         last = probe()
     return last
+
+
+@overload
+async def eventually_async(
+    probe: Callable[[], Awaitable[T]], *, what: str, timeout_s: float = ..., interval_s: float = ...
+) -> T: ...
+@overload
+async def eventually_async(
+    probe: Callable[[], T], *, what: str, timeout_s: float = ..., interval_s: float = ...
+) -> T: ...
+async def eventually_async(
+    probe: Callable[[], T | Awaitable[T]], *, what: str, timeout_s: float = 30.0, interval_s: float = 0.02
+) -> T:
+    """`eventually` for a test's event loop: `probe` may be a coroutine function, and the loop keeps
+    running (servers in it go on answering) between polls."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while True:
+        result = probe()
+        last = await result if inspect.isawaitable(result) else result
+        if last:
+            return last  # type: ignore[no-any-return]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last seen: {last!r}")
+        await asyncio.sleep(interval_s)
