@@ -17,7 +17,6 @@ pytest_plugins = ["batchd.testing.prometheus", "batchd.testing.kubernetes.fixtur
 # the machine with at most one lighter test, as the tests were tuned for.
 SUSTAINED_LOAD = frozenset(
     {
-        "tests/operator/test_flapping.py",
         "tests/e2e/test_autoscaling.py",
         "tests/operator/test_chaos.py",
         "tests/bench/autoscaling/test_autoscaling.py",

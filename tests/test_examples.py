@@ -13,7 +13,7 @@ import yaml
 from batchd.api.manifest import load_manifest
 from batchd.replica.metrics import ReplicaMetrics
 from batchd.testing import ROOT
-from batchd.testing.apiserver import KUBERNETES_VERSIONS
+from batchd.testing.schemas import KUBERNETES_VERSIONS
 
 EXAMPLES = ROOT / "examples"
 

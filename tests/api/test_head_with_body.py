@@ -10,7 +10,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from batchd.api.httpserver import HeadWithBody
-from batchd.testing.operator_runner import eventually
+from batchd.testing.waiting import eventually_async
 
 
 class _Protocol(HttpToolsProtocol):
@@ -36,7 +36,7 @@ async def test_a_late_body_does_not_hold_the_head_and_100_continue_is_not_held()
     serving = asyncio.create_task(server.serve())
     writer = None
     try:
-        await eventually(lambda: server.started, timeout_s=10, what="uvicorn listening")
+        await eventually_async(lambda: server.started, timeout_s=10, what="uvicorn listening")
         port = server.servers[0].sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")

@@ -16,7 +16,7 @@ import yaml
 from helm_python import _native
 
 from batchd.testing.helm import CHART
-from batchd.testing.apiserver import KUBERNETES_VERSIONS
+from batchd.testing.schemas import KUBERNETES_VERSIONS
 
 MONITORING_API = "monitoring.coreos.com/v1"
 

@@ -14,7 +14,7 @@ from batchd.operator import children
 from batchd.operator.settings import Settings
 from batchd.testing import ROOT
 from batchd.testing.helm import CHART, SCENARIOS, only, render
-from batchd.testing.apiserver import KUBERNETES_VERSIONS
+from batchd.testing.schemas import KUBERNETES_VERSIONS
 
 # Prometheus Operator kinds are CRD-typed: the Kubernetes schemas do not know them.
 PROMETHEUS_OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor"}

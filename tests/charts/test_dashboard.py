@@ -1,9 +1,10 @@
 """The Grafana dashboard: every panel's PromQL returns data from a real Prometheus.
 
-Prometheus scrapes a real replica (the seeds' adder) under load, the real operator (against the
-emulated API server) that manages a BatchedDeployment of the same name, and a real text-generation
-replica (a tiny GPT-2, token-level batching) that generates text meanwhile, for the generation
-panels. A panel whose query names a metric none of them exports comes back empty, and fails.
+Prometheus scrapes a replica pod (the seeds' adder) under load on a real cluster, the real
+operator that manages its BatchedDeployment (on the chart's ServiceAccount), and a real
+text-generation replica (a tiny GPT-2, token-level batching; a process of this machine, as the
+model is built in the test's folder) that generates text meanwhile, for the generation panels. A
+panel whose query names a metric none of them exports comes back empty, and fails.
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ from typing import Any
 import httpx
 import pytest
 
-from batchd.testing import ROOT
+from batchd.api.pod import REPLICA_PORT
 from batchd.testing.helm import CHART
+from batchd.testing.kubernetes.controlplane import ControlPlane
+from batchd.testing.kubernetes.node import Node
+from batchd.testing.kubernetes.release import installed
 from batchd.testing.manifests import manifest
-from batchd.testing.operator_runner import api_server, create, eventually, running_operator
-from batchd.testing.prometheus import Series, prometheus
-from batchd.testing.cluster import Cluster
 from batchd.testing.models import build_gpt2
+from batchd.testing.prometheus import Series, prometheus
 from batchd.testing.servers import ServerProcess, free_port, start_replica, write_manifest
+from batchd.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -94,21 +97,28 @@ def generator(tmp_path: Path) -> Iterator[ServerProcess]:
 
 
 async def test_every_panel_returns_data_from_a_replica_under_load(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, generator: ServerProcess
+    control_plane: ControlPlane, kube_node: Node, tmp_path: Path, generator: ServerProcess
 ) -> None:
     metrics_port = free_port()
-    monkeypatch.setenv("BATCHD_DRAIN_DELAY_S", "0")
-    async with (
-        api_server(tmp_path) as server,
-        running_operator(server, metrics_port=metrics_port, replica_poll_interval_s=0.2),
-        Cluster(server, tmp_path / "cluster") as cluster,
+    operator_env = {
+        "BATCHD_METRICS_PORT": str(metrics_port),
+        "BATCHD_REPLICA_POLL_INTERVAL_S": "0.2",
+        "BATCHD_DRAIN_DELAY_S": "0",
+    }
+    with (
+        installed(control_plane, tmp_path, {"router": {"enabled": False}}) as release,
+        release.operator(tmp_path / "operator.log", env=operator_env),
     ):
         # The seeds' adder (0.2 s a batch of up to 4), autoscaled and with a latency objective
-        # (adaptive batching), on a real replica process.
+        # (adaptive batching), in a replica pod.
         batching = {"max_batch_size": 4, "latency_objective_s": 1.0}
-        await create(server, manifest("adder", autoscaling={"max_replicas": 2}, batching=batching))
-        (url,) = await eventually(lambda: cluster.endpoints("adder"), timeout_s=60, what="a ready replica")
-        await eventually(
+        release.apply(manifest("adder", autoscaling={"max_replicas": 2}, batching=batching))
+        (pod,) = await asyncio.to_thread(
+            eventually, lambda: release.pods("adder", ready=True), timeout_s=90, what="a ready replica pod"
+        )
+        url = f"http://{pod['status']['podIP']}:{REPLICA_PORT}"
+        await asyncio.to_thread(
+            eventually,
             lambda: (
                 "batchd_operator_replica_load{" in httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
             ),

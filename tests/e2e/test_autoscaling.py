@@ -10,6 +10,7 @@ its replicas every POLL_S (the chart's default is 5 s; a test has no minutes to 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.bench.kit.promtext import parse_histogram
 from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.controlplane import ControlPlane
@@ -124,6 +126,59 @@ async def test_load_scales_up_until_the_queues_are_under_target_then_back_down_l
     assert len(outcomes) > 500
     lost = unanswered(outcomes)
     assert not lost, f"{len(lost)} of {len(outcomes)} requests got no usable answer, e.g. {lost[:3]}"
+
+
+async def test_steady_load_does_not_flap(release: Release) -> None:
+    load_s = 45.0
+    # Both windows span a whole cycle of the wobble below (3 s), so the wobble alone moves nothing.
+    autoscaling = {"min_replicas": 1, "max_replicas": 6, "upscale_delay_s": 3, "downscale_delay_s": 4}
+
+    # Batches twice as long, so half the requests are one and a half replicas' worth: every request
+    # costs CPU (client, router, replica) and a batch only time, and the count must follow the
+    # load, not how busy the machine is.
+    batch_s = 2 * BATCH_S
+
+    def wobbling(elapsed_s: float) -> float:
+        # 30 items/s (one and a half replicas' worth), +-20% in a 3 s cycle.
+        phase = int(elapsed_s * 2) % 6
+        return 30 * (0.8, 1.0, 1.2, 1.2, 1.0, 0.8)[phase]
+
+    slow_adder(release, "steady", batch_s, autoscaling=autoscaling)
+    await asyncio.to_thread(
+        eventually,
+        lambda: len(release.pods("steady", ready=True)) == 1,
+        timeout_s=START_S,
+        what="one replica",
+    )
+    load = traffic(release, "steady", rate=wobbling)
+    sending = asyncio.create_task(load.run(duration_s=load_s))
+    ends = time.monotonic() + load_s
+    counts: list[int] = []
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{release.namespace}/{PLURAL}/steady"
+    # One client for every read: a poll costs the machine a request, not a kubectl process.
+    with release.cluster.client() as api:
+        try:
+            # Every poll for 45 s of steady load: the count first rises (a backlog built up on one
+            # replica asks for more than the load needs), then settles down step by step. Not
+            # after: the last answers may take seconds on a starved machine, and the load has gone.
+            while time.monotonic() < ends and not sending.done():
+                found = await asyncio.to_thread(api.get, path)
+                counts.append(found.json()["status"]["desired_replicas"])
+                await asyncio.sleep(POLL_S)
+        finally:
+            load.stop()
+            outcomes = await sending
+    peak = counts.index(max(counts))
+    changes = [b - a for a, b in itertools.pairwise(counts[peak:]) if b != a]
+    turns = sum(1 for a, b in itertools.pairwise(changes) if (a > 0) != (b > 0))
+    # No flap: once it has started coming down the count settles. The stabilization windows let it
+    # turn only when every ask of a whole window was on the other side, and a load that wobbles
+    # across a boundary on a machine whose speed varies may do that once or twice; an autoscaler
+    # whose windows were lost (say, a new one every poll) turns at most polls.
+    assert turns <= 3, f"{turns} turns after the peak: {counts}"
+    # 30 items/s: about three replicas' worth.
+    assert max(counts) > 1 and 2 <= counts[-1] <= 4, f"{counts}"
+    assert not unanswered(outcomes)
 
 
 def test_an_idle_deployment_goes_to_zero_and_a_request_through_the_router_wakes_it(release: Release) -> None:

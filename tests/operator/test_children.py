@@ -15,8 +15,8 @@ from batchd.operator import children
 from batchd.operator.settings import Settings
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing import ROOT
-from batchd.testing.apiserver import KUBERNETES_VERSIONS
 from batchd.testing.manifests import manifest
+from batchd.testing.schemas import KUBERNETES_VERSIONS
 
 SETTINGS = Settings()
 

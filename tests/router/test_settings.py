@@ -13,7 +13,7 @@ from batchd.api.environment import SettingsError
 from batchd.router.loads import Loads, parse_load
 from batchd.router.rbac import rbac_rules, role
 from batchd.router.settings import RouterSettings
-from batchd.testing.apiserver import validate_builtin
+from batchd.testing.schemas import validate_builtin
 
 
 def test_a_bad_variable_is_named_with_its_value(monkeypatch: pytest.MonkeyPatch) -> None:

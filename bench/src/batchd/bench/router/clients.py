@@ -23,8 +23,8 @@ from batchd.bench.kit.repeats import rotated
 from batchd.bench.router.cost import BODY, PATH, listening, start_adder
 from batchd.bench.router.options import ClientsOptions
 from batchd.bench.router.results import ClientRound, ClientsResult
-from batchd.testing.operator_runner import eventually
 from batchd.testing.servers import ServerProcess
+from batchd.testing.waiting import eventually_async
 
 CLIENTS = ("aiohttp", "httptools protocol")
 
@@ -127,7 +127,7 @@ async def _compare(adder: ServerProcess, options: ClientsOptions) -> list[Client
 async def run_clients(options: ClientsOptions, workdir: Path, meta: RunRecord) -> ClientsResult:
     adder = start_adder(workdir)
     try:
-        await eventually(
+        await eventually_async(
             lambda: asyncio.to_thread(listening, adder), timeout_s=60.0, what="the trivial adder listening"
         )
         print("upstream clients", flush=True)

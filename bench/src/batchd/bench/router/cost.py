@@ -17,8 +17,8 @@ from batchd.bench.kit.stats import percentile
 from batchd.bench.router.options import CostOptions
 from batchd.bench.router.results import CostResult, CostRound
 from batchd.bench.router.standin import routed
-from batchd.testing.operator_runner import eventually
 from batchd.testing.servers import ServerProcess, start_process
+from batchd.testing.waiting import eventually_async
 
 MODEL = "adder"
 PATH = f"/v1/models/{MODEL}:predict"
@@ -65,7 +65,7 @@ async def run_cost(options: CostOptions, workdir: Path, meta: RunRecord) -> Cost
     adder = start_adder(workdir)
     rounds: list[CostRound] = []
     try:
-        await eventually(
+        await eventually_async(
             lambda: asyncio.to_thread(listening, adder), timeout_s=60.0, what="the trivial adder listening"
         )
         async with routed(workdir, MODEL, [adder]) as stand_in:
