@@ -22,7 +22,7 @@ from batchd.operator import children
 from batchd.testing.kubernetes.components import refused
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
-from batchd.testing.kubernetes.release import Release, installed
+from batchd.testing.kubernetes.release import Release, get_object, installed, list_objects
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import free_port
 from batchd.testing.waiting import eventually
@@ -62,11 +62,13 @@ def operator(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFacto
 
 
 class Namespace:
-    """What a test reads and does in its own namespace, through kubectl as cluster-admin."""
+    """What a test does in its own namespace, through kubectl as cluster-admin, and what it reads
+    there (through one client: tests poll these)."""
 
-    def __init__(self, cluster: ControlPlane, name: str) -> None:
+    def __init__(self, cluster: ControlPlane, name: str, api: httpx.Client) -> None:
         self.cluster = cluster
         self.name = name
+        self.api = api
 
     def kubectl(self, *args: str, **kwargs: Any) -> str:
         return self.cluster.kubectl("-n", self.name, *args, **kwargs).stdout
@@ -76,12 +78,7 @@ class Namespace:
 
     def get(self, kind: str, name: str) -> dict[str, Any]:
         """The object, or {} when there is none."""
-        result = self.cluster.kubectl("-n", self.name, "get", kind, name, "-o", "json", check=False)
-        if result.returncode != 0:
-            assert "NotFound" in result.stderr, result.stderr
-            return {}
-        found: dict[str, Any] = json.loads(result.stdout)
-        return found
+        return get_object(self.api, kind, name, self.name) or {}
 
     def bd(self, name: str) -> dict[str, Any]:
         return self.get("batcheddeployment", name)
@@ -107,17 +104,16 @@ class Namespace:
         return replicas
 
     def events(self, reason: str) -> list[dict[str, Any]]:
-        listed = self.kubectl("get", "events", "--field-selector", f"reason={reason}", "-o", "json")
-        items: list[dict[str, Any]] = json.loads(listed)["items"]
-        return items
+        return list_objects(self.api, "event", self.name, fieldSelector=f"reason={reason}")
 
     def patch(self, target: str, change: dict[str, Any], *extra: str) -> None:
         self.kubectl("patch", target, "--type=merge", "-p", json.dumps(change), *extra)
 
 
 @pytest.fixture
-def ns(control_plane: ControlPlane, kube_namespace: str) -> Namespace:
-    return Namespace(control_plane, kube_namespace)
+def ns(control_plane: ControlPlane, kube_namespace: str) -> Iterator[Namespace]:
+    with control_plane.client() as api:
+        yield Namespace(control_plane, kube_namespace, api)
 
 
 def test_create_makes_children_owned_by_the_resource(operator: Operator, ns: Namespace) -> None:

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
+from batchd.api.kubeclient import resource_path
+from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.operator import children
 from batchd.testing import ROOT
 from batchd.testing.kubernetes.components import (
@@ -27,6 +29,42 @@ from batchd.testing.pods import is_ready, is_terminating
 from batchd.testing.servers import router_command
 
 CHART = ROOT / "charts" / "batchd"
+# The kinds tests read, by the names kubectl gives them: (apiVersion, plural, namespaced).
+KINDS: dict[str, tuple[str, str, bool]] = {
+    "bd": (f"{GROUP}/{VERSION}", PLURAL, True),
+    "deployment": ("apps/v1", "deployments", True),
+    "service": ("v1", "services", True),
+    "pod": ("v1", "pods", True),
+    "event": ("v1", "events", True),
+    "configmap": ("v1", "configmaps", True),
+    "poddisruptionbudget": ("policy/v1", "poddisruptionbudgets", True),
+    "clusterrole": ("rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "crd": ("apiextensions.k8s.io/v1", "customresourcedefinitions", False),
+}
+KINDS["batcheddeployment"] = KINDS["bd"]
+
+
+def get_object(api: httpx.Client, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+    """The object as the API server has it, or None if there is none (`kind` as kubectl names it:
+    "bd", "deployment", "pod", ...; `namespace` is ignored for a cluster-scoped kind)."""
+    api_version, plural, namespaced = KINDS[kind]
+    response = api.get(resource_path(api_version, plural, namespace if namespaced else None, name))
+    if response.status_code == 404:
+        return None
+    response.raise_for_status()
+    found: dict[str, Any] = response.json()
+    return found
+
+
+def list_objects(api: httpx.Client, kind: str, namespace: str, **params: str) -> list[dict[str, Any]]:
+    """The objects of a kind in `namespace` (`params`: labelSelector, fieldSelector)."""
+    api_version, plural, _ = KINDS[kind]
+    response = api.get(resource_path(api_version, plural, namespace), params=params)
+    response.raise_for_status()
+    items: list[dict[str, Any]] = response.json()["items"]
+    return items
+
+
 # One router with a small request: a test node's two cores hold the operator, a router and replicas.
 ONE_ROUTER: dict[str, Any] = {"router": {"replicaCount": 1, "resources": {"requests": {"cpu": "100m"}}}}
 
@@ -40,18 +78,13 @@ class Release:
     namespace: str
     name: str
     logs: Path
+    # The tests' reads, as cluster-admin: one client for all, as tests poll them (a kubectl process
+    # a poll would cost the machine more than the poll).
+    api: httpx.Client
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object as the API server has it, or None if there is none."""
-        result = self.cluster.kubectl(
-            "get", kind, name, "-n", namespace or self.namespace, "-o", "json", check=False
-        )
-        if result.returncode == 0:
-            found: dict[str, Any] = json.loads(result.stdout)
-            return found
-        if "NotFound" in result.stderr:
-            return None
-        raise RuntimeError(result.stderr)
+        return get_object(self.api, kind, name, namespace or self.namespace)
 
     def apply(self, *documents: dict[str, Any]) -> None:
         """`kubectl apply` of these documents into the release's namespace, as a user applies them."""
@@ -62,10 +95,10 @@ class Release:
         """The messages of the events in the namespace with this reason (about the object named
         `about` only, if given)."""
         selector = f"reason={reason}" + (f",involvedObject.name={about}" if about else "")
-        listed = self.cluster.kubectl(
-            "get", "events", "-n", self.namespace, f"--field-selector={selector}", "-o", "json"
-        )
-        return [str(event["message"]) for event in json.loads(listed.stdout)["items"]]
+        return [
+            str(event["message"])
+            for event in list_objects(self.api, "event", self.namespace, fieldSelector=selector)
+        ]
 
     def condition(self, name: str, type_: str) -> dict[str, Any]:
         """The BatchedDeployment's status condition of this type ({} if none yet)."""
@@ -76,12 +109,11 @@ class Release:
 
     def pods(self, deployment: str, *, ready: bool = False) -> list[dict[str, Any]]:
         """The BatchedDeployment's pods that are not terminating (with `ready`: and Ready)."""
-        listed = self.cluster.kubectl(
-            "get", "pods", "-n", self.namespace, "-l", children.selector_string(deployment), "-o", "json"
-        )
         return [
             pod
-            for pod in json.loads(listed.stdout)["items"]
+            for pod in list_objects(
+                self.api, "pod", self.namespace, labelSelector=children.selector_string(deployment)
+            )
             if not is_terminating(pod) and (is_ready(pod) or not ready)
         ]
 
@@ -144,6 +176,7 @@ def installed(
         waiting = ["--wait", "--timeout=5m"] if wait else []
         cluster.helm("install", name, str(CHART), "--namespace", ns, "--values", str(values_file), *waiting)
         try:
-            yield Release(cluster, ns, name, logs)
+            with cluster.client() as api:
+                yield Release(cluster, ns, name, logs, api)
         finally:
             cluster.helm("uninstall", name, "--namespace", ns, check=False)
