@@ -1,10 +1,6 @@
-"""The router's tests: a real Kubernetes API server (`batchd.testing.kubernetes`) with no node
-behind it, the router as a real process (`batchd.testing.servers`) on a ServiceAccount that holds
-exactly the router's Role, and fake replicas that answer as a test needs.
-
-The test writes the EndpointSlices itself, as an EndpointSlice controller would, so that it says
-which replica is ready when. The API server refuses loopback addresses in a slice, so every replica
-listens on the cluster's own address (`Routed.host`, on this machine's loopback device).
+"""The router's tests: a real Kubernetes API server with no node behind it, where the test writes
+the EndpointSlices (`batchd.testing.kubernetes.routed`), the router as a real process on a
+ServiceAccount that holds exactly the router's Role, and fake replicas that answer as a test needs.
 """
 
 from __future__ import annotations
@@ -15,203 +11,21 @@ import json
 import socket
 import struct
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import yaml
 
-from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.bench.kit.asgi import read_body
-from batchd.router.rbac import role
-from batchd.testing.kubernetes.controlplane import ControlPlane, unique_name
-from batchd.testing.kubernetes.controlplane import kubeconfig as kubeconfig_document
-from batchd.testing.manifests import manifest
-from batchd.testing.servers import ServerProcess, start_router, uvicorn_in_thread
-from batchd.testing.waiting import eventually_async
-
-SLICES_PATH = "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
-DEPLOYMENTS_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}"
-ROUTER_ACCOUNT = "batchd-router"
-# The labels the operator gives a replica Service (operator/children.py), which the EndpointSlice
-# controller copies onto the Service's slices.
-SERVICE_LABELS = {
-    "app.kubernetes.io/name": "batchd-replica",
-    "app.kubernetes.io/component": "replica",
-    "app.kubernetes.io/managed-by": "batchd",
-}
-# A slice's manager other than the real EndpointSlice controller's, which then leaves it alone.
-SLICE_MANAGER = "batchd-tests"
-
-
-def endpoint_slice(
-    service: str, replicas: list[str], *, namespace: str, name: str | None = None, ready: bool = True
-) -> dict[str, Any]:
-    """An EndpointSlice as the controller makes it for a replica Service: `replicas` are `host:port`
-    (a slice has one port, so replicas on other ports go in other slices)."""
-    ports = {replica.rpartition(":")[2] for replica in replicas}
-    assert len(ports) <= 1, f"one port per slice: {replicas}"
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": name or f"{service}-slice",
-            "namespace": namespace,
-            "labels": {
-                **SERVICE_LABELS,
-                "app.kubernetes.io/instance": service,
-                "kubernetes.io/service-name": service,
-                "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER,
-            },
-        },
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": int(ports.pop()) if ports else 8000, "protocol": "TCP"}],
-        "endpoints": [
-            {"addresses": [replica.rpartition(":")[0]], "conditions": {"ready": ready}}
-            for replica in replicas
-        ],
-    }
-
-
-def _checked(response: httpx.Response) -> dict[str, Any]:
-    document: dict[str, Any] = response.json()
-    assert response.is_success, document
-    return document
-
-
-class Routed:
-    """Two namespaces of the real API server for one test, what the test does in them
-    (BatchedDeployments and EndpointSlices), and the router that watches them: the one fixture of
-    the router's tests. `namespace` is where a call goes unless it names another."""
-
-    eventually = staticmethod(eventually_async)
-
-    def __init__(self, control_plane: ControlPlane, tmp_path: Path) -> None:
-        self.control_plane = control_plane
-        self.tmp_path = tmp_path
-        self.api = control_plane.client()
-        self.namespace, self.second_namespace = unique_name("r"), unique_name("r2")
-        self.router_user = f"system:serviceaccount:{self.namespace}:{ROUTER_ACCOUNT}"
-
-    @property
-    def host(self) -> str:
-        """The address a replica listens on, for the router to reach it through a slice."""
-        return self.control_plane.addresses.api
-
-    def set_up(self) -> None:
-        """The namespaces, and the router's ServiceAccount bound to its Role in each, as the chart
-        makes them for `watchNamespaces`."""
-        for namespace in (self.namespace, self.second_namespace):
-            self._post("/api/v1/namespaces", {"metadata": {"name": namespace}})
-            self._post(
-                f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
-                role(ROUTER_ACCOUNT, namespace),
-            )
-            binding = {
-                "metadata": {"name": ROUTER_ACCOUNT},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROUTER_ACCOUNT},
-                "subjects": [{"kind": "ServiceAccount", "name": ROUTER_ACCOUNT, "namespace": self.namespace}],
-            }
-            self._post(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", binding)
-        self._post(
-            f"/api/v1/namespaces/{self.namespace}/serviceaccounts", {"metadata": {"name": ROUTER_ACCOUNT}}
-        )
-
-    def tear_down(self) -> None:
-        """Delete the namespaces, without waiting: their names are never used again."""
-        for namespace in (self.namespace, self.second_namespace):
-            self.api.delete(f"/api/v1/namespaces/{namespace}")
-        self.api.close()
-
-    def _post(self, path: str, document: dict[str, Any]) -> dict[str, Any]:
-        return _checked(self.api.post(path, json=document))
-
-    def _kubeconfig(self) -> Path:
-        """The router's ServiceAccount token (TokenRequest), as its pod would have it projected."""
-        path = f"/api/v1/namespaces/{self.namespace}/serviceaccounts/{ROUTER_ACCOUNT}/token"
-        token = self._post(path, {"spec": {"expirationSeconds": 3600}})["status"]["token"]
-        kubeconfig = self.tmp_path / "router.kubeconfig"
-        server, ca = self.control_plane.server, self.control_plane.ca.cert
-        kubeconfig.write_text(yaml.safe_dump(kubeconfig_document(server, ca, user={"token": token})))
-        return kubeconfig
-
-    @asynccontextmanager
-    async def router(self, **settings: Any) -> AsyncIterator[ServerProcess]:
-        """`batchd-router` watching this test's namespaces (`settings`: RouterSettings fields),
-        yielded once it has listed the deployments and endpoints; stopped on the way out."""
-        settings = {"namespaces": f"{self.namespace},{self.second_namespace}", **settings}
-        router = start_router(self._kubeconfig(), self.tmp_path / "logs", settings=settings)
-        try:
-            await asyncio.to_thread(router.wait_ready, 60)
-            yield router
-        finally:
-            await asyncio.to_thread(router.stop, 20)
-
-    def router_calls(self) -> set[tuple[str, str, str]]:
-        """(API group, resource, verb) of every request the router made, as the API server's audit
-        log recorded them; each one it was refused fails the test."""
-        events = self.control_plane.audit_events(self.router_user)
-        refused = [event for event in events if event["responseStatus"]["code"] >= 400]
-        assert not refused, refused
-        return {
-            (event["objectRef"].get("apiGroup", ""), event["objectRef"]["resource"], event["verb"])
-            for event in events
-        }
-
-    def slice(
-        self,
-        service: str,
-        replicas: list[str],
-        *,
-        name: str | None = None,
-        ready: bool = True,
-        namespace: str | None = None,
-    ) -> dict[str, Any]:
-        return endpoint_slice(
-            service, replicas, name=name, ready=ready, namespace=namespace or self.namespace
-        )
-
-    async def create_deployment(
-        self, name: str, *, model: str | None = None, namespace: str | None = None, **fields: Any
-    ) -> None:
-        """A BatchedDeployment (`fields`: `manifest`'s keyword arguments), with no operator: what
-        the router reads is the resource, and the slices the test writes."""
-        document = manifest(name, **fields)
-        if model is not None:
-            document["spec"]["model"]["name"] = model
-        self._post(DEPLOYMENTS_PATH.format(ns=namespace or self.namespace), document)
-
-    async def deploy(self, name: str, *replicas: str) -> None:
-        """A BatchedDeployment `name` whose Service has these ready replicas (`host:port`), each in
-        a slice of its own (a slice has one port)."""
-        await self.create_deployment(name)
-        for n, replica in enumerate(replicas):
-            await self.put_slice(self.slice(name, [replica], name=f"{name}-{n}"))
-
-    async def delete_deployment(self, name: str, namespace: str | None = None) -> None:
-        _checked(self.api.delete(f"{DEPLOYMENTS_PATH.format(ns=namespace or self.namespace)}/{name}"))
-
-    async def put_slice(self, document: dict[str, Any]) -> None:
-        """Create the slice, or replace the one of that name (as the controller updates it)."""
-        namespace, name = document["metadata"]["namespace"], document["metadata"]["name"]
-        path = f"{SLICES_PATH.format(ns=namespace)}/{name}"
-        if self.api.get(path).status_code == 404:
-            self._post(SLICES_PATH.format(ns=namespace), document)
-        else:
-            _checked(
-                self.api.patch(path, json=document, headers={"Content-Type": "application/merge-patch+json"})
-            )
-
-    async def delete_slice(self, name: str, namespace: str | None = None) -> None:
-        _checked(self.api.delete(f"{SLICES_PATH.format(ns=namespace or self.namespace)}/{name}"))
+from batchd.testing.kubernetes.controlplane import ControlPlane
+from batchd.testing.kubernetes.routed import RouterNamespaces
+from batchd.testing.servers import uvicorn_in_thread
 
 
 @pytest.fixture
-def cluster(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Routed]:
-    routed = Routed(control_plane, tmp_path)
+def cluster(control_plane: ControlPlane, tmp_path: Path) -> Iterator[RouterNamespaces]:
+    routed = RouterNamespaces(control_plane, tmp_path)
     routed.set_up()
     try:
         yield routed
@@ -319,7 +133,7 @@ class ResettingReplica:
 
 
 @pytest.fixture
-def fakes(cluster: Routed) -> Iterator[Callable[[str], FakeReplica]]:
+def fakes(cluster: RouterNamespaces) -> Iterator[Callable[[str], FakeReplica]]:
     """`fakes(mode)`: a FakeReplica listening on the cluster's address; all stopped after the test."""
     with contextlib.ExitStack() as stack:
 
@@ -332,7 +146,7 @@ def fakes(cluster: Routed) -> Iterator[Callable[[str], FakeReplica]]:
 
 
 @pytest.fixture
-def resetting(cluster: Routed) -> Iterator[ResettingReplica]:
+def resetting(cluster: RouterNamespaces) -> Iterator[ResettingReplica]:
     replica = ResettingReplica(cluster.host)
     yield replica
     replica.close()

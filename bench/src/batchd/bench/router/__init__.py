@@ -5,8 +5,9 @@ requests for a deployment at zero replicas, and what the replicas' keep-alive bo
     python -m batchd.bench.router keepalive        # or some: keepalive, cost, zero, clients, bound
     python -m batchd.bench.router --quick          # smoke-sized: short runs, one repeat
 
-Real processes on loopback: `batchd serve` replicas, the router (`python -m batchd.router`)
-reading the emulated API server, where the benchmark publishes replicas as EndpointSlices.
+Real processes of this machine: `batchd serve` replicas, the router (`python -m batchd.router`)
+on its Role's ServiceAccount, reading a real API server (the test cluster's, with no node: `make
+kubernetes` builds it), where the benchmark publishes replicas as EndpointSlices.
 - keepalive: a slow adder (160 items/s a replica) at 400 req/s from an aiohttp client with a
   32-connection keep-alive pool, scaled from 1 to 4 replicas, through a connection-balancing
   proxy (what a Service does) and through the router; then steady runs at 80% of capacity through

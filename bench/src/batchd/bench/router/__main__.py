@@ -34,9 +34,13 @@ from batchd.bench.router.options import (
 from batchd.bench.router.report import to_markdown, write_results
 from batchd.bench.router.results import Results
 from batchd.bench.router.zero import run_zero
+from batchd.testing.kubernetes.routed import benchmark_control_plane
 
 PARTS = ("keepalive", "cost", "zero", "clients", "bound")
 MODULE = "batchd.bench.router"
+
+
+ROUTED_PARTS = {"keepalive", "cost", "zero"}
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -65,15 +69,22 @@ async def _run(args: argparse.Namespace, argv: Sequence[str], workdir: Path) -> 
     meta = RunRecord.now(MODULE, argv)
     parts = args.parts or PARTS
     keepalive = cost = zero = None
-    if "keepalive" in parts:
-        options = cli.overridden(QUICK_KEEPALIVE if args.quick else KeepaliveOptions(), args, "repeats")
-        keepalive = await run_keepalive(options, workdir, meta)
-    if "cost" in parts:
-        cost_options = cli.overridden(QUICK_COST if args.quick else CostOptions(), args, "repeats")
-        cost = await run_cost(cost_options, workdir, meta)
-    if "zero" in parts:
-        zero_options = cli.overridden(QUICK_ZERO if args.quick else ZeroOptions(), args, "repeats", "poll_s")
-        zero = await run_zero(zero_options, workdir, meta)
+    if ROUTED_PARTS & set(parts):
+        # The parts with a router read their deployment and replicas from a real API server.
+        with benchmark_control_plane(workdir / "control-plane") as cluster:
+            if "keepalive" in parts:
+                options = cli.overridden(
+                    QUICK_KEEPALIVE if args.quick else KeepaliveOptions(), args, "repeats"
+                )
+                keepalive = await run_keepalive(options, cluster, workdir, meta)
+            if "cost" in parts:
+                cost_options = cli.overridden(QUICK_COST if args.quick else CostOptions(), args, "repeats")
+                cost = await run_cost(cost_options, cluster, workdir, meta)
+            if "zero" in parts:
+                zero_options = cli.overridden(
+                    QUICK_ZERO if args.quick else ZeroOptions(), args, "repeats", "poll_s"
+                )
+                zero = await run_zero(zero_options, cluster, workdir, meta)
     clients = None
     if "clients" in parts:
         clients_options = cli.overridden(QUICK_CLIENTS if args.quick else ClientsOptions(), args, "repeats")

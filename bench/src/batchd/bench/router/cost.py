@@ -17,6 +17,7 @@ from batchd.bench.kit.stats import percentile
 from batchd.bench.router.options import CostOptions
 from batchd.bench.router.results import CostResult, CostRound
 from batchd.bench.router.standin import routed
+from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.servers import ServerProcess, start_process
 from batchd.testing.waiting import eventually_async
 
@@ -26,9 +27,10 @@ BODY = b'{"instances": [1]}'
 UVICORN = ["--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
 
 
-def start_adder(workdir: Path) -> ServerProcess:
+def start_adder(workdir: Path, host: str = "127.0.0.1") -> ServerProcess:
     app = "batchd.bench.router.trivial_adder:app"
-    return start_process("trivial-adder", [sys.executable, "-m", "uvicorn", app, *UVICORN], workdir)
+    command = [sys.executable, "-m", "uvicorn", app, *UVICORN]
+    return start_process("trivial-adder", command, workdir, host=host)
 
 
 def listening(server: ServerProcess) -> bool:
@@ -61,14 +63,14 @@ async def _measure(
     )
 
 
-async def run_cost(options: CostOptions, workdir: Path, meta: RunRecord) -> CostResult:
-    adder = start_adder(workdir)
+async def run_cost(options: CostOptions, cluster: ControlPlane, workdir: Path, meta: RunRecord) -> CostResult:
+    adder = start_adder(workdir, cluster.address)
     rounds: list[CostRound] = []
     try:
         await eventually_async(
             lambda: asyncio.to_thread(listening, adder), timeout_s=60.0, what="the trivial adder listening"
         )
-        async with routed(workdir, MODEL, [adder]) as stand_in:
+        async with routed(cluster, workdir, MODEL, [adder]) as stand_in:
             router = stand_in.router
             paths = {"direct": adder, "router": router}
             for repeat in range(options.repeats):

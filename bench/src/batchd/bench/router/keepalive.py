@@ -36,6 +36,7 @@ from batchd.bench.router.results import KeepaliveResult, SteadyRun, StepRun
 from batchd.bench.router.standin import routed
 from batchd.bench.router.traffic import keepalive_load
 from batchd.testing import servers
+from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import ServerProcess
 from batchd.testing.traffic import Outcome
@@ -79,7 +80,12 @@ async def _with_counts(
 
 
 async def step_run(
-    path: str, replicas: Sequence[ServerProcess], options: KeepaliveOptions, workdir: Path, repeat: int
+    path: str,
+    replicas: Sequence[ServerProcess],
+    options: KeepaliveOptions,
+    cluster: ControlPlane,
+    workdir: Path,
+    repeat: int,
 ) -> StepRun:
     """One replica an endpoint when the load starts, all of them `scale_at_s` later."""
     first, added = replicas[0], replicas[1:]
@@ -107,7 +113,7 @@ async def step_run(
                 replicas, options, load(f"{balancer.url}{SLOW_PATH}", scale_up)
             )
     else:
-        async with routed(workdir, SLOW_MODEL, [first]) as stand_in:
+        async with routed(cluster, workdir, SLOW_MODEL, [first]) as stand_in:
 
             async def scale_up() -> None:
                 for replica in added:
@@ -133,7 +139,12 @@ async def step_run(
 
 
 async def steady_run(
-    subject: str, replicas: Sequence[ServerProcess], options: KeepaliveOptions, workdir: Path, repeat: int
+    subject: str,
+    replicas: Sequence[ServerProcess],
+    options: KeepaliveOptions,
+    cluster: ControlPlane,
+    workdir: Path,
+    repeat: int,
 ) -> SteadyRun:
     """`utilisation` of the capacity behind the path, with a keep-alive pool of `connections` per
     replica's worth of load, so that the client's pool is never what queues."""
@@ -155,7 +166,7 @@ async def steady_run(
         async with ConnectionBalancer([(r.host, r.port) for r in used]) as balancer:
             outcomes = await run(f"{balancer.url}{SLOW_PATH}")
     else:
-        async with routed(workdir, SLOW_MODEL, used) as stand_in:
+        async with routed(cluster, workdir, SLOW_MODEL, used) as stand_in:
             outcomes = await run(f"{stand_in.router.url}{SLOW_PATH}")
     measured = [outcome for outcome in outcomes if outcome.sent_s >= options.warmup_s]
     return SteadyRun(
@@ -172,9 +183,14 @@ async def steady_run(
     )
 
 
-async def run_keepalive(options: KeepaliveOptions, workdir: Path, meta: RunRecord) -> KeepaliveResult:
+async def run_keepalive(
+    options: KeepaliveOptions, cluster: ControlPlane, workdir: Path, meta: RunRecord
+) -> KeepaliveResult:
     path = servers.write_manifest(workdir, slow_manifest())
-    replicas = [servers.start_replica(path, workdir, name=f"slow-{n}") for n in range(options.replicas)]
+    replicas = [
+        servers.start_replica(path, workdir, name=f"slow-{n}", host=cluster.address)
+        for n in range(options.replicas)
+    ]
     steps: list[StepRun] = []
     steadies: list[SteadyRun] = []
     try:
@@ -185,9 +201,9 @@ async def run_keepalive(options: KeepaliveOptions, workdir: Path, meta: RunRecor
                 kind, _, which = subject.partition(": ")
                 print(f"keep-alive, repeat {repeat + 1}/{options.repeats}: {subject}", flush=True)
                 if kind == "step":
-                    steps.append(await step_run(which, replicas, options, workdir, repeat))
+                    steps.append(await step_run(which, replicas, options, cluster, workdir, repeat))
                 else:
-                    steadies.append(await steady_run(which, replicas, options, workdir, repeat))
+                    steadies.append(await steady_run(which, replicas, options, cluster, workdir, repeat))
                 for replica in replicas:
                     replica.check_alive()
     finally:

@@ -21,6 +21,7 @@ from batchd.bench.router.results import ZeroResult, ZeroRun
 from batchd.bench.router.standin import Routed, routed
 from batchd.bench.router.traffic import keepalive_load
 from batchd.testing import servers
+from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import ServerProcess, is_ready
 from batchd.testing.traffic import Outcome
@@ -50,7 +51,9 @@ class StandInOperator:
         while await self.stand_in.held() == 0:  # noqa: ASYNC110
             await asyncio.sleep(self.options.poll_s)
         self.noticed_at = self.now()
-        self.replica = servers.start_replica(self.manifest_path, self.workdir, name="cold")
+        self.replica = servers.start_replica(
+            self.manifest_path, self.workdir, name="cold", host=self.stand_in.namespaces.host
+        )
         self.started_at = self.now()
         while not await asyncio.to_thread(is_ready, self.replica.url):
             self.replica.check_alive()
@@ -107,17 +110,14 @@ def zero_run(
     )
 
 
-async def run_zero(options: ZeroOptions, workdir: Path, meta: RunRecord) -> ZeroResult:
+async def run_zero(options: ZeroOptions, cluster: ControlPlane, workdir: Path, meta: RunRecord) -> ZeroResult:
     model = {"handler": "batchd.bench.kit.handlers:TrivialAdder.handle_batch", "device": "cpu"}
     manifest_path = servers.write_manifest(workdir, manifest(MODEL, model))
-    settings = {
-        "BATCHD_HOLD_TIMEOUT_S": str(options.hold_timeout_s),
-        "BATCHD_MAX_HELD_PER_DEPLOYMENT": str(options.max_held),
-    }
+    settings = {"hold_timeout_s": options.hold_timeout_s, "max_held_per_deployment": options.max_held}
     runs: list[ZeroRun] = []
     for repeat in range(options.repeats):
         print(f"scale from zero, repeat {repeat + 1}/{options.repeats}", flush=True)
-        async with routed(workdir, MODEL, (), **settings) as stand_in:
+        async with routed(cluster, workdir, MODEL, (), **settings) as stand_in:
             start = time.perf_counter()
             operator = StandInOperator(stand_in, manifest_path, workdir, options, start)
             held: list[tuple[float, int]] = []

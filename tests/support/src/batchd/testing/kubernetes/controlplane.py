@@ -25,6 +25,8 @@ from typing import Any
 import httpx
 import yaml
 
+from batchd.api.crd import CRD_NAME, CRD_PATH
+from batchd.testing import ROOT
 from batchd.testing.kubernetes.network import ClusterAddresses, add_cluster_address, remove_cluster_address
 from batchd.testing.kubernetes.pki import CertificateAuthority, Credential, service_account_keys
 from batchd.testing.kubernetes.processes import Process, Started, run
@@ -286,6 +288,11 @@ class ControlPlane(Started):
         for process in reversed(self.processes.values()):
             process.stop()
         remove_cluster_address(self.addresses)
+
+    def install_crds(self) -> None:
+        """batchd's CRD, as `kubectl apply -f crds/` applies it, and served before this returns."""
+        self.kubectl("apply", "--server-side", "-f", str(ROOT / CRD_PATH))
+        self.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
 
     # --- clients -------------------------------------------------------------------------------
 

@@ -8,15 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from batchd.api.crd import CRD_NAME, CRD_PATH
-from batchd.testing import ROOT
 from batchd.testing.kubernetes.controlplane import ControlPlane, namespace, unique_name
 from batchd.testing.kubernetes.dns import start_dns
 from batchd.testing.kubernetes.images import build_images, load
 from batchd.testing.kubernetes.network import ClusterAddresses, worker_slot
 from batchd.testing.kubernetes.node import Node
 
-CRDS = ROOT / CRD_PATH
 # What the nodes advertise, so that replica pods asking for a GPU are scheduled as on a GPU node.
 GPUS_PER_NODE = 8
 
@@ -31,8 +28,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     of the chart then finds the CRD present and leaves it, as it does on a user's cluster.)
     """
     with ControlPlane(tmp_path_factory.mktemp("control-plane"), ClusterAddresses(worker_slot())) as cluster:
-        cluster.kubectl("apply", "--server-side", "-f", str(CRDS))
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+        cluster.install_crds()
         yield cluster
 
 

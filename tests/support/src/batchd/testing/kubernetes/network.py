@@ -35,6 +35,12 @@ def worker_slot() -> int:
     return slot
 
 
+def benchmark_slot() -> int:
+    """The slot of a cluster a benchmark starts for itself: counted down from the last, so that it
+    never takes a test worker's, even when a worker's test runs the benchmark."""
+    return MAX_SLOTS - 1 - worker_slot()
+
+
 @dataclass(frozen=True)
 class ClusterAddresses:
     slot: int
