@@ -65,8 +65,7 @@ demo: install
 # one after another, and so do the tests of a module that share a module-scoped fixture
 # (tests/conftest.py). On the 2-core dev machine the suite takes 12-13.5 minutes so (the shared
 # host's speed varies: 885 tests in 12 min 10 s and in 13 min 32 s), 13.5-16 one test at a time.
-# `TEST_WORKERS=0` runs one test at a time (the stand-in clusters of parallel workers never share a
-# loopback address).
+# `TEST_WORKERS=0` runs one test at a time (the clusters of parallel workers never share an address).
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadgroup
 

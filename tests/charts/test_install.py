@@ -105,7 +105,8 @@ def test_the_operator_on_its_own_token_reconciles_scales_and_cleans_up(release: 
         cluster.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "adder.yaml"))
         deployment = eventually(lambda: release.get("deployment", "adder"), what="the adder's Deployment")
         assert deployment["metadata"]["ownerReferences"][0]["kind"] == "BatchedDeployment"
-        assert release.get("service", "adder") is not None
+        # The children are created one after another: the Service may follow the Deployment.
+        eventually(lambda: release.get("service", "adder"), what="the adder's Service")
         # The scale subresource, as `kubectl scale` uses it.
         cluster.kubectl("scale", "-n", ns, "bd/adder", "--replicas=3")
         eventually(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -34,20 +33,6 @@ def release(
         yield release
 
 
-def answered(url: str, body: dict[str, Any]) -> httpx.Response | None:
-    """The answer to a POST, or None while nothing behind the address takes the connection."""
-    try:
-        return httpx.post(url, json=body, timeout=10)
-    except httpx.ConnectError:
-        return None
-
-
-def service_url(release: Release, name: str, port: int) -> str:
-    service = release.get("service", name)
-    assert service is not None
-    return f"http://{service['spec']['clusterIP']}:{port}"
-
-
 def test_the_operator_and_router_run_in_pods_under_restricted(release: Release) -> None:
     pods = json.loads(release.cluster.kubectl("get", "pods", "-n", release.namespace, "-o", "json").stdout)[
         "items"
@@ -63,11 +48,9 @@ def test_an_applied_deployment_answers_through_its_service_and_the_router(releas
     cluster.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "adder.yaml"))
     cluster.kubectl("wait", "-n", ns, "--for=condition=Ready", "bd/adder", "--timeout=180s")
     body = {"instances": [1, 2, 3]}
-    service = f"{service_url(release, 'adder', 8000)}/v1/models/adder:predict"
-    # Ready is the pods' readiness; kube-proxy programs the new Service's address on its own sync.
-    answer = eventually(lambda: answered(service, body), timeout_s=30, what="the adder's Service to answer")
+    answer = release.first_answer(f"{release.service_url('adder', 8000)}/v1/models/adder:predict", body)
     assert answer.json() == {"predictions": [2, 3, 4]}
-    router = service_url(release, f"{release.name}-router", 80)
+    router = release.service_url(f"{release.name}-router", 80)
     routed = eventually(
         lambda: (
             (r := httpx.post(f"{router}/v1/models/adder:predict", json=body, timeout=10)).is_success and r
@@ -107,7 +90,7 @@ def test_a_drain_takes_one_replica_at_a_time(release: Release, kube_node: Node) 
         left = {pod["metadata"]["name"] for pod in release.pods("drained", ready=True)}
         assert len(left) == 1 and left < before, (before, left)
         answer = httpx.post(
-            f"{service_url(release, 'drained', 8000)}/v1/models/drained:predict",
+            f"{release.service_url('drained', 8000)}/v1/models/drained:predict",
             json={"instances": [1]},
             timeout=10,
         )

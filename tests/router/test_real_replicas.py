@@ -2,7 +2,7 @@
 a replica killed mid-load loses only what it had accepted.
 
 kube-proxy balances connections: a client with a keep-alive pool sends most of its requests to
-whichever pod its connections landed on (84% to one of four, measured on the stand-in cluster).
+whichever pod its connections landed on (84% to one of four, measured through a connection-balancing proxy).
 The router picks a replica per request.
 """
 

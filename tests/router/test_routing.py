@@ -1,4 +1,4 @@
-"""The router as a real uvicorn process, endpoints fed by the emulated API server, fake replicas.
+"""The router as a real process, its endpoints written to a real API server, fake replicas.
 
 What a client notices: requests reach the deployment that serves their model; a replica's refusal
 before accepting goes to another replica; nothing a replica may have accepted is sent twice;

@@ -14,9 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from batchd.bench.autoscaling.__main__ import main
 from batchd.bench.autoscaling.analysis import Sample, analyse, held_from
 from batchd.bench.autoscaling.calibration import CALIBRATION_UTILIZATIONS
 from batchd.bench.autoscaling.options import Options, Step
+from batchd.bench.autoscaling.workload import Cluster
+from batchd.testing.kubernetes.controlplane import ControlPlane
+from batchd.testing.kubernetes.node import Node
 from batchd.testing.traffic import Outcome
 
 RunModule = Callable[..., subprocess.CompletedProcess[str]]  # the run_module fixture (conftest.py)
@@ -51,14 +55,15 @@ def test_analyse_counts_refusals_apart_from_latency_and_lost_requests_loudly() -
 
 @pytest.mark.slow
 def test_quick_step_writes_figures_for_both_subjects_and_a_chart(
-    tmp_path: Path, run_module: RunModule
+    control_plane: ControlPlane, kube_node: Node, tmp_path: Path
 ) -> None:
-    done = run_module("batchd.bench.autoscaling", "--quick", "--output-dir", str(tmp_path))
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    # In this process, on this worker's cluster: the command would start one of its own.
+    argv = ["--quick", "--output-dir", str(tmp_path), "--workdir", str(tmp_path / "work")]
+    assert main(argv, cluster=Cluster(control_plane, kube_node)) == 0
 
     results = json.loads((tmp_path / "autoscaling.json").read_text())
     step = results["step"]
-    assert step["meta"]["command"] == f"python -m batchd.bench.autoscaling --quick --output-dir {tmp_path}"
+    assert step["meta"]["command"] == "python -m batchd.bench.autoscaling " + " ".join(argv)
     auto, fixed = step["summary"]["autoscaled"], step["summary"]["fixed"]
     assert auto["unanswered"]["value"] == 0 and fixed["unanswered"]["value"] == 0
     assert fixed["peak_ready"]["value"] == 1 and auto["peak_ready"]["value"] > 1

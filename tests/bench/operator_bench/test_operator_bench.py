@@ -1,5 +1,5 @@
 """The operator benchmark runs end to end in smoke size: `python -m batchd.operator` in its own
-process converges a few resources against the emulated API server, then polls the stand-in load
+process converges a few resources against a real API server, then polls the stand-in load
 endpoints of a few autoscaled ones; the figures are printed and written."""
 
 from __future__ import annotations

@@ -6,10 +6,10 @@
 
 Why it exists: the autoscaling tests say that replicas come and go; this says how fast, and what
 a user's requests see meanwhile. In the same run, taking turns, two subjects get the same load
-step (low, then about 4x one replica's capacity, then low again), each on a fresh stand-in
-cluster (`batchd.testing.cluster`: real `batchd serve` processes, one per pod, on their own
-loopback addresses) with the real operator (`python -m batchd.operator`, its own process)
-against the emulated API server:
+step (low, then about 4x one replica's capacity, then low again), each in a fresh release of the
+chart on the test cluster (`batchd.testing.kubernetes`: a real control plane and node, replicas
+as pods of batchd's image, the load through the subject's Service and kube-proxy) with the real
+operator (`python -m batchd.operator`, its own process, on the chart's ServiceAccount):
 - `autoscaled`: autoscaling from 1 to 6 replicas with short stabilization windows;
 - `fixed`: one replica, no autoscaling.
 The handler holds every batch for a fixed time whatever its size (`SlowAdder`, a GPU's fixed

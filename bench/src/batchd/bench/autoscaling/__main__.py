@@ -16,9 +16,10 @@ from batchd.bench.autoscaling.chart import draw_chart
 from batchd.bench.autoscaling.options import QUICK, SUBJECTS, Options
 from batchd.bench.autoscaling.report import step_markdown, write_results
 from batchd.bench.autoscaling.results import Calibration, Results
-from batchd.bench.autoscaling.workload import run_step
+from batchd.bench.autoscaling.workload import Cluster, run_step
 from batchd.bench.kit import cli
 from batchd.bench.kit.records import RunRecord
+from batchd.testing.kubernetes.started import benchmark_control_plane, node_with_images
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -37,23 +38,30 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, cluster: Cluster | None = None) -> int:
+    """The command; the step runs on `cluster` when given (a test's), else on a cluster of its own."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    # Not every request of the emulated API server, nor every readiness check of a starting replica.
+    # Not every request to the API server, nor every readiness check of a starting replica.
     for noisy in ("aiohttp.access", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="batchd-autoscaling-") as temporary:
         workdir = args.workdir or Path(temporary)
         if args.mode == "calibrate":
             return _calibrate_command(args, argv, workdir)
-        return _step_command(args, argv, workdir)
+        if cluster is not None:
+            return _step_command(args, argv, cluster, workdir)
+        with (
+            benchmark_control_plane(workdir / "control-plane") as control_plane,
+            node_with_images(control_plane, workdir / "node") as node,
+        ):
+            return _step_command(args, argv, Cluster(control_plane, node), workdir)
 
 
-def _step_command(args: argparse.Namespace, argv: Sequence[str], workdir: Path) -> int:
+def _step_command(args: argparse.Namespace, argv: Sequence[str], cluster: Cluster, workdir: Path) -> int:
     options = cli.overridden(QUICK if args.quick else Options(), args, "repeats", "poll_s", "max_queued")
-    step = asyncio.run(run_step(options, workdir, RunRecord.now("batchd.bench.autoscaling", argv)))
+    step = asyncio.run(run_step(options, cluster, workdir, RunRecord.now("batchd.bench.autoscaling", argv)))
     write_results(args.output_dir, Results(step=step))
     draw_chart(step, args.output_dir / "autoscaling.png")
     print(step_markdown(step))

@@ -7,7 +7,6 @@ from typing import Any
 
 from batchd.testing.manifests import manifest
 
-NS = "default"
 HANDLER = "batchd.testing.batch_handlers:SlowAdder"
 SUBJECTS = ("autoscaled", "fixed")
 START_TIMEOUT_S = 120.0  # a replica's first start on a busy machine

@@ -1,30 +1,28 @@
-"""One subject through the load step on a fresh stand-in cluster, sampled as it goes; then every
-repeat of both subjects, taking turns."""
+"""One subject through the load step in a fresh release of the chart on the test cluster, sampled
+as it goes; then every repeat of both subjects, taking turns."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
+from batchd.api.pod import REPLICA_PORT
 from batchd.bench.autoscaling.analysis import Sample, analyse
-from batchd.bench.autoscaling.options import (
-    NS,
-    START_TIMEOUT_S,
-    SUBJECTS,
-    Options,
-    subject_manifest,
-)
+from batchd.bench.autoscaling.options import START_TIMEOUT_S, SUBJECTS, Options, subject_manifest
 from batchd.bench.autoscaling.results import StepResult, SubjectRun
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
-from batchd.testing.apiserver import ApiServer
-from batchd.testing.cluster import Cluster
-from batchd.testing.operator_runner import api_server, create, eventually, operator_process
+from batchd.testing.kubernetes import handlers
+from batchd.testing.kubernetes.controlplane import ControlPlane
+from batchd.testing.kubernetes.node import Node
+from batchd.testing.kubernetes.release import Release, installed
 from batchd.testing.traffic import Traffic
+from batchd.testing.waiting import eventually
 
 logger = logging.getLogger("batchd.bench.autoscaling")
 
@@ -40,59 +38,74 @@ async def _load_of(session: aiohttp.ClientSession, url: str) -> tuple[int, int] 
         return None  # a replica that is going away; it holds nothing the others must serve
 
 
+@dataclass(frozen=True)
+class Cluster:
+    """Where the subjects run: a control plane and its node (with batchd's images)."""
+
+    control_plane: ControlPlane
+    node: Node
+
+
+def _desired(release: Release, name: str) -> int:
+    deployment = release.get("deployment", name) or {}
+    return int(deployment.get("spec", {}).get("replicas", 0))
+
+
 async def _sampler(
-    server: ApiServer, cluster: Cluster, name: str, started: float, options: Options, samples: list[Sample]
+    release: Release, name: str, started: float, options: Options, samples: list[Sample]
 ) -> None:
     """One sample every `sample_s` from the traffic's start until it ends (or this is cancelled)."""
     async with aiohttp.ClientSession() as session:
         for index in range(int(options.step.duration_s / options.sample_s) + 1):
             await asyncio.sleep(max(0.0, started + index * options.sample_s - time.monotonic()))
             t = time.monotonic() - started
-            pods = [pod for pod in cluster.pods(name) if pod.ready and not pod.terminating]
-            loads = [load for load in await asyncio.gather(*(_load_of(session, p.url) for p in pods)) if load]
-            deployment = server.get_object("apps/deployments", NS, name) or {}
-            desired = int(deployment.get("spec", {}).get("replicas", 0))
+            pods = await asyncio.to_thread(release.pods, name, ready=True)
+            urls = [f"http://{pod['status']['podIP']}:{REPLICA_PORT}" for pod in pods]
+            loads = [load for load in await asyncio.gather(*(_load_of(session, url) for url in urls)) if load]
+            desired = await asyncio.to_thread(_desired, release, name)
             samples.append(Sample(t, desired, len(pods), sum(q for q, _ in loads), sum(r for _, r in loads)))
 
 
-async def run_subject(subject: str, options: Options, workdir: Path, repeat: int) -> SubjectRun:
-    """One subject through the whole step on a fresh API server, operator and stand-in cluster."""
+async def run_subject(
+    subject: str, options: Options, cluster: Cluster, workdir: Path, repeat: int
+) -> SubjectRun:
+    """One subject through the whole step in a fresh release of the chart (its router off: the
+    load goes to the subject's own Service), with the operator on the chart's ServiceAccount."""
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     env = {
         "BATCHD_REPLICA_POLL_INTERVAL_S": str(options.poll_s),
         "BATCHD_DRAIN_DELAY_S": str(options.drain_delay_s),
     }
     samples: list[Sample] = []
-    async with (
-        api_server(workdir) as server,
-        operator_process(server, workdir / "operator.log", env),
-        Cluster(server, workdir / "cluster", config_sync_period_s=0.2) as cluster,
+    with (
+        installed(cluster.control_plane, workdir, {"router": {"enabled": False}}) as release,
+        release.operator(workdir / "operator.log", env),
     ):
-        await create(server, subject_manifest(subject, options))
+        document = subject_manifest(subject, options)
+        document["spec"].update(handlers.pod_spec())  # the SlowAdder, from a ConfigMap
+        release.apply(handlers.config_map(), document)
 
-        def one_ready() -> bool:
-            return sum(pod.ready and not pod.terminating for pod in cluster.pods(subject)) == 1
-
-        await eventually(one_ready, timeout_s=START_TIMEOUT_S, what=f"{subject}: one ready replica")
+        await asyncio.to_thread(
+            eventually,
+            lambda: len(release.pods(subject, ready=True)) == 1,
+            timeout_s=START_TIMEOUT_S,
+            what=f"{subject}: one ready replica",
+        )
         if subject == "autoscaled":  # the operator has read the replica: the autoscaler is watching
-
-            def observed() -> bool:
-                resource = server.get_object("serving.batchd.dev/batcheddeployments", NS, subject) or {}
-                return bool((resource.get("status") or {}).get("autoscaling"))
-
-            await eventually(
-                observed, timeout_s=30, what=f"{subject}: the operator reading the replica's load"
+            await asyncio.to_thread(
+                eventually,
+                lambda: ((release.get("bd", subject) or {}).get("status") or {}).get("autoscaling"),
+                timeout_s=30,
+                what=f"{subject}: the operator reading the replica's load",
             )
 
-        traffic = Traffic(
-            lambda: cluster.endpoints(subject),
-            f"/v1/models/{subject}:predict",
-            b'{"instances": [1]}',
-            options.step.rate,
-        )
+        url = release.service_url(subject, REPLICA_PORT)  # kube-proxy spreads it
+        path = f"/v1/models/{subject}:predict"
+        await asyncio.to_thread(release.first_answer, url + path, {"instances": [1]})
+        traffic = Traffic(lambda: [url], path, b'{"instances": [1]}', options.step.rate)
         started = time.monotonic()
         sending = asyncio.create_task(traffic.run(options.step.duration_s))
-        sampling = asyncio.create_task(_sampler(server, cluster, subject, started, options, samples))
+        sampling = asyncio.create_task(_sampler(release, subject, started, options, samples))
         try:
             outcomes = await sending
         finally:
@@ -101,21 +114,21 @@ async def run_subject(subject: str, options: Options, workdir: Path, repeat: int
             if not sending.done():
                 traffic.stop()
                 await asyncio.gather(sending, return_exceptions=True)
-        scale_events = [
-            {"reason": event.get("reason"), "message": event.get("message")}
-            for event in server.posted_events
-            if event.get("reason") in ("ScaledUp", "ScaledDown")
+        scale_events: list[dict[str, str | None]] = [
+            {"reason": reason, "message": message}
+            for reason in ("ScaledUp", "ScaledDown")
+            for message in release.events(reason, about=subject)
         ]
     return analyse(subject, options, samples, outcomes, scale_events, repeat)
 
 
-async def run_step(options: Options, workdir: Path, record: RunRecord) -> StepResult:
+async def run_step(options: Options, cluster: Cluster, workdir: Path, record: RunRecord) -> StepResult:
     runs: dict[str, list[SubjectRun]] = {subject: [] for subject in SUBJECTS}
     for repeat in range(options.repeats):
         order = rotated(SUBJECTS, repeat)
         for subject in order:
             logger.info("repeat %d/%d: %s", repeat + 1, options.repeats, subject)
-            run = await run_subject(subject, options, workdir / f"{subject}-{repeat}", repeat)
+            run = await run_subject(subject, options, cluster, workdir / f"{subject}-{repeat}", repeat)
             figures = run.figures
             logger.info(
                 "  %s: p99 in step %.0f ms, 503s %d, unanswered %d, peak ready %d, carried after %s s",

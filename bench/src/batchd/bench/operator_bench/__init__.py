@@ -5,16 +5,17 @@ test: it prints figures (and writes them to bench/results/operator.{json,md}).
     python -m batchd.bench.operator_bench [--repeats 20] [--resources 500] [--autoscaled 500]
 
 The operator runs as a user runs it (`python -m batchd.operator`, its own process, so its CPU and
-RSS are its own) against the emulated API server of the tests (`batchd.testing.apiserver`) in this
-process. Custom resources still pass the CRD's admission; the children's validation against
-the Kubernetes schemas is switched off, so the figures time the operator, not the validator.
+RSS are its own, with the chart's environment and its ServiceAccount's token) against a real
+control plane of the benchmark's own (the test cluster's binaries: `make kubernetes`), with no
+node. The resources of the convergence runs ask for no replicas: with no node to run them, pods
+would only add the scheduler's retries to the figures.
 
-Autoscaling: 2,000 real replica processes cannot run here, so the benchmark makes the replica
-pods itself (labelled as the operator's Deployment labels them, Ready, each with its own
-127.200.x.y address and a container port 8000 named http) and one lightweight stand-in server, in
-a process of its own, answers `GET /load` on every one of those addresses with a small, slowly
-varying load. Those stand-in load endpoints cost next to nothing, so the figure is the operator's
-own cost of polling every replica at its default interval and writing what it saw. With
-min_replicas = max_replicas = 4 no Deployment is ever scaled: what is measured is the steady
-cost of watching, which is what a large, quiet installation pays all day.
+Autoscaling: 2,000 replica pods cannot run here, so the benchmark does what their kubelets would:
+once the real ReplicaSet controller has made each pod, it reports it Ready, each at its own
+127.200.x.y address, and one lightweight stand-in server, in a process of its own, answers
+`GET /load` on every one of those addresses with a small, slowly varying load. Those stand-in
+load endpoints cost next to nothing, so the figure is the operator's own cost of polling every
+replica at its default interval and writing what it saw. With min_replicas = max_replicas = 4
+no Deployment is ever scaled: what is measured is the steady cost of watching, which is what a
+large, quiet installation pays all day.
 """

@@ -14,6 +14,8 @@ from batchd.bench.operator_bench.convergence import measure_convergence
 from batchd.bench.operator_bench.polling import DEFAULT_POLL_S, run_autoscaling
 from batchd.bench.operator_bench.report import report_lines, to_markdown
 from batchd.bench.operator_bench.results import OperatorResult
+from batchd.testing.kubernetes.release import installed
+from batchd.testing.kubernetes.started import benchmark_control_plane
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,21 +43,28 @@ def main(argv: list[str] | None = None) -> int:
         help="where the operator's own log goes",
     )
     args = parser.parse_args(argv)
-    convergence = asyncio.run(measure_convergence(args.repeats, args.resources, args.log))
-    polling = (
-        asyncio.run(
-            run_autoscaling(
-                args.autoscaled,
-                args.replicas_per,
-                args.steady_s,
-                args.window_s,
-                args.poll_interval_s,
-                args.log,
+    with (
+        tempfile.TemporaryDirectory(prefix="batchd-operator-bench-") as workdir,
+        benchmark_control_plane(Path(workdir) / "control-plane") as cluster,
+        # The chart without its router: the operator's RBAC and environment, run as a process here.
+        installed(cluster, Path(workdir), {"router": {"enabled": False}}) as release,
+    ):
+        convergence = asyncio.run(measure_convergence(release, args.repeats, args.resources, args.log))
+        polling = (
+            asyncio.run(
+                run_autoscaling(
+                    release,
+                    args.autoscaled,
+                    args.replicas_per,
+                    args.steady_s,
+                    args.window_s,
+                    args.poll_interval_s,
+                    args.log,
+                )
             )
+            if args.autoscaled
+            else None
         )
-        if args.autoscaled
-        else None
-    )
     result = OperatorResult(RunRecord.now("batchd.bench.operator_bench", argv), convergence, polling)
     for line in report_lines(result):
         print(line)

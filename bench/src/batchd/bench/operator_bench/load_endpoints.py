@@ -19,7 +19,7 @@ from batchd.bench.kit.connections import Connection, Request
 
 
 def replica_ip(index: int) -> str:
-    """The stand-in pod addresses: 127.200.0.1 upwards, far from the stand-in cluster's 127.0.x.y."""
+    """The stand-in pod addresses: 127.200.0.1 upwards, on this machine's loopback device."""
     return f"127.200.{index // 250}.{index % 250 + 1}"
 
 

@@ -6,48 +6,28 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from batchd.api.pod import MANAGED_BY
+from batchd.api.spec import GROUP, PLURAL
 from batchd.bench.kit import procstat
 from batchd.bench.kit.stats import mean, median
-from batchd.bench.operator_bench.convergence import NS, all_converged, rss_mib
+from batchd.bench.operator_bench.convergence import all_converged, create, rss_mib
 from batchd.bench.operator_bench.load_endpoints import load_server, polls_seen, replica_ip
 from batchd.bench.operator_bench.results import Polling, Window
+from batchd.operator import children
 from batchd.operator.settings import Settings
+from batchd.testing.kubernetes.release import Release, list_objects
 from batchd.testing.manifests import manifest
-from batchd.testing.operator_runner import api_server, create, operator_process, patch
 
 DEFAULT_POLL_S = float(Settings.model_fields["replica_poll_interval_s"].default)
-STATUS_WRITE = ("serving.batchd.dev", "batcheddeployments/status", "patch")
-
-
-def replica_pod(bd: str, index: int, address: str) -> dict[str, Any]:
-    """A replica pod as the operator's Deployment would have it made (what the operator reads of it)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{bd}-stand-in-{index}",
-            "labels": {
-                **MANAGED_BY,
-                "app.kubernetes.io/component": "replica",
-                "app.kubernetes.io/instance": bd,
-            },
-        },
-        "spec": {
-            "containers": [
-                {"name": "replica", "image": "stand-in", "ports": [{"name": "http", "containerPort": 8000}]}
-            ]
-        },
-    }
+STATUS_WRITE = (GROUP, f"{PLURAL}/status", "patch")
 
 
 def ready_status(address: str) -> dict[str, Any]:
+    """What a kubelet reports of a replica pod once it is Ready at `address`."""
     return {
         "status": {
             "phase": "Running",
@@ -61,9 +41,26 @@ def ready_status(address: str) -> dict[str, Any]:
     }
 
 
-async def _in_chunks(calls: Sequence[Any], size: int = 50) -> None:
-    for offset in range(0, len(calls), size):
-        await asyncio.gather(*(call() for call in calls[offset : offset + size]))
+def report_ready(release: Release, names: Sequence[str], replicas_per: int) -> None:
+    """Wait (bounded) for every replica pod the Deployments ask for, then report each Ready at an
+    address of its own, as its kubelet would once it ran."""
+    deadline = time.monotonic() + 600
+    path = f"/api/v1/namespaces/{release.namespace}/pods/{{}}/status"
+    for number, name in enumerate(names):
+        selector = children.selector_string(name)
+        while (
+            len(pods := list_objects(release.api, "pod", release.namespace, labelSelector=selector))
+            < replicas_per
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name}: {len(pods)} of {replicas_per} replica pods made within 600 s")
+            time.sleep(0.2)
+        for index, pod in enumerate(sorted(pod["metadata"]["name"] for pod in pods)):
+            status = ready_status(replica_ip(number * replicas_per + index))
+            response = release.api.patch(
+                path.format(pod), json=status, headers={"Content-Type": "application/merge-patch+json"}
+            )
+            response.raise_for_status()
 
 
 def _cycles(times: Sequence[float], poll_s: float) -> list[tuple[float, float, int]]:
@@ -79,8 +76,25 @@ def _cycles(times: Sequence[float], poll_s: float) -> list[tuple[float, float, i
     return rounds
 
 
+def _operator_calls(release: Release, since: int) -> list[tuple[str, str, str]]:
+    """(group, resource[/subresource], verb) of each request of the operator's from its `since`-th
+    on, as the API server's audit log has them."""
+    calls = []
+    for event in release.cluster.audit_events(release.operator_user)[since:]:
+        ref = event.get("objectRef", {})
+        resource = "/".join(filter(None, [ref.get("resource"), ref.get("subresource")]))
+        calls.append((ref.get("apiGroup", ""), resource, event["verb"]))
+    return calls
+
+
 async def run_autoscaling(
-    resources: int, replicas_per: int, steady_s: float, window_s: float, poll_s: float | None, log: Path
+    release: Release,
+    resources: int,
+    replicas_per: int,
+    steady_s: float,
+    window_s: float,
+    poll_s: float | None,
+    log: Path,
 ) -> Polling:
     """The operator polls `resources` x `replicas_per` stand-in replicas; its CPU and memory in
     windows of `window_s` over `steady_s` once every replica has been polled."""
@@ -89,39 +103,15 @@ async def run_autoscaling(
     env = {"BATCHD_REPLICA_POLL_INTERVAL_S": str(poll_s)} if poll_s else {}
     autoscaling = {"min_replicas": replicas_per, "max_replicas": replicas_per}
     names = [f"auto-{index:04d}" for index in range(resources)]
-    with tempfile.TemporaryDirectory() as tmp:
-        async with (
-            api_server(Path(tmp), validate_children=False) as server,
-            load_server(total, log.with_suffix(".loads.log")) as loads,
-            operator_process(server, log.with_suffix(".autoscaling.log"), env) as operator,
-        ):
+    async with load_server(total, log.with_suffix(".loads.log")) as loads:
+        with release.operator(log.with_suffix(".autoscaling.log"), env) as operator:
             pid = operator.pid
             started = time.perf_counter()
-            await _in_chunks(
-                [
-                    lambda name=name: create(
-                        server, manifest(name, num_replicas=replicas_per, autoscaling=autoscaling)
-                    )
-                    for name in names
-                ]
-            )
-            pods_path = f"/api/v1/namespaces/{NS}/pods"
-
-            async def make_pod(bd: str, index: int, address: str) -> None:
-                response = await server.post(pods_path, json=replica_pod(bd, index, address))
-                assert response.status == 201, await response.text()
-                await patch(server, f"{pods_path}/{bd}-stand-in-{index}/status", ready_status(address))
-
-            await _in_chunks(
-                [
-                    lambda bd=bd, index=index, at=number * replicas_per + index: make_pod(
-                        bd, index, replica_ip(at)
-                    )
-                    for number, bd in enumerate(names)
-                    for index in range(replicas_per)
-                ]
-            )
-            await all_converged(server, names, interval_s=0.1)
+            for name in names:
+                document = manifest(name, num_replicas=replicas_per, autoscaling=autoscaling)
+                await asyncio.to_thread(create, release, document)
+            await asyncio.to_thread(report_ready, release, names, replicas_per)
+            await all_converged(release, names, interval_s=0.1)
             setup_s = time.perf_counter() - started
             # Every replica polled once, and one more quiet interval: the creation burst is over.
             while len({address for _, address in await polls_seen()}) < total:
@@ -131,23 +121,18 @@ async def run_autoscaling(
             await asyncio.sleep(interval_s * 2)
 
             spans: list[tuple[float, float, float, float, int, int]] = []
-            calls_before = len(server.calls)
-            last = (
-                time.time(),
-                procstat.sample(pid).cpu_s,
-                procstat.sample(loads.pid).cpu_s,
-                len(server.calls),
-            )
+            calls_before = len(await asyncio.to_thread(_operator_calls, release, 0))
+            last = (time.time(), procstat.sample(pid).cpu_s, procstat.sample(loads.pid).cpu_s, calls_before)
             steady_from = last[0]
             while time.time() < steady_from + steady_s:
                 await asyncio.sleep(window_s)
+                calls = await asyncio.to_thread(_operator_calls, release, last[3])
                 now = (
                     time.time(),
                     procstat.sample(pid).cpu_s,
                     procstat.sample(loads.pid).cpu_s,
-                    len(server.calls),
+                    last[3] + len(calls),
                 )
-                calls = server.calls[last[3] : now[3]]
                 spans.append(
                     (
                         last[0],
@@ -160,7 +145,8 @@ async def run_autoscaling(
                 )
                 last = now
             rss, peak = rss_mib(pid)
-            steady_calls = collections.Counter("/".join(call) for call in server.calls[calls_before:])
+            since_steady = await asyncio.to_thread(_operator_calls, release, calls_before)
+            steady_calls = collections.Counter("/".join(call) for call in since_steady)
             polls = await polls_seen()
 
     steady_to = spans[-1][1]

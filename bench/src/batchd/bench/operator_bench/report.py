@@ -53,7 +53,8 @@ def to_markdown(result: OperatorResult) -> str:
         "",
         ran(result.meta),
         "",
-        "The operator in its own process (`python -m batchd.operator`) against the emulated API server.",
+        "The operator in its own process (`python -m batchd.operator`) against a real API server,"
+        " with no node.",
         "",
         *(f"  - {line.strip()}" if line.startswith("  ") else f"- {line}" for line in report_lines(result)),
     ]

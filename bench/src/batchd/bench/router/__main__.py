@@ -34,7 +34,7 @@ from batchd.bench.router.options import (
 from batchd.bench.router.report import to_markdown, write_results
 from batchd.bench.router.results import Results
 from batchd.bench.router.zero import run_zero
-from batchd.testing.kubernetes.routed import benchmark_control_plane
+from batchd.testing.kubernetes.started import benchmark_control_plane
 
 PARTS = ("keepalive", "cost", "zero", "clients", "bound")
 MODULE = "batchd.bench.router"

@@ -9,7 +9,7 @@ or this machine's.
 
     slot s, node n         address
     API server, CoreDNS    198.18.250.(s+1) on lo
-    Service range          198.19.s.0/24 (the `kubernetes` Service 198.19.s.1), routed to node 0
+    Service range          198.19.(8s).0/21 (the `kubernetes` Service .1), routed to node 0
     node link              198.18.(200+s).(4n) /30: this machine .4n+1, the node .4n+2
     pod subnet             198.18.(8s+n).0/24 (the bridge .1)
 """
@@ -52,11 +52,12 @@ class ClusterAddresses:
 
     @property
     def service_cidr(self) -> str:
-        return f"198.19.{self.slot}.0/24"
+        """2,046 ClusterIPs: a benchmark's hundreds of BatchedDeployments each have a Service."""
+        return f"198.19.{8 * self.slot}.0/21"
 
     @property
     def kubernetes_service(self) -> str:
-        return f"198.19.{self.slot}.1"
+        return f"198.19.{8 * self.slot}.1"
 
     @property
     def pod_cidr(self) -> str:

@@ -27,6 +27,7 @@ from batchd.testing.kubernetes.components import (
 from batchd.testing.kubernetes.controlplane import ControlPlane, namespace, unique_name
 from batchd.testing.pods import is_ready, is_terminating
 from batchd.testing.servers import router_command
+from batchd.testing.waiting import eventually
 
 CHART = ROOT / "charts" / "batchd"
 # The kinds tests read, by the names kubectl gives them: (apiVersion, plural, namespaced).
@@ -116,6 +117,27 @@ class Release:
             )
             if not is_terminating(pod) and (is_ready(pod) or not ready)
         ]
+
+    def service_url(self, name: str, port: int) -> str:
+        """The address of the Service's port: its ClusterIP, which kube-proxy spreads over the pods."""
+        service = self.get("service", name)
+        assert service is not None, f"no Service {name} in {self.namespace}"
+        return f"http://{service['spec']['clusterIP']}:{port}"
+
+    def first_answer(self, url: str, body: dict[str, Any], timeout_s: float = 30) -> httpx.Response:
+        """The first answer to a POST to a Service's address. A Service's pods being Ready is not
+        enough: kube-proxy programs its address on its own next sync, and until then the node
+        refuses the connection."""
+
+        def answer() -> httpx.Response | None:
+            try:
+                return httpx.post(url, json=body, timeout=10)
+            except httpx.ConnectError:
+                return None
+
+        answered = eventually(answer, timeout_s=timeout_s, what=f"{url} to answer")
+        assert answered is not None
+        return answered
 
     # Read once: tests poll the audit log by these names, and each read asks the API server.
     @functools.cached_property

@@ -10,8 +10,7 @@ address (`RouterNamespaces.host`, on this machine's loopback device).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.router.rbac import role
 from batchd.testing.kubernetes.controlplane import ControlPlane, unique_name
 from batchd.testing.kubernetes.controlplane import kubeconfig as kubeconfig_document
-from batchd.testing.kubernetes.network import ClusterAddresses, benchmark_slot
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import ServerProcess, start_router
 from batchd.testing.waiting import eventually_async
@@ -209,11 +207,3 @@ class RouterNamespaces:
 
     async def __aexit__(self, *_: object) -> None:
         await asyncio.to_thread(self.tear_down)
-
-
-@contextlib.contextmanager
-def benchmark_control_plane(directory: Path) -> Iterator[ControlPlane]:
-    """A control plane of a benchmark's own, with batchd's CRD, on a slot no test worker uses."""
-    with ControlPlane(directory, ClusterAddresses(benchmark_slot())) as cluster:
-        cluster.install_crds()
-        yield cluster
