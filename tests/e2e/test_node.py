@@ -1,8 +1,8 @@
 """batchd on a real node: the chart installed with `helm install --wait`, its operator and routers
 running in pods from the images built from our Dockerfile, and a BatchedDeployment applied with
 `kubectl` answering through its Service's ClusterIP and through the router, as a user would use it;
-and `kubectl drain` of the node, which the deployment's disruption budget lets take one replica at
-a time.
+and `kubectl drain` of the node onto a second one, which the deployment's disruption budget lets
+take one replica at a time, losing no request.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 
 from batchd.operator import children
 from batchd.testing import ROOT
+from batchd.testing.closed_loop import SteadyLoad
 from batchd.testing.kubernetes.components import forbidden
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
@@ -60,41 +61,47 @@ def test_an_applied_deployment_answers_through_its_service_and_the_router(releas
     assert routed.json() == {"predictions": [2, 3, 4]}
 
 
-def test_a_drain_takes_one_replica_at_a_time(release: Release, kube_node: Node) -> None:
+def test_a_drain_moves_the_replicas_to_another_node_losing_no_request(
+    release: Release, kube_node: Node, second_kube_node: Node
+) -> None:
     cluster, ns = release.cluster, release.namespace
-    release.apply(manifest("drained", num_replicas=2))
-    cluster.kubectl("wait", "-n", ns, "--for=condition=Ready", "bd/drained", "--timeout=180s")
-    selector = children.selector_string("drained")
 
-    def budget_allows() -> int:
-        budget = release.get("poddisruptionbudget", "drained")
-        return int(((budget or {}).get("status") or {}).get("disruptionsAllowed", 0))
+    def nodes() -> set[str]:
+        return {pod["spec"].get("nodeName", "") for pod in release.pods("moved", ready=True)}
 
-    # The disruption controller counts both replicas healthy: one may go.
-    eventually(lambda: budget_allows() == 1, what="the replicas' budget to allow one disruption")
-    before = {pod["metadata"]["name"] for pod in release.pods("drained")}
+    # Both replicas on the first node: the second takes pods only once the drain begins.
+    cluster.kubectl("cordon", second_kube_node.name)
+    release.apply(manifest("moved", num_replicas=2))
+    cluster.kubectl("wait", "-n", ns, "--for=condition=Ready", "bd/moved", "--timeout=180s")
+    assert nodes() == {kube_node.name}
+    predict = f"{release.service_url('moved', 8000)}/v1/models/moved:predict"
+    release.first_answer(predict, {"instances": [1]})
+    cluster.kubectl("uncordon", second_kube_node.name)
     try:
-        drain = cluster.kubectl(
-            "drain",
-            kube_node.name,
-            f"--pod-selector={selector}",
-            "--delete-emptydir-data",  # a replica's emptyDir volumes are scratch
-            "--timeout=10s",  # it retries a refused eviction every 5 s until then
-            check=False,
-            timeout_s=90,
-        )
-        # One replica evicted; the other refused while the first one's replacement is not Ready
-        # (here it cannot be: the node is cordoned and the only one).
-        assert drain.returncode != 0, drain.stdout
-        assert "violate the pod's disruption budget" in drain.stderr, drain.stderr
-        left = {pod["metadata"]["name"] for pod in release.pods("drained", ready=True)}
-        assert len(left) == 1 and left < before, (before, left)
-        answer = httpx.post(
-            f"{release.service_url('drained', 8000)}/v1/models/drained:predict",
-            json={"instances": [1]},
-            timeout=10,
-        )
-        assert answer.json() == {"predictions": [2]}
+        with SteadyLoad(predict) as load:
+            eventually(lambda: load.outcomes[200] >= 20, what="load before the drain")
+            # The budget lets one replica go at a time: the next eviction waits until the first
+            # one's replacement is Ready on the other node (kubectl retries it every 5 s).
+            drain = cluster.kubectl(
+                "drain",
+                kube_node.name,
+                f"--pod-selector={children.selector_string('moved')}",
+                "--delete-emptydir-data",
+                "--timeout=150s",
+                timeout_s=180,
+            )
+            eventually(
+                lambda: nodes() == {second_kube_node.name} and len(release.pods("moved")) == 2,
+                timeout_s=60,
+                what="both replicas Ready on the second node",
+            )
+            served = load.outcomes[200]
+            eventually(lambda: load.outcomes[200] >= served + 20, what="load after the drain")
     finally:
         cluster.kubectl("uncordon", kube_node.name)
-    eventually(lambda: len(release.pods("drained", ready=True)) == 2, timeout_s=120, what="2 replicas back")
+    # kubectl asked for both evictions at once; the budget refused the second until the first
+    # one's replacement was Ready.
+    assert "violate the pod's disruption budget" in drain.stderr, drain.stderr
+    # Every request answered, by a replica on one node or the other: each evicted one drained.
+    assert set(load.outcomes) == {200}, load.outcomes
+    cluster.kubectl("delete", "-n", ns, "bd/moved", "--wait=true", timeout_s=120)

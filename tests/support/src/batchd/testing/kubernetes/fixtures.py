@@ -5,6 +5,7 @@ namespace of its own for each test that asks."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +28,14 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 def kube_node(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     """A node of the control plane, with the cluster's DNS and batchd's images in its containerd."""
     with node_with_images(control_plane, tmp_path_factory.mktemp("node")) as node:
+        yield node
+
+
+@pytest.fixture
+def second_kube_node(kube_node: Node, tmp_path: Path) -> Iterator[Node]:
+    """A second node, for a test that needs a spread or a drain; for that test alone, as the other
+    tests of the session's cluster count on one node."""
+    with node_with_images(kube_node.cluster, tmp_path / "node-1", index=1) as node:
         yield node
 
 

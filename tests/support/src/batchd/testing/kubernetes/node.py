@@ -265,6 +265,9 @@ class Node(Started):
         for name in ("kube-proxy", "kubelet"):
             if name in self.processes:
                 self.processes[name].stop()
+        # A node that is gone leaves the cluster: its pods are collected, and nothing is scheduled
+        # on it while the control plane lives on.
+        self.cluster.kubectl("delete", "node", self.name, "--ignore-not-found", "--wait=false", check=False)
         if "containerd" in self.processes:
             self._remove_containers()
             self.processes["containerd"].stop()

@@ -32,10 +32,12 @@ def control_plane_with_crds(directory: Path, addresses: ClusterAddresses) -> Ite
 
 
 @contextlib.contextmanager
-def node_with_images(cluster: ControlPlane, directory: Path) -> Iterator[Node]:
-    """The cluster's first node, with the cluster's DNS and batchd's images in its containerd."""
-    start_dns(cluster)
-    with Node(cluster, cluster.addresses.node(0), directory) as node:
+def node_with_images(cluster: ControlPlane, directory: Path, index: int = 0) -> Iterator[Node]:
+    """Node `index` of the cluster, with batchd's images in its containerd (the first node starts
+    the cluster's DNS)."""
+    if index == 0:
+        start_dns(cluster)
+    with Node(cluster, cluster.addresses.node(index), directory) as node:
         load(node, build_images())
         node.advertise_gpus(GPUS_PER_NODE)
         yield node
