@@ -176,8 +176,10 @@ async def test_steady_load_does_not_flap(release: Release) -> None:
     # across a boundary on a machine whose speed varies may do that once or twice; an autoscaler
     # whose windows were lost (say, a new one every poll) turns at most polls.
     assert turns <= 3, f"{turns} turns after the peak: {counts}"
-    # 30 items/s: about three replicas' worth.
-    assert max(counts) > 1 and 2 <= counts[-1] <= 4, f"{counts}"
+    # 30 items/s: one and a half replicas' worth, held by at least two. (On a node starved by the
+    # rest of the machine each replica holds more, and the count may rightly stay at the top for
+    # the whole load; coming back down is the scale-down test's.)
+    assert max(counts) > 1 and counts[-1] >= 2, f"{counts}"
     assert not unanswered(outcomes)
 
 

@@ -190,20 +190,9 @@ async def test_requests_held_at_zero_replicas_wake_the_deployment_and_go_to_its_
             eventually, lambda: stack.release.events("ScaledFromZero"), what="the ScaledFromZero event"
         )
         status = stack.release.get("bd", "cold")
-        # Those that answered are ready; a second may be starting.
-        listed = json.loads(
-            stack.cluster.kubectl(
-                "get",
-                "pods",
-                "-n",
-                stack.release.namespace,
-                "-l",
-                children.selector_string("cold"),
-                "-o",
-                "json",
-            ).stdout
-        )["items"]
-        urls = [f"http://{p['status']['podIP']}:8000" for p in listed if p["status"].get("podIP")]
+        # Those that answered are Ready (the router sends only there); a second may be starting.
+        ready = await asyncio.to_thread(stack.release.pods, "cold", ready=True)
+        urls = [f"http://{pod['status']['podIP']}:8000" for pod in ready]
         answered = sum([await metric(client, url, "batchd_requests_total") for url in urls])
     assert [code for code, _ in answers] == [200] * 6
     assert sorted(body["predictions"][0] for _, body in answers) == [n + 1 for n in range(6)]

@@ -5,7 +5,6 @@ namespace of its own for each test that asks."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -32,10 +31,11 @@ def kube_node(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture
-def second_kube_node(kube_node: Node, tmp_path: Path) -> Iterator[Node]:
+def second_kube_node(kube_node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     """A second node, for a test that needs a spread or a drain; for that test alone, as the other
-    tests of the session's cluster count on one node."""
-    with node_with_images(kube_node.cluster, tmp_path / "node-1", index=1) as node:
+    tests of the session's cluster count on one node. (Its folder is not the test's: the kubelet's
+    sockets below it must stay within a socket path's 108 bytes.)"""
+    with node_with_images(kube_node.cluster, tmp_path_factory.mktemp("node"), index=1) as node:
         yield node
 
 
