@@ -6,6 +6,7 @@ capacity; an autoscaled one adds replicas): speed belongs in the benchmark's own
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
@@ -58,7 +59,17 @@ def test_quick_step_writes_figures_for_both_subjects_and_a_chart(
     control_plane: ControlPlane, kube_node: Node, tmp_path: Path
 ) -> None:
     # In this process, on this worker's cluster: the command would start one of its own.
-    argv = ["--quick", "--output-dir", str(tmp_path), "--workdir", str(tmp_path / "work")]
+    # The published run's queue bound: at the spec's default (1,024) a replica starved by the rest
+    # of the machine holds its queue past the clients' 30 s, and they get 504s.
+    argv = [
+        "--quick",
+        "--max-queued",
+        "128",
+        "--output-dir",
+        str(tmp_path),
+        "--workdir",
+        str(tmp_path / "work"),
+    ]
     assert main(argv, cluster=Cluster(control_plane, kube_node)) == 0
 
     results = json.loads((tmp_path / "autoscaling.json").read_text())
@@ -92,6 +103,8 @@ def test_quick_calibration_shows_ongoing_items_growing_with_utilization(
     assert {row["max_batch_size"] for row in rows} == {8}  # smoke size: the first shape only
     ratios = [row["ongoing_over_batch"] for row in rows]
     assert len(ratios) == len(CALIBRATION_UTILIZATIONS)
-    assert ratios == sorted(ratios), ratios  # more load, more items held
+    # More load, more items held: from point to point within the noise of a shared machine (a
+    # tenth), and over the range by far.
+    assert all(b > 0.9 * a for a, b in itertools.pairwise(ratios)) and ratios[-1] > 2 * ratios[0], ratios
     assert 0.6 < ratios[2] < 1.5, ratios  # about one batch's worth at 70%
     assert all(row["errors"] == 0 for row in rows)
