@@ -31,7 +31,7 @@ from batchd.testing.servers import uvicorn_in_thread
 # module's tests run on one worker, in their order.
 pytestmark = pytest.mark.xdist_group("fuzz")
 
-EXAMPLES_PER_OPERATION = 100
+EXAMPLES_PER_OPERATION = 50  # 17 operations: over 500 cases
 CASES: list[tuple[str, str, int]] = []  # (method, path, status) of every request made
 
 
@@ -78,6 +78,6 @@ def test_every_route_answers_only_what_it_declares(case: Any) -> None:
 
 def test_the_fuzzing_was_broad_and_the_replica_survived(replica_url: str) -> None:
     operations = {(method, path) for method, path, _ in CASES}
-    assert len(CASES) >= 1000 and len(operations) >= 12, (len(CASES), sorted(operations))
+    assert len(CASES) >= 500 and len(operations) >= 12, (len(CASES), sorted(operations))
     answer = httpx.post(f"{replica_url}/v1/models/fuzzed:predict", json={"instances": [41]}, timeout=10)
     assert answer.json() == {"predictions": [42]}
