@@ -76,9 +76,7 @@ def status(release: Release, name: str) -> dict[str, Any]:
 
 
 def traffic(release: Release, name: str, rate: float | Any) -> Traffic:
-    router = release.get("service", f"{release.name}-router")
-    assert router is not None
-    url = f"http://{router['spec']['clusterIP']}:80"
+    url = release.service_url(f"{release.name}-router", 80)
     return Traffic(lambda: [url], f"/v1/models/{name}:predict", b'{"instances": [1]}', rate)
 
 
@@ -207,11 +205,11 @@ def test_an_idle_deployment_goes_to_zero_and_a_request_through_the_router_wakes_
 
     # The request a client sends, to the Service the deployment's status names.
     url = (release.get("bd", "sleepy") or {})["status"]["url"]
-    router = release.get("service", f"{release.name}-router")
-    assert router is not None and url.startswith(f"http://{release.name}-router.{release.namespace}.svc")
+    assert url.startswith(f"http://{release.name}-router.{release.namespace}.svc")
+    router = release.service_url(f"{release.name}-router", 80)
     sent = time.monotonic()
     answer = httpx.post(
-        f"http://{router['spec']['clusterIP']}/v1/models/sleepy:predict",
+        f"{router}/v1/models/sleepy:predict",
         json={"instances": [1, 2]},
         timeout=150,
     )

@@ -54,9 +54,7 @@ class Stack:
 
     @property
     def router(self) -> str:
-        service = self.release.get("service", f"{self.release.name}-router")
-        assert service is not None
-        return f"http://{service['spec']['clusterIP']}"
+        return self.release.service_url(f"{self.release.name}-router", 80)
 
     def url(self, model: str) -> str:
         return f"{self.router}/v1/models/{model}:predict"

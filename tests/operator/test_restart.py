@@ -100,8 +100,7 @@ def test_operator_restarted_during_a_rolling_update_finishes_it_once(
         with release.operator(tmp_path / "operator.log"):
             apply(SLOW, num_replicas=2)
             control_plane.kubectl("wait", "-n", ns, "--for=condition=Ready", "bd/rolled", "--timeout=180s")
-        service = release.get("service", "rolled") or {}
-        predict = f"http://{service['spec']['clusterIP']}:8000/v1/models/rolled:predict"
+        predict = f"{release.service_url('rolled', 8000)}/v1/models/rolled:predict"
         with SteadyLoad(predict) as load:
             eventually(lambda: load.outcomes[200] >= 20, what="load before the update")
             with release.operator(tmp_path / "operator.log"):

@@ -12,7 +12,7 @@ from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.bench.kit import procstat
 from batchd.bench.kit.stats import median, percentile
 from batchd.bench.operator_bench.results import Convergence
-from batchd.testing.kubernetes.release import Release, get_object, list_objects
+from batchd.testing.kubernetes.release import Release, list_objects
 from batchd.testing.manifests import manifest
 
 
@@ -74,7 +74,7 @@ async def measure_convergence(release: Release, repeats: int, resources: int, lo
             started = time.perf_counter()
             await asyncio.to_thread(create, release, manifest(name, num_replicas=0))
             await until(
-                lambda name=name: get_object(release.api, "deployment", name, release.namespace),
+                lambda name=name: release.get("deployment", name),
                 30,
                 f"Deployment {name}",
             )

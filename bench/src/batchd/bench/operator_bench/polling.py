@@ -17,9 +17,9 @@ from batchd.bench.kit.stats import mean, median
 from batchd.bench.operator_bench.convergence import all_converged, create, rss_mib
 from batchd.bench.operator_bench.load_endpoints import load_server, polls_seen, replica_ip
 from batchd.bench.operator_bench.results import Polling, Window
-from batchd.operator import children
 from batchd.operator.settings import Settings
-from batchd.testing.kubernetes.release import Release, list_objects
+from batchd.testing.kubernetes.components import call
+from batchd.testing.kubernetes.release import Release
 from batchd.testing.manifests import manifest
 
 DEFAULT_POLL_S = float(Settings.model_fields["replica_poll_interval_s"].default)
@@ -47,11 +47,7 @@ def report_ready(release: Release, names: Sequence[str], replicas_per: int) -> N
     deadline = time.monotonic() + 600
     path = f"/api/v1/namespaces/{release.namespace}/pods/{{}}/status"
     for number, name in enumerate(names):
-        selector = children.selector_string(name)
-        while (
-            len(pods := list_objects(release.api, "pod", release.namespace, labelSelector=selector))
-            < replicas_per
-        ):
+        while len(pods := release.pods(name)) < replicas_per:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{name}: {len(pods)} of {replicas_per} replica pods made within 600 s")
             time.sleep(0.2)
@@ -77,14 +73,8 @@ def _cycles(times: Sequence[float], poll_s: float) -> list[tuple[float, float, i
 
 
 def _operator_calls(release: Release, since: int) -> list[tuple[str, str, str]]:
-    """(group, resource[/subresource], verb) of each request of the operator's from its `since`-th
-    on, as the API server's audit log has them."""
-    calls = []
-    for event in release.cluster.audit_events(release.operator_user)[since:]:
-        ref = event.get("objectRef", {})
-        resource = "/".join(filter(None, [ref.get("resource"), ref.get("subresource")]))
-        calls.append((ref.get("apiGroup", ""), resource, event["verb"]))
-    return calls
+    """Each request of the operator's from its `since`-th on, as the API server's audit log has it."""
+    return [call(event) for event in release.cluster.audit_events(release.operator_user)[since:]]
 
 
 async def run_autoscaling(

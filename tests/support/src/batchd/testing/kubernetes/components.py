@@ -46,6 +46,13 @@ def service_account_user(namespace: str, name: str) -> str:
     return f"system:serviceaccount:{namespace}:{name}"
 
 
+def call(event: dict[str, Any]) -> tuple[str, str, str]:
+    """(API group, resource[/subresource], verb) of the request an audit event records."""
+    ref = event.get("objectRef", {})
+    resource = "/".join(filter(None, [ref.get("resource"), ref.get("subresource")]))
+    return ref.get("apiGroup", ""), resource, event["verb"]
+
+
 def refused(cluster: ControlPlane, user: str, *, since: int = 0, namespace: str | None = None) -> list[str]:
     """Every request of `user` the API server refused for want of a permission (RBAC's decision
     `forbid`, not a 403 for a namespace being deleted) or as invalid (422), from its `since`-th
@@ -53,14 +60,11 @@ def refused(cluster: ControlPlane, user: str, *, since: int = 0, namespace: str 
     found = []
     for event in cluster.audit_events(user)[since:]:
         code = event.get("responseStatus", {}).get("code")
-        ref = event.get("objectRef", {})
-        if namespace is not None and ref.get("namespace") != namespace:
+        if namespace is not None and event.get("objectRef", {}).get("namespace") != namespace:
             continue
         if code == 422 or (code == 403 and _decision(event) == "forbid"):
-            resource = "/".join(filter(None, [ref.get("resource"), ref.get("subresource")]))
-            found.append(
-                f"{code} {event['verb']} {ref.get('apiGroup', '')}/{resource} {event.get('requestURI', '')}"
-            )
+            group, resource, verb = call(event)
+            found.append(f"{code} {verb} {group}/{resource} {event.get('requestURI', '')}")
     return found
 
 

@@ -20,6 +20,7 @@ import yaml
 
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.router.rbac import role
+from batchd.testing.kubernetes.components import call
 from batchd.testing.kubernetes.controlplane import ControlPlane, unique_name
 from batchd.testing.kubernetes.controlplane import kubeconfig as kubeconfig_document
 from batchd.testing.manifests import manifest
@@ -149,10 +150,7 @@ class RouterNamespaces:
         events = self.control_plane.audit_events(self.router_user)
         refused = [event for event in events if event["responseStatus"]["code"] >= 400]
         assert not refused, refused
-        return {
-            (event["objectRef"].get("apiGroup", ""), event["objectRef"]["resource"], event["verb"])
-            for event in events
-        }
+        return {call(event) for event in events}
 
     def slice(
         self,
