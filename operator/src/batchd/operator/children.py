@@ -196,7 +196,10 @@ def deployment(bd: BatchedDeployment, settings: Settings, replicas: int | None =
             "/v2/health/ready", period_s=10, failures=max(1, math.ceil(settings.model_load_timeout_s / 10))
         ),
         "readinessProbe": _probe("/v2/health/ready", period_s=5, failures=2),
-        "livenessProbe": _probe("/v2/health/live", period_s=10, failures=3),
+        # A hung handler turns /live to 503 at once; a replica merely too busy to answer (its CPU
+        # shared with replicas starting beside it) must not be killed with its queue: Ray Serve's
+        # health check waits 30 s too.
+        "livenessProbe": _probe("/v2/health/live", period_s=10, failures=3, timeout_s=30),
         # Endpoints drop the pod while it still listens; then SIGTERM drains what it accepted.
         "lifecycle": {"preStop": {"sleep": {"seconds": settings.drain_delay_s}}},
         "securityContext": _security_context(),
