@@ -116,7 +116,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_covers_every_component() -> None:
     graph = import_graph()
-    for module in ("batchd.api.routes", "batchd.replica.front.inference", "batchd.operator.kopf_handlers"):
+    for module in ("batchd.api.routes", "batchd.replica.front.asgi", "batchd.operator.kopf_handlers"):
         assert module in graph, sorted(graph)
     assert "batchd.replica.generation.request_level" in graph["batchd.replica.generation.loader"]
 

@@ -11,6 +11,7 @@ import pytest
 from batchd.api.spec import BatchingSpec
 from batchd.replica.batching import Batcher, NullBatchObserver
 from batchd.replica.errors import BatchSizeMismatch, ClientDisconnected, DeadlineExceeded, Draining, QueueFull
+from batchd.replica.waiting import Client
 
 
 class RecordingModel:
@@ -148,7 +149,7 @@ async def test_an_abandoned_request_is_dropped_before_the_model() -> None:
     batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0)
     busy = await occupied(model, batcher)
     client_left = asyncio.Event()
-    gone = asyncio.ensure_future(batcher.infer([100], abandoned=client_left.wait))
+    gone = asyncio.ensure_future(batcher.infer([100], Client(gone=client_left.wait)))
     await until(lambda: batcher.queue_depth == 1)
     client_left.set()  # noticed once the request has waited WATCH_AFTER_S
     with pytest.raises(ClientDisconnected):

@@ -7,9 +7,9 @@ take what is there). While the model computes, new items keep queueing, so the n
 usually full the moment a slot frees.
 
 `infer(items)` is the whole path of one request, for the HTTP routes and for anything else:
-admission (all of the request's items or none), the wait for results, and the request's one
-deadline (`request_timeout_s`, counted from admission). An abandoned or late request cancels
-its futures, and the batcher drops cancelled items before they reach the model.
+admission (all of the request's items or none), and the wait for results, bounded by the
+request's one deadline and its client (`waiting`). An abandoned or late request cancels its
+futures, and the batcher drops cancelled items before they reach the model.
 
 Where we differ from Ray: the queue is bounded (`QueueFull` -> 503), a request whose client
 went away or whose deadline passed never reaches the model, shutdown drains instead of
@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -29,26 +28,13 @@ from typing import Any, Protocol
 
 from batchd.api.spec import BatchingSpec
 from batchd.replica import adaptive
-from batchd.replica.deadlines import reset_batch_deadline, set_batch_deadline
-from batchd.replica.errors import (
-    BatchSizeMismatch,
-    BatchWide,
-    ClientDisconnected,
-    DeadlineExceeded,
-    Draining,
-    QueueFull,
-)
+from batchd.replica.batch_deadline import reset_batch_deadline, set_batch_deadline
+from batchd.replica.errors import BatchSizeMismatch, BatchWide, Draining, QueueFull
+from batchd.replica.waiting import NO_CLIENT, Client, Submitted, Watches
 
 logger = logging.getLogger(__name__)
 
 RunBatch = Callable[[list[Any]], Awaitable[Sequence[Any]]]
-# Resolves when the request's client has gone away (for HTTP: the ASGI disconnect message).
-Abandoned = Callable[[], Awaitable[None]]
-
-# Most answers come back within milliseconds, and a watcher task per request costs more than
-# the whole request path on a cheap model (it took an eighth of the trivial handler's time).
-# So the deadline and the client are watched only for requests still waiting after this.
-WATCH_AFTER_S = 0.05
 # allow_small_batch: false holds a partial batch until its oldest item has this fraction of
 # request_timeout_s left (or twice the recent batch time, if longer): late enough to wait for a
 # full batch as long as is safe, early enough that the model still answers within the deadline.
@@ -93,7 +79,7 @@ class _Pending:
     item: Any
     future: asyncio.Future[Any]
     arrived_at: float  # loop.time()
-    deadline: float  # loop.time() when its request stops waiting (request_timeout_s after admission)
+    deadline: float  # loop.time() when its request stops waiting (`waiting`)
 
 
 class _DrainRate:
@@ -133,7 +119,7 @@ class Batcher:
         self._former: asyncio.Task[None] | None = None
         self._draining = False
         self._rate = _DrainRate()
-        self._watches = _Watches()
+        self._watches = Watches()
         # Learned as batches run, for adaptive batching (`latency_objective_s`).
         self.cost = adaptive.CostModel()
         self.arrivals = adaptive.ArrivalRate()
@@ -166,14 +152,14 @@ class Batcher:
 
     # -- the path of one request -----------------------------------------------------------
 
-    async def infer(self, items: Sequence[Any], abandoned: Abandoned | None = None) -> list[Any]:
+    async def infer(self, items: Sequence[Any], client: Client = NO_CLIENT) -> list[Any]:
         """The results of one request's items, in order.
 
-        Raises `Draining` or `QueueFull` (nothing was queued), `DeadlineExceeded` once
-        `request_timeout_s` has passed since admission, `ClientDisconnected` when `abandoned`
-        resolves first, or the exception that failed the item's batch.
+        Raises `Draining` or `QueueFull` (nothing was queued), `DeadlineExceeded` once the
+        request's deadline has passed (`waiting`), `ClientDisconnected` when its client goes
+        first, or the exception that failed the item's batch.
         """
-        submitted = self.submit(items, abandoned)
+        submitted = self.submit(items, client)
         try:
             await submitted.waiter
             return submitted.results()
@@ -184,37 +170,26 @@ class Batcher:
         finally:
             submitted.close()
 
-    def submit(
-        self,
-        items: Sequence[Any],
-        abandoned: Abandoned | None = None,
-        client_timeout: ClientTimeout | None = None,
-    ) -> Submitted:
+    def submit(self, items: Sequence[Any], client: Client = NO_CLIENT) -> Submitted:
         """Queue one request's items (all or none, as `infer`) and return at once: for callers
         that wait by callback, not by coroutine (the direct path, `batchd.replica.front.direct`).
-        `client_timeout` ends the wait sooner than `request_timeout_s` where the client said so.
         The caller `close`s the submission once it has its outcome."""
-        futures, deadline = self._admit(items)
+        futures, deadline, late = self._admit(items, client)
         waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
-        late = "request_timeout_s"
-        if client_timeout is not None:
-            ends = asyncio.get_running_loop().time() + client_timeout.seconds
-            if ends < deadline:
-                deadline, late = ends, client_timeout.name
-        return Submitted(futures, waiter, self._watches.add(waiter, deadline, abandoned, late), self._watches)
+        return self._watches.add(futures, waiter, deadline, client.gone, late)
 
-    def _admit(self, items: Sequence[Any]) -> tuple[list[asyncio.Future[Any]], float]:
+    def _admit(self, items: Sequence[Any], client: Client) -> tuple[list[asyncio.Future[Any]], float, str]:
         """Queue every item of one request, or none of them: a request is never half-served.
-        Returns the items' futures and the request's deadline (loop time)."""
+        Returns the items' futures, the request's deadline (loop time) and what set it."""
         if self._draining:
-            raise Draining("the replica is shutting down; retry on another replica")
+            raise Draining()
         free = self._config.max_queued_requests - len(self._queue)
         if len(items) > free:
             raise QueueFull(len(items), free, self._rate.seconds_to_serve(len(self._queue)))
         loop = asyncio.get_running_loop()
         now = loop.time()
         self.arrivals.add(len(items), now)
-        deadline = now + self._config.request_timeout_s
+        deadline, late = client.deadline(now, self._config.request_timeout_s)
         futures = []
         for item in items:
             future = loop.create_future()
@@ -229,7 +204,7 @@ class Batcher:
             or self._config.latency_objective_s is not None
         ):
             self._arrived.set()
-        return futures, deadline
+        return futures, deadline, late
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -481,128 +456,3 @@ def _fail(batch: list[_Pending], error: Exception) -> None:
     for pending in batch:
         if not pending.future.done():
             pending.future.set_exception(error)
-
-
-@dataclass(frozen=True, slots=True)
-class ClientTimeout:
-    """How long the client still waits (the router's `batchd-timeout-s`), and what said so: the
-    504's message names it when it is the sooner of it and `request_timeout_s`."""
-
-    seconds: float
-    name: str
-
-
-@dataclass(eq=False, slots=True)
-class _Watch:
-    """A request waiting for its results, watched for its deadline and its client from `due` on."""
-
-    waiter: asyncio.Future[Any]
-    deadline: float  # loop time
-    abandoned: Abandoned | None
-    due: float  # loop time
-    late: str  # what set the deadline, for the 504's message
-    why: BaseException | None = None  # why the waiter was cancelled, when it was on purpose
-    # Watching: a task while there is a client to watch, else only a timer for the deadline.
-    watcher: asyncio.Task[None] | asyncio.TimerHandle | None = None
-
-
-@dataclass(eq=False, slots=True)
-class Submitted:
-    """One request's items in the queue: `waiter` resolves once every item has its result, or
-    fails; it is cancelled when the request's deadline passes or its client goes away."""
-
-    futures: list[asyncio.Future[Any]]
-    waiter: asyncio.Future[Any]
-    watch: _Watch
-    watches: _Watches
-
-    @property
-    def why(self) -> BaseException | None:
-        """Why the waiter was cancelled (DeadlineExceeded, ClientDisconnected), when it was on purpose."""
-        return self.watch.why
-
-    def results(self) -> list[Any]:
-        """Once the waiter is done: the results in order, or the exception that says why there are none."""
-        if self.waiter.cancelled():
-            raise self.watch.why or asyncio.CancelledError()
-        result = self.waiter.result()
-        return [result] if len(self.futures) == 1 else list(result)
-
-    def abandon(self, why: BaseException) -> None:
-        """Stop waiting, for `why` (the client went away); `results` raises it."""
-        if not self.waiter.done():
-            self.watch.why = why
-            self.waiter.cancel()
-
-    def close(self) -> None:
-        """Done with the request: its items that have not run never reach the model, the watch ends."""
-        self.watches.remove(self.watch)
-        for future in self.futures:
-            future.cancel()
-
-
-class _Watches:
-    """Watches each waiting request for its deadline (DeadlineExceeded) and its client
-    (ClientDisconnected), and cancels its waiter when one comes first. Only requests still waiting
-    WATCH_AFTER_S after admission are watched: by a task where there is a client to watch, else by
-    a timer at the deadline. One timer serves every waiting request: it fires when the earliest is
-    due, starts the watches of those due, and is set again for the next (a timer per request, set
-    and cancelled, cost a twentieth of the event loop's time per request on a cheap model)."""
-
-    def __init__(self) -> None:
-        self._waiting: dict[_Watch, None] = {}  # not watched yet
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
-
-    def add(
-        self, waiter: asyncio.Future[Any], deadline: float, abandoned: Abandoned | None, late: str
-    ) -> _Watch:
-        loop = asyncio.get_running_loop()
-        watch = _Watch(waiter, deadline, abandoned, min(loop.time() + WATCH_AFTER_S, deadline), late)
-        self._waiting[watch] = None
-        if watch.due < self._timer_at:
-            self._set_timer(loop, watch.due)
-        return watch
-
-    def remove(self, watch: _Watch) -> None:
-        self._waiting.pop(watch, None)
-        if watch.watcher is not None:
-            watch.watcher.cancel()
-
-    def _set_timer(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_at(at, self._start_due, loop)
-        self._timer_at = at
-
-    def _start_due(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer, self._timer_at = None, math.inf
-        now = loop.time()
-        next_due = math.inf
-        for watch in list(self._waiting):
-            if watch.due <= now:
-                del self._waiting[watch]
-                if watch.abandoned is None:
-                    watch.watcher = loop.call_at(watch.deadline, _expire, watch)
-                else:
-                    watch.watcher = loop.create_task(_watch(watch))
-            else:
-                next_due = min(next_due, watch.due)
-        if next_due < math.inf:
-            self._set_timer(loop, next_due)
-
-
-async def _watch(watch: _Watch) -> None:
-    try:
-        async with asyncio.timeout_at(watch.deadline):
-            assert watch.abandoned is not None
-            await watch.abandoned()
-        watch.why = ClientDisconnected("the client went away before its answer was ready")
-        watch.waiter.cancel()
-    except TimeoutError:
-        _expire(watch)
-
-
-def _expire(watch: _Watch) -> None:
-    watch.why = DeadlineExceeded.passed(watch.late)
-    watch.waiter.cancel()

@@ -29,9 +29,17 @@ class QueueFull(Exception):
 class Draining(Exception):
     """The replica is shutting down and admits no new work."""
 
+    def __init__(self, message: str = "the replica is shutting down; retry on another replica") -> None:
+        super().__init__(message)
+
 
 class Stalled(Exception):
     """A batch has been in the model longer than any request may wait: new work would only wait too."""
+
+    @classmethod
+    def on(cls, work: str, seconds: float) -> Stalled:
+        """The model has been on one `work` (a batch, a generation step) for `seconds`."""
+        return cls(f"the model has been stuck on a {work} for {seconds:.0f} s; retry on another replica")
 
 
 class DeadlineExceeded(Exception):
@@ -67,9 +75,21 @@ class UnknownModel(LookupError):
 class NotReady(RuntimeError):
     """The model is still loading or warming up."""
 
+    @classmethod
+    def loading(cls, model: str) -> NotReady:
+        return cls(f"model {model!r} is still loading")
+
 
 class ClientDisconnected(Exception):
     """The client went away before its answer was ready."""
+
+    @classmethod
+    def while_sending(cls) -> ClientDisconnected:
+        return cls("the client went away while sending its request")
+
+    @classmethod
+    def before_answer(cls) -> ClientDisconnected:
+        return cls("the client went away before its answer was ready")
 
 
 class BatchWide(Exception):

@@ -47,9 +47,9 @@ import aiohttp
 import orjson
 
 from batchd.api.headers import REFUSED_HEADER
-from batchd.replica.deadlines import seconds_left
+from batchd.replica.batch_deadline import seconds_left
 from batchd.replica.errors import CalleeError, CalleeOverloaded, CalleeTimeout, CalleeUnavailable
-from batchd.replica.results import plain
+from batchd.replica.json_encoding import plain
 
 __all__ = [
     "CallClient",

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from batchd.api.spec import BatchedDeployment, TensorSpec
-from batchd.replica.batching import Abandoned, Batcher, ClientTimeout, Submitted
+from batchd.replica.batching import Batcher
 from batchd.replica.errors import Draining, InvalidInput, NotReady, Stalled, TooLarge, UnknownModel
 from batchd.replica.metrics import GenerationMetrics, ReplicaMetrics
 from batchd.replica.models.base import BatchModel, GenerationSetup, TextGenerator
 from batchd.replica.settings import ReplicaSettings
+from batchd.replica.waiting import NO_CLIENT, Client, Submitted
 
 if TYPE_CHECKING:  # the generation package imports torch, which only text-generation replicas need
     from batchd.replica.generation.service import GenerationService
@@ -191,7 +192,7 @@ class Replica:
         if name != self.model_name:
             raise UnknownModel(f"model {name!r} is not served here; this replica serves {self.model_name!r}")
 
-    async def infer(self, items: Sequence[Any], field: str, abandoned: Abandoned | None = None) -> list[Any]:
+    async def infer(self, items: Sequence[Any], field: str, client: Client = NO_CLIENT) -> list[Any]:
         """Validate each item, then batch them with everybody else's; the results in order."""
         valid = self._admissible(items, field)
         generation = self._token_level
@@ -199,16 +200,14 @@ class Replica:
             # Each prompt is a sequence of its own; the answer is the pipeline's: prompt and continuation.
             prepare = generation.preparer.prepare
             requests = [prepare(text, None, f"{field}[{i}]") for i, text in enumerate(valid)]
-            completions = await generation.complete(requests, abandoned)
+            completions = await generation.complete(requests, client)
             return [r.prompt + c.text for r, c in zip(requests, completions, strict=True)]
-        return await self.batcher.infer(valid, abandoned)
+        return await self.batcher.infer(valid, client)
 
-    def submit(
-        self, items: Sequence[Any], field: str, client_timeout: ClientTimeout | None = None
-    ) -> Submitted:
+    def submit(self, items: Sequence[Any], field: str, client: Client = NO_CLIENT) -> Submitted:
         """`infer`'s checks, then the items queued at once (`Batcher.submit`), for the direct path;
         only for a model whose items the batcher runs (see `schedules_tokens`)."""
-        return self.batcher.submit(self._admissible(items, field), client_timeout=client_timeout)
+        return self.batcher.submit(self._admissible(items, field), client)
 
     @property
     def schedules_tokens(self) -> bool:
@@ -217,21 +216,13 @@ class Replica:
 
     def _admissible(self, items: Sequence[Any], field: str) -> list[Any]:
         """The items validated, once the replica can take them; else the error that says why not."""
-        if self.model is None:
-            if self.batcher.draining:
-                raise Draining("the replica is shutting down; retry on another replica")
-            raise NotReady(f"model {self.model_name!r} is still loading")
+        model = self._serving("batch")
         if not items:
             raise InvalidInput(f"{field}: the batch is empty")
-        if self.stalled:
-            longest = self.longest_running_s
-            raise Stalled(
-                f"the model has been stuck on a batch for {longest:.0f} s; retry on another replica"
-            )
         limit = self.batcher.config.max_queued_requests
         if len(items) > limit:
             raise TooLarge(f"{field}: {len(items)} items, more than max_queued_requests={limit} ever fit")
-        validate = self.model.item_adapter.validate_python
+        validate = model.item_adapter.validate_python
         valid = []
         for position, item in enumerate(items):
             try:
@@ -244,15 +235,19 @@ class Replica:
     def generator(self, name: str) -> GenerationService:
         """The generation service for the generate routes, once the model is ready to serve."""
         self.check_name(name)
-        if self.model is None:
-            if self.batcher.draining:
-                raise Draining("the replica is shutting down; retry on another replica")
-            raise NotReady(f"model {self.model_name!r} is still loading")
+        self._serving("step")
         if self.generation is None:
             raise UnknownModel(
                 f"model {name!r} does not generate text: the generate extension serves task text-generation"
             )
-        if self.stalled:
-            longest = self.longest_running_s
-            raise Stalled(f"the model has been stuck on a step for {longest:.0f} s; retry on another replica")
         return self.generation
+
+    def _serving(self, work: str) -> BatchModel:
+        """The model, when it takes work: else why not (loading, draining, stuck on a `work`)."""
+        if self.model is None:
+            if self.batcher.draining:
+                raise Draining()
+            raise NotReady.loading(self.model_name)
+        if self.stalled:
+            raise Stalled.on(work, self.longest_running_s)
+        return self.model

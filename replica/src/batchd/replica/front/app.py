@@ -22,7 +22,7 @@ from starlette.responses import Response
 from batchd.api import __version__
 from batchd.api.spec import BatchedDeployment
 from batchd.replica.errors import http_error
-from batchd.replica.front.inference import InferenceRoutes
+from batchd.replica.front.asgi import InferenceRoutes
 from batchd.replica.front.openapi import document
 from batchd.replica.front.protocols import ENDPOINTS, kserve_v1, open_inference
 from batchd.replica.models.base import BatchModel

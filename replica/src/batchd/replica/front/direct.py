@@ -1,7 +1,7 @@
 """The direct path: KServe V1 predictions answered inside the connection's protocol.
 
 On a model that costs nothing, a server's throughput is what it spends per request, and most of
-what batchd spent went to uvicorn's ASGI cycle around its own front (`inference`): a scope dict,
+what batchd spent went to uvicorn's ASGI cycle around its own front (`asgi`): a scope dict,
 a cycle object and its event, a task and the coroutines it runs, the receive and send messages,
 the answer's headers checked one by one. Mosec spends none of that: it answers HTTP in Rust. So
 the commonest inference request is answered where uvicorn's parser hands it over, by callbacks:
@@ -26,25 +26,20 @@ cancels its items before they reach the model.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from batchd.api.headers import TIMEOUT_HEADER
 from batchd.api.httpserver import HeadWithBody
 from batchd.api.routes import KSERVE_V1_PREDICT, MODEL_NAME
-from batchd.replica.batching import ClientTimeout, Submitted
 from batchd.replica.errors import ClientDisconnected, error_body
+from batchd.replica.front import answers
 from batchd.replica.front.endpoints import parse_json
-from batchd.replica.front.inference import count_failure, error_answer, parse_client_timeout
 from batchd.replica.front.keepalive import BoundedHttpToolsProtocol
-from batchd.replica.front.protocols.kserve_v1 import decode_instances
+from batchd.replica.front.protocols.kserve_v1 import decode_instances, predictions
+from batchd.replica.json_encoding import json_bytes
 from batchd.replica.replica import Replica
-from batchd.replica.results import json_bytes
-
-_JSON_HEADERS = [(b"content-type", b"application/json")]
-_CLIENT_TIMEOUT = TIMEOUT_HEADER.decode()
+from batchd.replica.waiting import Submitted
 
 
 class DirectProtocol(BoundedHttpToolsProtocol):
@@ -90,12 +85,9 @@ class DirectProtocol(BoundedHttpToolsProtocol):
         if replica.batcher.draining or replica.schedules_tokens or self.limit_concurrency is not None:
             return None
         length: bytes | None = None
-        client_timeout: bytes | None = None
         for name, value in self.headers:
             if name == b"content-length":
                 length = value
-            elif name == TIMEOUT_HEADER:
-                client_timeout = value
             elif name == b"transfer-encoding":
                 return None
         if length is None or not length.isdigit() or int(length) > self.max_body:
@@ -103,7 +95,7 @@ class DirectProtocol(BoundedHttpToolsProtocol):
         keep_alive = self.parser.should_keep_alive()
         if self.counts_last_request():
             keep_alive = False
-        return _Prediction(self, replica, keep_alive, client_timeout)
+        return _Prediction(self, replica, keep_alive)
 
     def on_body(self, body: bytes) -> None:
         direct = self._direct
@@ -145,7 +137,6 @@ class _Prediction:
 
     __slots__ = (
         "chunks",
-        "client_timeout",
         "keep_alive",
         "protocol",
         "reading",
@@ -155,30 +146,25 @@ class _Prediction:
         "submitted",
     )
 
-    def __init__(
-        self, protocol: DirectProtocol, replica: Replica, keep_alive: bool, client_timeout: bytes | None
-    ) -> None:
+    def __init__(self, protocol: DirectProtocol, replica: Replica, keep_alive: bool) -> None:
         self.protocol = protocol
         self.replica = replica
         self.keep_alive = keep_alive
-        self.client_timeout = client_timeout
         self.chunks: list[bytes] = []
         self.reading = True
         self.response_complete = False
         self.submitted: Submitted | None = None
-        self.started = time.perf_counter()
-        replica.inflight += 1
+        self.started = answers.opened(replica)
 
     def run(self) -> None:
         """The body is complete: queue the request's items, or answer why not. Runs inside the
         parser's callback, so it raises nothing (an exception would read as a malformed request)."""
         self.reading = False
         try:
-            timeout = None
-            if self.client_timeout is not None:
-                timeout = ClientTimeout(parse_client_timeout(self.client_timeout), _CLIENT_TIMEOUT)
+            # The client is watched by the protocol (`abandon`), not by a coroutine of its own.
+            client = answers.client_of(self.protocol.headers, gone=None)
             items = decode_instances(parse_json(b"".join(self.chunks)))
-            self.submitted = self.replica.submit(items, "instances", timeout)
+            self.submitted = self.replica.submit(items, "instances", client)
         except Exception as error:
             self._failed(error)
             return
@@ -188,15 +174,15 @@ class _Prediction:
         """The client has gone: what it queued is dropped before the model, and nothing is answered."""
         if self.reading:
             self.reading = False
-            self._failed(ClientDisconnected("the client went away while sending its request"))
+            self._failed(ClientDisconnected.while_sending())
         elif self.submitted is not None:
-            self.submitted.abandon(ClientDisconnected("the client went away before its answer was ready"))
+            self.submitted.abandon(ClientDisconnected.before_answer())
 
     def _resolved(self, waiter: asyncio.Future[Any]) -> None:
         submitted = self.submitted
         assert submitted is not None
         try:
-            body = json_bytes({"predictions": submitted.results()})
+            body = json_bytes(predictions(submitted.results()))
         except Exception as error:
             self._failed(error)
             return
@@ -205,14 +191,12 @@ class _Prediction:
             return
         finally:
             submitted.close()
-        self.replica.inflight -= 1
-        self.replica.metrics.request_done("success", time.perf_counter() - self.started)
-        self._write(200, _JSON_HEADERS, body)
+        answers.succeeded(self.replica, self.started)
+        self._write(200, answers.JSON_HEADERS, body)
 
     def _failed(self, error: BaseException) -> None:
-        self.replica.inflight -= 1
-        count_failure(self.replica, error, self.started)
-        answer, body = error_answer(error, error_body)
+        answers.failed(self.replica, error, self.started)
+        answer, body = answers.error_answer(error, error_body)
         self._write(answer.status, answer.headers, body)
 
     def _write(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:

@@ -2,7 +2,7 @@
 
 `batchd.api.routes` holds the routes as plain data; each protocol module binds its routes here
 to a handler and to the schemas of its request and answer. From the bound table the front
-(`inference`) answers requests and `openapi` writes the document, so a route is declared once.
+(`asgi`) answers requests and `openapi` writes the document, so a route is declared once.
 
 A handler takes the request as a `Call` (body read and bounded, model name from the path) and
 returns the answer: a JSON-able value, a `BinaryAnswer`, an `EventStream` where the request
@@ -22,9 +22,9 @@ from pydantic import BaseModel
 from starlette.types import Scope, Send
 
 from batchd.api.routes import Route
-from batchd.replica.batching import Abandoned
 from batchd.replica.errors import ErrorBody, ErrorBodyMaker, InvalidInput, error_body
 from batchd.replica.replica import Replica
+from batchd.replica.waiting import Client
 
 
 @dataclass(slots=True)  # not frozen: one is made per request, and frozen adds to its __init__
@@ -35,7 +35,7 @@ class Call:
     model_name: str | None  # from the path; None where the path names no model
     body: bytes
     scope: Scope
-    abandoned: Abandoned  # returns when the client has gone
+    client: Client  # how long it waits, and when it has gone
 
     def json(self) -> Any:
         """The body as JSON, or InvalidInput saying why not."""
@@ -54,7 +54,7 @@ class Call:
         """Batch the items with everybody else's; a client that leaves cancels what has not run."""
         if self.model_name is not None:
             self.replica.check_name(self.model_name)
-        return await self.replica.infer(items, field, self.abandoned)
+        return await self.replica.infer(items, field, self.client)
 
 
 def parse_json(body: bytes) -> Any:

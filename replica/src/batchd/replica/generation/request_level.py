@@ -23,7 +23,7 @@ from typing import Any, Literal
 import torch
 
 from batchd.api.spec import BatchingSpec, ModelSpec
-from batchd.replica.batching import Abandoned, Batcher
+from batchd.replica.batching import Batcher
 from batchd.replica.generation.model_limits import limits_and_defaults, model_eos_ids
 from batchd.replica.generation.params import (
     Chunk,
@@ -37,6 +37,7 @@ from batchd.replica.generation.text import Decoder, TextStream
 from batchd.replica.models.base import GenerationSetup
 from batchd.replica.models.executor import ModelExecutor
 from batchd.replica.models.pipelines import PipelineModel, open_pipeline
+from batchd.replica.waiting import NO_CLIENT, Client
 
 
 @dataclass
@@ -156,7 +157,7 @@ class RequestLevel:
     def kv_usage(self) -> float:
         return 0.0  # no cache outlives its batch
 
-    def open(self, request: GenerationRequest, abandoned: Abandoned | None = None) -> SequenceStream:
+    def open(self, request: GenerationRequest, client: Client = NO_CLIENT) -> SequenceStream:
         """A stream of one chunk: the whole answer, when its batch is done."""
         loop = asyncio.get_running_loop()
 
@@ -181,13 +182,13 @@ class RequestLevel:
             return cancel
 
         timeout_s = self.batcher.config.request_timeout_s
-        return SequenceStream(start, request, timeout_s, abandoned, self._observer)
+        return SequenceStream(start, request, timeout_s, client, self._observer)
 
     async def complete(
-        self, requests: Sequence[GenerationRequest], abandoned: Abandoned | None = None
+        self, requests: Sequence[GenerationRequest], client: Client = NO_CLIENT
     ) -> list[Completion]:
         started = time.perf_counter()
-        completions: list[Completion] = await self.batcher.infer(requests, abandoned)
+        completions: list[Completion] = await self.batcher.infer(requests, client)
         if self._observer is not None:
             for completion in completions:
                 self._observer.first_token(time.perf_counter() - started)

@@ -2,7 +2,7 @@
 
 What every other route gets from the batcher, a generation request gets here, with the same
 errors from `errors.py`: 503 with Retry-After when `max_queued_requests` sequences already wait
-(or the replica drains), 504 at `request_timeout_s` from admission, and a client that leaves
+(or the replica drains), 504 at its deadline (`waiting`), and a client that leaves
 frees its sequence at the next step. The model never runs on the loop: the loop only tokenizes
 a prompt (to check it fits), hands the sequence to the engine, and moves chunks to the request.
 
@@ -19,7 +19,6 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, Protocol
 
 from batchd.api.spec import BatchingSpec
-from batchd.replica.batching import Abandoned
 from batchd.replica.errors import ClientDisconnected, DeadlineExceeded, Draining, InvalidInput, QueueFull
 from batchd.replica.generation.engine import GenerationEngine, SequenceState
 from batchd.replica.generation.params import (
@@ -32,6 +31,7 @@ from batchd.replica.generation.params import (
     check_prompt,
     parse_parameters,
 )
+from batchd.replica.waiting import NO_CLIENT, Abandoned, Client
 
 # How a stream is fed: chunks in order, or the error that ends it.
 Deliver = Callable[["Chunk | BaseException"], None]
@@ -144,16 +144,16 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
         self,
         start: Callable[[Deliver], Callable[[], None]],
         request: GenerationRequest,
-        timeout_s: float,
-        abandoned: Abandoned | None,
+        request_timeout_s: float,
+        client: Client,
         observer: SequenceObserver | None,
         on_open: Callable[[], None] = _nothing,
         on_close: Callable[[], None] = _nothing,
     ) -> None:
         self.request = request
         self._start = start
-        self._timeout_s = timeout_s
-        self._abandoned = abandoned
+        self._request_timeout_s = request_timeout_s
+        self._client = client
         self._observer = observer
         self._on_open = on_open
         self._on_close = on_close
@@ -171,10 +171,10 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
     async def __aenter__(self) -> SequenceStream:
         self._on_open()
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self._timeout_s, self._give_up, DeadlineExceeded(
-            "request_timeout_s passed before the answer was complete"))  # fmt: skip
-        if self._abandoned is not None:
-            self._watcher = loop.create_task(self._watch(self._abandoned), name="batchd-generation-client")
+        deadline, late = self._client.deadline(loop.time(), self._request_timeout_s)
+        self._timer = loop.call_at(deadline, self._give_up, DeadlineExceeded.passed(late))
+        if self._client.gone is not None:
+            self._watcher = loop.create_task(self._watch(self._client.gone), name="batchd-generation-client")
         self._cancel = self._start(self._queue.put_nowait)
         return self
 
@@ -258,7 +258,7 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
 
     async def _watch(self, abandoned: Abandoned) -> None:
         await abandoned()
-        self._give_up(ClientDisconnected("the client went away before its answer was complete"))
+        self._give_up(ClientDisconnected.before_answer())
 
 
 class GenerationService(Protocol):
@@ -286,10 +286,10 @@ class GenerationService(Protocol):
     @property
     def longest_step_s(self) -> float: ...
 
-    def open(self, request: GenerationRequest, abandoned: Abandoned | None = None) -> SequenceStream: ...
+    def open(self, request: GenerationRequest, client: Client = NO_CLIENT) -> SequenceStream: ...
 
     async def complete(
-        self, requests: Sequence[GenerationRequest], abandoned: Abandoned | None = None
+        self, requests: Sequence[GenerationRequest], client: Client = NO_CLIENT
     ) -> list[Completion]: ...
 
     def reconfigure(self, config: BatchingSpec) -> None: ...
@@ -339,17 +339,17 @@ class TokenLevel:
         started = self.engine.step_started
         return 0.0 if started is None else time.monotonic() - started
 
-    def open(self, request: GenerationRequest, abandoned: Abandoned | None = None) -> SequenceStream:
+    def open(self, request: GenerationRequest, client: Client = NO_CLIENT) -> SequenceStream:
         """Admit one sequence (or raise Draining or QueueFull); iterate the stream inside `async with`."""
         self._admit(1)
-        return self._stream(request, abandoned)
+        return self._stream(request, client)
 
     async def complete(
-        self, requests: Sequence[GenerationRequest], abandoned: Abandoned | None = None
+        self, requests: Sequence[GenerationRequest], client: Client = NO_CLIENT
     ) -> list[Completion]:
         """Whole answers for several prompts (one request's instances): all admitted, or none."""
         self._admit(len(requests))
-        streams = [self._stream(request, abandoned) for request in requests]
+        streams = [self._stream(request, client) for request in requests]
 
         async def one(stream: SequenceStream) -> Completion:
             async with stream:
@@ -378,7 +378,7 @@ class TokenLevel:
 
     def _admit(self, count: int) -> None:
         if self._draining:
-            raise Draining("the replica is shutting down; retry on another replica")
+            raise Draining()
         # A sequence waits only when no row is free: those the engine has yet to pick up for a
         # free row are not waiting behind anyone.
         free_rows = max(0, self.engine.max_running - self.engine.running)
@@ -387,7 +387,7 @@ class TokenLevel:
             batches_ahead = self.engine.waiting / max(1, self._config.max_batch_size) + 1
             raise QueueFull(count, max(0, free), batches_ahead * self._seconds_per_sequence)
 
-    def _stream(self, request: GenerationRequest, abandoned: Abandoned | None) -> SequenceStream:
+    def _stream(self, request: GenerationRequest, client: Client) -> SequenceStream:
         started = time.perf_counter()
 
         def opened() -> None:
@@ -406,4 +406,4 @@ class TokenLevel:
                 self._idle.set()
 
         timeout_s = self._config.request_timeout_s
-        return SequenceStream(start, request, timeout_s, abandoned, self._observer, opened, closed)
+        return SequenceStream(start, request, timeout_s, client, self._observer, opened, closed)

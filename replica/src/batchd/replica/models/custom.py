@@ -18,10 +18,10 @@ from pydantic import TypeAdapter
 
 from batchd.api.spec import ModelSpec, TensorSpec
 from batchd.replica.errors import BatchSizeMismatch
+from batchd.replica.json_encoding import plain
 from batchd.replica.models.base import ModelLoadError, ModelMetadata
 from batchd.replica.models.executor import ModelExecutor
 from batchd.replica.models.signature import datatype_of, item_type, item_type_of, return_item_type_of
-from batchd.replica.results import plain
 
 
 class CustomHandlerModel:

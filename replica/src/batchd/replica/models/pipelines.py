@@ -22,10 +22,10 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, TypeAdapter
 
 from batchd.api.spec import ModelSpec, TensorSpec
+from batchd.replica.json_encoding import plain
 from batchd.replica.models.base import BatchModel, ModelLoadError, ModelMetadata
 from batchd.replica.models.devices import choose_device, choose_dtype
 from batchd.replica.models.executor import ModelExecutor
-from batchd.replica.results import plain
 
 logger = logging.getLogger(__name__)
 

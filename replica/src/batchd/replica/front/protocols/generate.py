@@ -7,7 +7,7 @@ true`. Both take `{"text_input": "...", "parameters": {...}}` (the parameters ar
 first token are ordinary error answers (status and `{"error": ...}`); an error after it, when the
 status line is long gone, is a last event `{"error": ...}`, as the extension specifies.
 
-Both routes are endpoints (answered in front of FastAPI, see `inference`): their handlers, and
+Both routes are endpoints (answered in front of FastAPI, see `asgi`): their handlers, and
 the pure functions that read requests and write answers.
 """
 
@@ -83,14 +83,14 @@ class GenerateStreamEvent(BaseModel):
 
 async def generate(call: Call) -> dict[str, Any]:
     name, service, request, request_id, details = _prepared(call)
-    (completion,) = await service.complete([request], call.abandoned)
+    (completion,) = await service.complete([request], call.client)
     return answer(name, request_id, completion, details)
 
 
 async def generate_stream(call: Call) -> AsyncGenerator[bytes, None]:
     """Events as the text is made; what came while the client was being written to goes in one write."""
     name, service, request, request_id, details = _prepared(call)
-    async with service.open(request, call.abandoned) as stream:
+    async with service.open(request, call.client) as stream:
         async for first in stream:
             yield b"".join(
                 event(name, request_id, chunk, stream.generated_tokens, details)

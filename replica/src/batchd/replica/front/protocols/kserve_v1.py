@@ -1,6 +1,6 @@
 """KServe's V1 protocol: `{"instances": [...]}` in, `{"predictions": [...]}` out, one item per instance.
 
-`POST /v1/models/{name}:predict` is an endpoint (answered in front of FastAPI, see `inference`);
+`POST /v1/models/{name}:predict` is an endpoint (answered in front of FastAPI, see `asgi`);
 the model listing and status routes are FastAPI's.
 """
 
@@ -32,7 +32,12 @@ class PredictResponse(BaseModel):
 
 
 async def predict(call: Call) -> dict[str, Any]:
-    return {"predictions": await call.infer(decode_instances(call.json()), "instances")}
+    return predictions(await call.infer(decode_instances(call.json()), "instances"))
+
+
+def predictions(results: list[Any]) -> dict[str, Any]:
+    """The answer to a predict request whose items gave `results`."""
+    return {"predictions": results}
 
 
 def decode_instances(body: Any) -> list[Any]:

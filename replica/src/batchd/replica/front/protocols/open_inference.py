@@ -1,6 +1,6 @@
 """The Open Inference Protocol (V2): inference, health and metadata routes.
 
-`POST /v2/models/{name}/infer` is an endpoint (answered in front of FastAPI, see `inference`),
+`POST /v2/models/{name}/infer` is an endpoint (answered in front of FastAPI, see `asgi`),
 with the tensor codec in `v2_tensors`; the health and metadata routes are FastAPI's.
 """
 

@@ -2,7 +2,7 @@
 
 The query's single parameter is the item (several parameters make a dict item); GET and POST
 both work, as in Ray Serve's tutorial, which POSTs with `params=`. Both are endpoints, answered
-in front of FastAPI (see `inference`).
+in front of FastAPI (see `asgi`).
 """
 
 from __future__ import annotations

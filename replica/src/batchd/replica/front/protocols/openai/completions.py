@@ -15,7 +15,6 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
-from batchd.replica.batching import Abandoned
 from batchd.replica.errors import InvalidInput, UnknownModel
 from batchd.replica.front.endpoints import Call, EventStream
 from batchd.replica.front.protocols.generate import SSE_HEADERS
@@ -36,6 +35,7 @@ from batchd.replica.generation.params import (
     parse_parameters,
 )
 from batchd.replica.replica import Replica
+from batchd.replica.waiting import Client
 
 if TYPE_CHECKING:  # the generation service imports torch, which only text-generation replicas need
     from batchd.replica.generation.service import GenerationService
@@ -107,9 +107,9 @@ async def _answer(
     check_fits(ask, len(requests), call.replica.batcher.config.max_queued_requests)
     prompt_tokens = sum(len(prompt.prompt_ids) for prompt in prompts)
     if not ask.stream:
-        completions = await service.complete(requests, call.abandoned)
+        completions = await service.complete(requests, call.client)
         return answers.whole(header, completions, prompt_tokens, service.preparer.token_text)
-    events = _events(service, header, requests, ask.include_usage, prompt_tokens, call.abandoned)
+    events = _events(service, header, requests, ask.include_usage, prompt_tokens, call.client)
     return EventStream(events, SSE_HEADERS, answers.error_event)
 
 
@@ -119,7 +119,7 @@ async def _events(
     requests: list[GenerationRequest],
     include_usage: bool,
     prompt_tokens: int,
-    abandoned: Abandoned,
+    client: Client,
 ) -> AsyncGenerator[bytes, None]:
     """The events of a streamed answer: what came for a choice while the client was being written
     to goes in one event (with the log-probabilities of its tokens, and of any held back before)."""
@@ -129,7 +129,7 @@ async def _events(
     token_text = service.preparer.token_text
     generated = 0
     async with AsyncExitStack() as streams:
-        opened = [await streams.enter_async_context(service.open(r, abandoned)) for r in requests]
+        opened = [await streams.enter_async_context(service.open(r, client)) for r in requests]
         async for index, pieces in _merged(opened):
             text = "".join(piece.text for piece in pieces)
             finish = pieces[-1].finish_reason

@@ -10,45 +10,29 @@ convenience matters more than microseconds.
 What every inference request goes through, whatever its protocol: read the body (bounded),
 hand it to the endpoint's handler (which decodes it into items, queues them and waits for the
 results, bounded by `request_timeout_s` and given up when the client disconnects), send the
-answer, count the outcome. A request that says how long its client still waits
-(`batchd-timeout-s`, set by the router to the time left) is bounded by the shorter of that and
-`request_timeout_s`.
+answer, count the outcome (`answers`, shared with the direct path). A request that says how long
+its client still waits (`batchd-timeout-s`, set by the router to the time left) is bounded by the
+shorter of that and `request_timeout_s` (`batchd.replica.waiting`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
+from contextlib import aclosing
 from functools import partial
 from typing import Any
 
-import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from batchd.api.headers import TIMEOUT_HEADER, parse_timeout_s
 from batchd.api.httpserver import closing
 from batchd.api.routes import RouteTable
-from batchd.replica.errors import (
-    ClientDisconnected,
-    DeadlineExceeded,
-    ErrorAnswer,
-    ErrorBodyMaker,
-    HttpError,
-    InvalidInput,
-    TooLarge,
-    answer_for,
-    describe,
-    http_error,
-)
+from batchd.replica.errors import ClientDisconnected, TooLarge, describe
+from batchd.replica.front import answers
 from batchd.replica.front.endpoints import BinaryAnswer, Call, Endpoint, EventStream
+from batchd.replica.json_encoding import json_bytes
 from batchd.replica.replica import Replica
-from batchd.replica.results import json_bytes
 
 logger = logging.getLogger(__name__)
-
-_JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 class InferenceRoutes:
@@ -73,35 +57,36 @@ class InferenceRoutes:
             return
         endpoint = self._endpoints[found.route.operation]
         replica = self.replica
-        started = time.perf_counter()
-        replica.inflight += 1
+        started = answers.opened(replica)
         stream: _StreamSender | None = None
         try:
-            async with _client_deadline(scope):
-                body = await _read_body(receive, self._max_body)
-                call = Call(replica, found.model_name, body, scope, partial(_disconnected, receive))
-                if endpoint.streaming is not None:
-                    payload: Any = endpoint.streaming.opened(call)
-                else:
-                    assert endpoint.answer is not None
-                    payload = await endpoint.answer(call)
-                if isinstance(payload, EventStream):
-                    stream = _StreamSender(payload)
-                    await stream.send_all(send)
-                elif not isinstance(payload, BinaryAnswer):
-                    payload = json_bytes(payload)  # here, so a result that is no JSON is an error answer
+            client = answers.client_of(scope["headers"], partial(_disconnected, receive))
+            body = await _read_body(receive, self._max_body)
+            call = Call(replica, found.model_name, body, scope, client)
+            if endpoint.streaming is not None:
+                payload: Any = endpoint.streaming.opened(call)
+            else:
+                assert endpoint.answer is not None
+                payload = await endpoint.answer(call)
+            if isinstance(payload, EventStream):
+                stream = _StreamSender(payload)
+                await stream.send_all(send)
+            elif not isinstance(payload, BinaryAnswer):
+                payload = json_bytes(payload)  # here, so a result that is no JSON is an error answer
         except Exception as error:
-            answer = count_failure(replica, error, started)
+            answer = answers.failed(replica, error, started)
             if stream is not None and stream.started:  # the status line is gone: the error is the last event
                 if answer.outcome == "error":
                     logger.error("stream failed: %s", describe(error))
                 await send({"type": "http.response.body", "body": stream.stream.error_event(error)})
             else:
-                await _send_error(send, error, endpoint)
+                http, body = answers.error_answer(error, endpoint.error_body)
+                await _send_json(send, http.status, body, http.headers)
             return
-        finally:
+        except BaseException:  # the server cancelled the request: nobody is counted, nobody answered
             replica.inflight -= 1
-        replica.metrics.request_done("success", time.perf_counter() - started)
+            raise
+        answers.succeeded(replica, started)
         if stream is not None:
             return
         if isinstance(payload, BinaryAnswer):
@@ -136,49 +121,6 @@ class _StreamSender:
         self.started = True
 
 
-def client_timeout_s(headers: list[tuple[bytes, bytes]]) -> float | None:
-    """Seconds the client still waits (`batchd-timeout-s`), None when it did not say; InvalidInput
-    (a 400) naming the header and the value when that is no positive number of seconds."""
-    for name, value in headers:
-        if name == TIMEOUT_HEADER:
-            return parse_client_timeout(value)
-    return None
-
-
-def parse_client_timeout(value: bytes) -> float:
-    """A `batchd-timeout-s` value in seconds; InvalidInput (a 400) naming the header and the value
-    when it is no positive number of seconds."""
-    try:
-        return parse_timeout_s(value)
-    except ValueError as error:
-        raise InvalidInput(str(error)) from None
-
-
-class _ClientDeadline:
-    """Gives up on the request once the client's `batchd-timeout-s` has passed (a 504, or the last
-    event of a stream); the batcher bounds it by `request_timeout_s` meanwhile, so the shorter wins.
-    Cancelling the handler drops the request's items before they reach the model."""
-
-    __slots__ = ("_timeout",)
-
-    def __init__(self, seconds: float) -> None:
-        self._timeout = asyncio.timeout(seconds)
-
-    async def __aenter__(self) -> None:
-        await self._timeout.__aenter__()
-
-    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
-        try:
-            await self._timeout.__aexit__(kind, error, tb)
-        except TimeoutError:
-            raise DeadlineExceeded.passed(TIMEOUT_HEADER.decode()) from None
-
-
-def _client_deadline(scope: Scope) -> AbstractAsyncContextManager[None]:
-    seconds = client_timeout_s(scope["headers"])
-    return nullcontext() if seconds is None else _ClientDeadline(seconds)
-
-
 async def _disconnected(receive: Receive) -> None:
     """Returns when the client has gone (the body has been read, so nothing else can arrive)."""
     while (await receive())["type"] != "http.disconnect":
@@ -192,7 +134,7 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
     while more:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise ClientDisconnected("the client went away while sending its request")
+            raise ClientDisconnected.while_sending()
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
@@ -207,29 +149,6 @@ async def _send_json(
 ) -> None:
     # With its length said, the body goes as it is (no chunked framing for either side to make or read).
     length = (b"content-length", str(len(body)).encode())
-    await send(
-        {"type": "http.response.start", "status": status, "headers": [*(headers or _JSON_HEADERS), length]}
-    )
+    headers = [*(headers or answers.JSON_HEADERS), length]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-def count_failure(replica: Replica, error: BaseException, started: float) -> ErrorAnswer:
-    """Counts a request that failed (its outcome, and why it was refused where it was); its table entry."""
-    answer = answer_for(error)
-    replica.metrics.request_done(answer.outcome, time.perf_counter() - started)
-    if answer.rejection:
-        replica.metrics.rejected(answer.rejection)
-    return answer
-
-
-def error_answer(error: BaseException, body: ErrorBodyMaker) -> tuple[HttpError, bytes]:
-    """The HTTP answer for a request that failed, and its body as JSON; a failure of the model is logged."""
-    if answer_for(error).outcome == "error":
-        logger.error("request failed: %s", describe(error))
-    answer = http_error(error, body)
-    return answer, orjson.dumps(answer.body)
-
-
-async def _send_error(send: Send, error: Exception, endpoint: Endpoint) -> None:
-    answer, body = error_answer(error, endpoint.error_body)
-    await _send_json(send, answer.status, body, answer.headers)

@@ -1,0 +1,72 @@
+"""What both fronts answer, and how they count it: the ASGI front (`asgi`) and the direct path
+(`direct`) answer the same request the same way, byte for byte, from these.
+
+A request is in flight from its start to its answer (`Replica.inflight`, which the operator
+reads), then counted once: a success, or the outcome and refusal its error's table entry says.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import orjson
+
+from batchd.api.headers import TIMEOUT_HEADER, parse_timeout_s
+from batchd.replica.errors import (
+    ErrorAnswer,
+    ErrorBodyMaker,
+    HttpError,
+    InvalidInput,
+    answer_for,
+    describe,
+    http_error,
+)
+from batchd.replica.replica import Replica
+from batchd.replica.waiting import Abandoned, Client
+
+logger = logging.getLogger(__name__)
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+def client_of(headers: list[tuple[bytes, bytes]], gone: Abandoned | None) -> Client:
+    """The request's client: how long it still waits, where it said (`batchd-timeout-s`), and
+    `gone`; InvalidInput (a 400) naming the header and the value when that is no positive
+    number of seconds."""
+    for name, value in headers:
+        if name == TIMEOUT_HEADER:
+            try:
+                return Client(gone, parse_timeout_s(value))
+            except ValueError as error:
+                raise InvalidInput(str(error)) from None
+    return Client(gone)
+
+
+def opened(replica: Replica) -> float:
+    """A request has started: it is in flight until `succeeded` or `failed`. Its start time."""
+    replica.inflight += 1
+    return time.perf_counter()
+
+
+def succeeded(replica: Replica, started: float) -> None:
+    replica.inflight -= 1
+    replica.metrics.request_done("success", time.perf_counter() - started)
+
+
+def failed(replica: Replica, error: BaseException, started: float) -> ErrorAnswer:
+    """Counts a request that failed (its outcome, and why it was refused where it was); its table entry."""
+    replica.inflight -= 1
+    answer = answer_for(error)
+    replica.metrics.request_done(answer.outcome, time.perf_counter() - started)
+    if answer.rejection:
+        replica.metrics.rejected(answer.rejection)
+    return answer
+
+
+def error_answer(error: BaseException, body: ErrorBodyMaker) -> tuple[HttpError, bytes]:
+    """The HTTP answer for a request that failed, and its body as JSON; a failure of the model is logged."""
+    if answer_for(error).outcome == "error":
+        logger.error("request failed: %s", describe(error))
+    answer = http_error(error, body)
+    return answer, orjson.dumps(answer.body)
