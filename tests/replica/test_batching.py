@@ -10,7 +10,15 @@ import pytest
 
 from batchd.api.spec import BatchingSpec
 from batchd.replica.batching import Batcher, NullBatchObserver
-from batchd.replica.errors import BatchSizeMismatch, ClientDisconnected, DeadlineExceeded, Draining, QueueFull
+from batchd.replica.errors import (
+    BatchSizeMismatch,
+    CalleeUnavailable,
+    ClientDisconnected,
+    DeadlineExceeded,
+    Draining,
+    ItemFailed,
+    QueueFull,
+)
 from batchd.replica.waiting import Client
 
 
@@ -215,8 +223,9 @@ async def test_isolation_fails_only_the_items_that_fail_alone() -> None:
     items: list[Any] = [0, 1, "boom", 3, 4, "boom", 6, 7]  # a full batch with two poisoned items
     outcomes = await asyncio.gather(*(batcher.infer([item]) for item in items), return_exceptions=True)
     for item, outcome in zip(items, outcomes, strict=True):
-        if item == "boom":
-            assert isinstance(outcome, RuntimeError)
+        if item == "boom":  # the client's fault: the answer names the item and the model's error
+            assert isinstance(outcome, ItemFailed)
+            assert "item 'boom' alone: RuntimeError: model failed on this batch" in str(outcome)
         else:
             assert outcome == [item + 1]
     ((extra_calls, failed_items),) = observer.isolated
@@ -231,9 +240,24 @@ async def test_isolation_is_bounded_when_everything_fails() -> None:
     batcher = Batcher(BatchingSpec(max_batch_size=16, batch_wait_timeout_s=1), observer)
     batcher.start(model)
     outcomes = await asyncio.gather(*(batcher.infer(["boom"]) for _ in range(16)), return_exceptions=True)
-    assert all(isinstance(outcome, RuntimeError) for outcome in outcomes)
+    assert all(isinstance(outcome, ItemFailed) for outcome in outcomes)  # each one tried alone
     ((extra_calls, failed_items),) = observer.isolated
     assert extra_calls <= 2 * 16 - 2 and failed_items == 16
+    await batcher.drain()
+
+
+async def test_a_lone_item_that_fails_is_the_clients_fault_unless_the_failure_is_batch_wide() -> None:
+    async def model(items: list[Any]) -> list[Any]:
+        if items == ["callee"]:
+            raise CalleeUnavailable("nothing answered", alias="a", deployment="a")
+        return [item + 1 for item in items]
+
+    batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0)
+    with pytest.raises(ItemFailed, match="item 'text' alone: TypeError"):
+        await batcher.infer(["text"])
+    with pytest.raises(CalleeUnavailable):
+        await batcher.infer(["callee"])
+    assert await batcher.infer([1]) == [2]
     await batcher.drain()
 
 
@@ -329,21 +353,38 @@ class CostlyModel:
         return items
 
 
-async def open_loop(batcher: Batcher, rate: float, seconds: float) -> list[float]:
-    """Requests at `rate` a second for `seconds`; every request's latency."""
+async def open_loop(batcher: Batcher, rate: float, seconds: float) -> list[tuple[float, float]]:
+    """Requests at `rate` a second for `seconds`; every request's latency, and how much of it
+    the event loop itself was held up (a busy machine descheduling this process): time no
+    batching decision could have spent better."""
     loop = asyncio.get_running_loop()
+    stalls: list[tuple[float, float]] = []  # (from, to): the loop ran none of its callbacks
 
-    async def one() -> float:
+    async def watch_the_loop() -> None:
+        tick = 0.005
+        while True:
+            due = loop.time() + tick
+            await asyncio.sleep(tick)
+            if loop.time() - due > 0.002:
+                stalls.append((due, loop.time()))
+
+    def stalled(start: float, end: float) -> float:
+        return sum(max(0.0, min(end, to) - max(start, since)) for since, to in stalls)
+
+    async def one() -> tuple[float, float]:
         sent = loop.time()
         await batcher.infer([1])
-        return loop.time() - sent
+        return sent, loop.time()
 
+    watcher = asyncio.ensure_future(watch_the_loop())
     started = loop.time()
     calls = []
     for index in range(int(rate * seconds)):
         await asyncio.sleep(max(0.0, started + index / rate - loop.time()))  # open loop: due times
         calls.append(asyncio.ensure_future(one()))
-    return list(await asyncio.gather(*calls))
+    spans = await asyncio.gather(*calls)
+    watcher.cancel()
+    return [(end - sent, stalled(sent, end)) for sent, end in spans]
 
 
 class Decisions(NullBatchObserver):
@@ -400,11 +441,13 @@ async def test_adaptive_batching_forms_batches_under_load_and_keeps_the_objectiv
     )
     batcher = Batcher(config, objective)
     batcher.start(model)
-    latencies = await open_loop(batcher, rate=150, seconds=2)  # alone, the model keeps up with ~47/s
+    timings = await open_loop(batcher, rate=150, seconds=2)  # alone, the model keeps up with ~47/s
+    latencies = [latency for latency, _ in timings]
     learned = model.batches[len(model.batches) // 2 :]
     assert sum(learned) / len(learned) > 3  # it waits for company when it has to
-    late = sum(1 for latency in latencies[len(latencies) // 2 :] if latency > 0.15)
-    assert late <= 0.05 * (len(latencies) // 2), sorted(latencies)[-10:]
+    own = [latency - held_up for latency, held_up in timings[len(timings) // 2 :]]
+    late = sum(1 for latency in own if latency > 0.15)
+    assert late <= 0.05 * len(own), sorted(own)[-10:]
     # What batchd_objective_items and _missed count: every item answered, those over the objective.
     assert objective.items == len(latencies)
     assert objective.late <= sum(1 for latency in latencies if latency > 0.15)  # the client saw more
@@ -425,8 +468,8 @@ async def test_a_latency_objective_set_live_replaces_the_window_at_the_next_batc
     decisions = Decisions()
     batcher = Batcher(BatchingSpec(max_batch_size=32, batch_wait_timeout_s=0.2), decisions)
     batcher.start(model)
-    windowed = await open_loop(batcher, rate=10, seconds=1.0)
-    assert sorted(windowed)[len(windowed) // 2] > 0.1  # most requests paid much of the 200 ms window
+    windowed = sorted(latency for latency, _ in await open_loop(batcher, rate=10, seconds=1.0))
+    assert windowed[len(windowed) // 2] > 0.1  # most requests paid much of the 200 ms window
 
     batcher.reconfigure(BatchingSpec(max_batch_size=32, batch_wait_timeout_s=0.2, latency_objective_s=0.5))
     sent_before = len(model.batches)

@@ -127,7 +127,7 @@ async def test_a_failing_callee_gives_the_caller_an_error_naming_it(stack: Stack
         )
     assert bad.status_code == 500
     error = bad.json()["error"]
-    assert "callee 'callee' (BatchedDeployment 'callee') answered 500" in error, error
+    assert "callee 'callee' (BatchedDeployment 'callee') answered 422" in error, error
     assert "negative input" in error  # the callee's own reason
     assert good.status_code == 200 and good.json()["predictions"] == [10]  # others are unaffected
 

@@ -254,7 +254,11 @@ async def test_poisoned_items_of_a_full_batch_fail_alone_and_their_batch_mates_a
     after = httpx.get(f"{failing}/metrics").text
     for number, answer in zip(numbers, answers, strict=True):
         if number < 0:
-            assert answer.status_code == 500 and "negative input" in answer.json()["error"]
+            assert answer.status_code == 422, answer.text  # the item's fault, and the answer says which
+            assert (
+                f"item {number} alone" in answer.json()["error"]
+                and "negative input" in answer.json()["error"]
+            )
         else:
             assert answer.json() == {"predictions": [number * 2]}
     sizes = parse_histogram(after, "batchd_batch_size").minus(parse_histogram(before, "batchd_batch_size"))

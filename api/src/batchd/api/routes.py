@@ -105,6 +105,9 @@ class RouteTable:
             shadowing = [index for index, other in enumerate(group) if _matches_all_of(other, route)]
             group.insert(shadowing[0] if shadowing else len(group), route)
         self._templated = {method: tuple(group) for method, group in templated.items()}
+        self._routes = tuple(seen_route for group in templated.values() for seen_route in group) + tuple(
+            self._fixed.values()
+        )
 
     def match(self, method: str, path: str) -> RouteMatch | None:
         """The route and model name of a request, or None when it is no inference route."""
@@ -113,6 +116,16 @@ class RouteTable:
                 return RouteMatch(route, path[len(route.prefix) : len(path) - len(route.suffix)])
         fixed = self._fixed.get((method, path))
         return None if fixed is None else RouteMatch(fixed, None)
+
+    def methods_at(self, path: str) -> list[str]:
+        """The methods of the routes at `path`, sorted (a 405's `Allow`); empty where there is none."""
+        methods = {
+            route.method
+            for route in self._routes
+            if (route.names_model and path.startswith(route.prefix) and path.endswith(route.suffix))
+            or (not route.names_model and path == route.path)
+        }
+        return sorted(methods)
 
 
 def _matches_all_of(general: Route, specific: Route) -> bool:

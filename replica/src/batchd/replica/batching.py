@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from batchd.api.spec import BatchingSpec
 from batchd.replica import adaptive
 from batchd.replica.batch_deadline import reset_batch_deadline, set_batch_deadline
-from batchd.replica.errors import BatchSizeMismatch, BatchWide, Draining, QueueFull
+from batchd.replica.errors import BatchSizeMismatch, BatchWide, Draining, QueueFull, blamed_on
 from batchd.replica.waiting import NO_CLIENT, Client, Submitted, Watches
 
 logger = logging.getLogger(__name__)
@@ -358,13 +358,12 @@ class Batcher:
             # Even a cancelled batch resolves its futures: no request is left hanging.
             if isinstance(error, Exception):
                 logger.exception("batch of %d failed", len(batch))
-            if (
-                isinstance(error, Exception)
-                and not isinstance(error, BatchWide)
-                and self._config.isolate_failures
-                and len(batch) > 1
-            ):
+            # Only items that fail alone fail: a lone item is alone already.
+            isolating = self._config.isolate_failures and not isinstance(error, BatchWide)
+            if isolating and isinstance(error, Exception) and len(batch) > 1:
                 await self._isolate(batch, error)
+            elif isolating and isinstance(error, Exception):
+                _fail(batch, blamed_on(batch[0].item, error))
             else:
                 _fail(batch, error if isinstance(error, Exception) else Draining())
             if not isinstance(error, Exception):
@@ -432,7 +431,10 @@ class Batcher:
                 return False
 
         async def split(group: list[_Pending], group_error: Exception) -> None:
-            if len(group) == 1 or isinstance(group_error, BatchSizeMismatch):
+            if len(group) == 1:
+                _fail(group, blamed_on(group[0].item, group_error))
+                return
+            if isinstance(group_error, BatchSizeMismatch):
                 _fail(group, group_error)
                 return
             left, right = group[: len(group) // 2], group[len(group) // 2 :]

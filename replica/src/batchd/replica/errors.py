@@ -51,6 +51,17 @@ class DeadlineExceeded(Exception):
         return cls(f"{deadline} passed before the model answered")
 
 
+class ItemFailed(Exception):
+    """The model raised on this item when it ran alone (a batch of one, or isolated from its
+    batch-mates, who got their answers): the item, not the replica, is at fault (a 422)."""
+
+    @classmethod
+    def alone(cls, item: Any, error: BaseException) -> ItemFailed:
+        shown = repr(item)
+        shown = shown if len(shown) <= 200 else shown[:200] + "..."
+        return cls(f"the model fails on item {shown} alone: {type(error).__name__}: {error}")
+
+
 class BatchSizeMismatch(ValueError):
     """The model returned a different number of results than it was given items."""
 
@@ -139,6 +150,7 @@ ERROR_TABLE: tuple[tuple[type[BaseException], ErrorAnswer], ...] = (
     (InvalidInput, ErrorAnswer(400, "invalid", rejection="invalid")),
     (UnknownModel, ErrorAnswer(404, "invalid", rejection="invalid")),
     (TooLarge, ErrorAnswer(413, "rejected", rejection="too_large")),
+    (ItemFailed, ErrorAnswer(422, "invalid")),
     (QueueFull, ErrorAnswer(503, "rejected", rejection="queue_full", retry=True, refused=True)),
     (Draining, ErrorAnswer(503, "rejected", rejection="draining", retry=True, refused=True)),
     (NotReady, ErrorAnswer(503, "rejected", rejection="not_ready", retry=True, refused=True)),
@@ -162,6 +174,12 @@ def answer_for(error: BaseException) -> ErrorAnswer:
         if isinstance(error, error_type):
             return answer
     return MODEL_ERROR
+
+
+def blamed_on(item: Any, error: Exception) -> Exception:
+    """What a request gets when `item` failed alone with `error`: ItemFailed for an error of the
+    model's own (one of ours, a callee's or a wrong number of results says nothing of the item)."""
+    return ItemFailed.alone(item, error) if answer_for(error) is MODEL_ERROR else error
 
 
 def describe(error: BaseException) -> str:
@@ -189,6 +207,7 @@ _OPENAI_TYPES: dict[int, str] = {
     400: "invalid_request_error",
     404: "not_found_error",
     413: "invalid_request_error",
+    422: "invalid_request_error",
     503: "service_unavailable_error",
     504: "timeout_error",
 }
@@ -259,8 +278,10 @@ _MEANINGS: dict[int, str] = {
     400: "The request is malformed; the message names the field and the value.",
     404: "The URL names a model this replica does not serve.",
     413: "The body or the number of items is larger than this replica accepts.",
-    500: "The model raised on this item, or answered with the wrong number of results, or a "
-    "deployment it calls failed (the message names it).",
+    422: "The model raised on an item of this request when it ran alone: the message names the "
+    "item and the model's error. Its batch-mates got their answers.",
+    500: "The model raised on a batch that no single item explains, or answered with the wrong "
+    "number of results, or a deployment it calls failed (the message names it).",
     503: "The queue is full, the model is still loading or stuck on a batch, or the replica is "
     "shutting down, or a deployment it calls is overloaded or unreachable: retry after Retry-After "
     "seconds (on another replica).",

@@ -22,6 +22,7 @@ from contextlib import aclosing
 from functools import partial
 from typing import Any
 
+import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from batchd.api.httpserver import closing
@@ -53,7 +54,11 @@ class InferenceRoutes:
             send = closing(send)  # every answer from now on tells the client to leave (see `server`)
         found = self.routes.match(scope["method"], scope["path"])
         if found is None:
-            await self.app(scope, receive, send)
+            allowed = self.routes.methods_at(scope["path"])
+            if allowed:  # an inference route's path, asked with another method
+                await _send_not_allowed(send, scope["method"], scope["path"], allowed)
+            else:
+                await self.app(scope, receive, send)
             return
         endpoint = self._endpoints[found.route.operation]
         replica = self.replica
@@ -152,3 +157,9 @@ async def _send_json(
     headers = [*(headers or answers.JSON_HEADERS), length]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _send_not_allowed(send: Send, method: str, path: str, allowed: list[str]) -> None:
+    message = f"method {method} is not allowed on {path}; it takes {', '.join(allowed)}"
+    headers = [*answers.JSON_HEADERS, (b"allow", ", ".join(allowed).encode())]
+    await _send_json(send, 405, orjson.dumps({"error": message}), headers)

@@ -130,7 +130,9 @@ def decode_request(body: Any) -> tuple[str, dict[str, Any] | None, str | None, b
     if parameters is not None and "details" in parameters:
         parameters = dict(parameters)
         details = parameters.pop("details")
-        if not isinstance(details, bool):
+        if details is None:  # as every optional parameter: null is not given
+            details = False
+        elif not isinstance(details, bool):
             raise InvalidInput(f"parameters.details: expected true or false, got {details!r:.60}")
     return text, parameters, request_id, details
 

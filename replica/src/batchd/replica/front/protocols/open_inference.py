@@ -41,7 +41,9 @@ class RequestInput(BaseModel):
     name: str = Field(min_length=1)
     shape: list[int] = Field(min_length=1, description="The first dimension is the batch: one item per row.")
     datatype: Datatype
-    data: list[Any] | None = Field(default=None, description="Row-major; absent for binary data.")
+    # Required in the JSON form, the one this schema describes; with the binary tensor data
+    # extension the tensor's bytes follow the JSON instead (`parameters.binary_data_size`).
+    data: list[Any] = Field(description="Row-major (absent with binary data: parameters.binary_data_size).")
     parameters: dict[str, Any] | None = Field(default=None, description="`binary_data_size` for binary data.")
 
 

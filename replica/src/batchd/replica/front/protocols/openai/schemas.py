@@ -25,7 +25,7 @@ class StreamOptions(BaseModel):
 
 
 class _Sampling(BaseModel):
-    model: str = Field(description="The served model name (GET /v1/models).")
+    model: str = Field(min_length=1, description="The served model name (GET /v1/models).")
     max_tokens: int | None = Field(
         default=None, ge=1, description="New tokens at most (model.generation.max_new_tokens bounds it)."
     )
@@ -113,7 +113,7 @@ class ChatCompletionResponse(_Answer):
 
 
 class EmbeddingRequest(BaseModel):
-    model: str = Field(description="The served model name (GET /v1/models).")
+    model: str = Field(min_length=1, description="The served model name (GET /v1/models).")
     input: TextOrTokens = Field(
         description="A text, texts, token ids or lists of token ids: one embedding each."
     )
