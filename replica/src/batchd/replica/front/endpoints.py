@@ -42,7 +42,7 @@ class Call:
         return parse_json(self.body)
 
     def query(self) -> list[tuple[str, str]]:
-        return parse_qsl(self.scope["query_string"].decode("latin-1"))
+        return parse_qsl(self.scope["query_string"].decode("latin-1"), keep_blank_values=True)
 
     def header(self, name: bytes) -> str | None:
         for key, value in self.scope["headers"]:

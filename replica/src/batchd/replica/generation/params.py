@@ -130,9 +130,9 @@ def parse_parameters(
     for key in raw:
         if key not in KNOWN:
             raise InvalidInput(f"{_at(where, key)}: unknown parameter; expected one of {', '.join(KNOWN)}")
-    if "max_tokens" in raw and "max_new_tokens" in raw:
+    if raw.get("max_tokens") is not None and raw.get("max_new_tokens") is not None:
         raise InvalidInput(f"{_at(where, 'max_tokens')}: give max_tokens or max_new_tokens, not both")
-    length_key = "max_tokens" if "max_tokens" in raw else "max_new_tokens"
+    length_key = "max_tokens" if raw.get("max_tokens") is not None else "max_new_tokens"
     max_new = _integer(raw, length_key, where, defaults.max_new_tokens, low=1)
     if max_new > limits.max_new_tokens:
         raise InvalidInput(
@@ -151,7 +151,9 @@ def parse_parameters(
     if seed is not None and (not _is_int(seed) or not 0 <= seed <= MAX_SEED):
         raise InvalidInput(f"{_at(where, 'seed')}: expected an integer in [0, 2^63-1], got {_short(seed)}")
     stop = _stop(raw, where, limits, defaults.stop)
-    return GenerationParams(max_new, min_new, temperature, top_p, top_k, seed, stop)
+    return GenerationParams(
+        max_new, min_new, temperature, top_p, top_k, None if seed is None else int(seed), stop
+    )
 
 
 def defaults_from(
@@ -259,6 +261,9 @@ def _number(raw: Mapping[str, Any], key: str, where: str, default: float) -> flo
 
 
 def _is_int(value: Any) -> bool:
+    """An integer as JSON has it: 3, or 3.0 (JSON Schema's `integer` takes both)."""
+    if isinstance(value, float):
+        return value.is_integer()
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -65,6 +65,11 @@ def untyped_double(items):  # type: ignore[no-untyped-def]  # no annotation on p
     return [item * 2 for item in items]
 
 
+def untyped_add_one(items):  # type: ignore[no-untyped-def]  # untyped on purpose: any item reaches it
+    """Adds one to each item, with no type annotation: an item that is no number fails it alone."""
+    return [item + 1 for item in items]
+
+
 def untyped_row_sums(items):  # type: ignore[no-untyped-def]
     """The sum of each row, for a declared input of shape [-1, N]."""
     return [sum(row) for row in items]

@@ -17,12 +17,13 @@ from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from batchd.api.routes import V2_GENERATE, V2_GENERATE_STREAM
 from batchd.replica.errors import InvalidInput, describe
 from batchd.replica.front.endpoints import Call, Endpoint, Streaming
-from batchd.replica.generation.params import Chunk, Completion, GenerationRequest
+from batchd.replica.front.protocols.cross_field import not_both
+from batchd.replica.generation.params import MAX_SEED, Chunk, Completion, GenerationRequest
 
 if TYPE_CHECKING:  # the generation service imports torch, which only text-generation replicas need
     from batchd.replica.generation.service import GenerationService
@@ -39,6 +40,10 @@ SSE_HEADERS = [
 class GenerateParameters(BaseModel):
     """Per-request generation parameters, within the limits the spec sets (beyond one: 400)."""
 
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"allOf": [not_both("max_tokens", "max_new_tokens")]}
+    )
+
     max_tokens: int | None = Field(default=None, ge=1, description="New tokens at most (or max_new_tokens).")
     max_new_tokens: int | None = Field(default=None, ge=1, description="The same as max_tokens.")
     min_new_tokens: int | None = Field(
@@ -48,12 +53,15 @@ class GenerateParameters(BaseModel):
     top_p: float | None = Field(default=None, gt=0, le=1)
     top_k: int | None = Field(default=None, ge=0, description="0: no top-k filter.")
     do_sample: bool | None = Field(default=None, description="false: greedy whatever the temperature.")
-    seed: int | None = Field(default=None, ge=0, description="Sampled text depends on the seed alone.")
+    seed: int | None = Field(
+        default=None, ge=0, le=MAX_SEED, description="Sampled text depends on the seed alone."
+    )
     stop: str | list[str] | None = Field(default=None, description="Stop strings, cut from the answer.")
     details: bool | None = Field(default=None, description="Add the new tokens' ids to the answer.")
 
 
 class GenerateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an unknown field is refused by name
     text_input: str = Field(min_length=1, description="The prompt.")
     parameters: GenerateParameters | None = None
     id: str | None = None

@@ -39,7 +39,11 @@ BINARY = (
 
 class RequestInput(BaseModel):
     name: str = Field(min_length=1)
-    shape: list[int] = Field(min_length=1, description="The first dimension is the batch: one item per row.")
+    shape: list[int] = Field(
+        min_length=1,
+        description="The first dimension is the batch: one item per row.",
+        json_schema_extra={"prefixItems": [{"type": "integer", "minimum": 1}]},  # a batch of none is refused
+    )
     datatype: Datatype
     # Required in the JSON form, the one this schema describes; with the binary tensor data
     # extension the tensor's bytes follow the JSON instead (`parameters.binary_data_size`).

@@ -83,7 +83,7 @@ def read_completion(body: Any) -> GenerationAsk:
     if best_of is not None and best_of != choices:
         _refuse("best_of", f"only best_of equal to n ({choices}) is served, got {best_of!r}")
     ask = _generation(body, prompts, choices, length_fields=("max_tokens",))
-    return dataclasses.replace(ask, logprobs=logprobs)
+    return dataclasses.replace(ask, logprobs=None if logprobs is None else int(logprobs))
 
 
 def read_chat(body: Any) -> tuple[GenerationAsk, list[dict[str, str]]]:
@@ -101,7 +101,7 @@ def read_chat(body: Any) -> tuple[GenerationAsk, list[dict[str, str]]]:
         raise InvalidInput("top_logprobs: only with logprobs: true")
     choices = _choices(body)
     ask = _generation(body, (), choices, length_fields=("max_completion_tokens", "max_tokens"))
-    return dataclasses.replace(ask, logprobs=(top or 0) if wanted else None), messages
+    return dataclasses.replace(ask, logprobs=int(top or 0) if wanted else None), messages
 
 
 def read_embedding(body: Any) -> EmbeddingAsk:
@@ -114,7 +114,9 @@ def read_embedding(body: Any) -> EmbeddingAsk:
     dimensions = body.get("dimensions")
     if dimensions is not None and (not _is_int(dimensions) or dimensions < 1):
         raise InvalidInput(f"dimensions: expected a positive integer, got {dimensions!r:.60}")
-    return EmbeddingAsk(body["model"], inputs, encoding == "base64", dimensions)
+    return EmbeddingAsk(
+        body["model"], inputs, encoding == "base64", None if dimensions is None else int(dimensions)
+    )
 
 
 def _object(body: Any, known: tuple[str, ...]) -> dict[str, Any]:
@@ -152,7 +154,7 @@ def _generation(
         length = body[given[0]]
         if not _is_int(length) or length < 1:
             raise InvalidInput(f"{given[0]}: expected an integer of at least 1, got {length!r:.60}")
-        parameters["max_tokens"] = length
+        parameters["max_tokens"] = int(length)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise InvalidInput(f"stream: expected true or false, got {stream!r:.60}")
@@ -162,8 +164,10 @@ def _generation(
     for key in options:
         if key != "include_usage":
             _refuse(f"stream_options.{key}", "not supported by batchd; include_usage is")
-    include_usage = options.get("include_usage", False)
-    if not isinstance(include_usage, bool):
+    include_usage = options.get("include_usage")
+    if include_usage is None:  # null is not given
+        include_usage = False
+    elif not isinstance(include_usage, bool):
         raise InvalidInput(f"stream_options.include_usage: expected true or false, got {include_usage!r:.60}")
     if options and not stream:
         raise InvalidInput("stream_options: only with stream: true")
@@ -202,13 +206,13 @@ def _texts_or_tokens(value: Any, field: str) -> tuple[str | tuple[int, ...], ...
             f"got {value!r:.60}"
         )
     if all(_is_int(item) for item in value):
-        return (tuple(value),)
+        return (tuple(int(item) for item in value),)
     items: list[str | tuple[int, ...]] = []
     for index, item in enumerate(value):
         if isinstance(item, str):
             items.append(item)
         elif isinstance(item, list) and item and all(_is_int(token) for token in item):
-            items.append(tuple(item))
+            items.append(tuple(int(token) for token in item))
         else:
             raise InvalidInput(
                 f"{field}[{index}]: expected a string or a non-empty list of token ids, got {item!r:.60}"
@@ -253,4 +257,8 @@ def _content(message: Mapping[str, Any], where: str) -> str:
 
 
 def _is_int(value: Any) -> bool:
+    """An integer as JSON has it: 3, or 3.0 (JSON has one kind of number, and JSON Schema's
+    `integer` takes both)."""
+    if isinstance(value, float):
+        return value.is_integer()
     return isinstance(value, int) and not isinstance(value, bool)

@@ -7,20 +7,43 @@ unless null or holding the value that asks for nothing.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from batchd.replica.front.protocols.cross_field import given, not_both, only_with
 from batchd.replica.front.protocols.openai.requests import (
     MAX_CHOICES,
     MAX_COMPLETION_LOGPROBS,
     MAX_TOP_LOGPROBS,
 )
+from batchd.replica.generation.params import MAX_SEED
 
-TextOrTokens = str | list[str] | list[int] | list[list[int]]
+TokenIds = Annotated[list[int], Field(min_length=1)]
+TextOrTokens = str | Annotated[list[str | TokenIds], Field(min_length=1)] | TokenIds
+
+
+def _request_config(*rules: dict[str, Any]) -> ConfigDict:
+    """A request's schema: the rules across its fields, and unknown fields refused unless null."""
+    extra: dict[str, Any] = {"additionalProperties": {"type": "null"}}
+    if rules:
+        extra["allOf"] = list(rules)
+    return ConfigDict(json_schema_extra=extra)
+
+
+# best_of equal to n (1 where n is not given): one rule per n.
+_BEST_OF_IS_N = [
+    {
+        "if": {"required": ["n"], "properties": {"n": {"const": n}}},
+        "then": {"properties": {"best_of": {"enum": [None, n]}}},
+    }
+    for n in range(1, MAX_CHOICES + 1)
+] + [{"if": {"not": given("n")}, "then": {"properties": {"best_of": {"enum": [None, 1]}}}}]
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     include_usage: bool | None = Field(default=None, description="A last event with the usage, no choices.")
 
 
@@ -33,13 +56,15 @@ class _Sampling(BaseModel):
     top_p: float | None = Field(default=None, gt=0, le=1)
     n: int | None = Field(default=None, ge=1, le=MAX_CHOICES, description="Choices per prompt.")
     stop: str | list[str] | None = Field(default=None, description="Stop strings, cut from the answer.")
-    seed: int | None = Field(default=None, ge=0, description="Choice i samples with seed + i.")
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED, description="Choice i samples with seed + i.")
     stream: bool | None = Field(default=None, description="Answer Server-Sent Events, ending data: [DONE].")
     stream_options: StreamOptions | None = None
     user: str | None = Field(default=None, description="Accepted and ignored.")
 
 
 class CompletionRequest(_Sampling):
+    model_config = _request_config(only_with("stream_options", "stream", True), *_BEST_OF_IS_N)
+
     prompt: TextOrTokens = Field(description="A prompt, prompts, token ids or lists of token ids.")
     logprobs: int | None = Field(
         default=None,
@@ -50,13 +75,27 @@ class CompletionRequest(_Sampling):
     best_of: int | None = Field(default=None, description="Only equal to n.")
 
 
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
 class ChatMessage(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"additionalProperties": {"type": "null"}})
+
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[dict[str, Any]] = Field(description="Text, or text parts ({type: text, text}).")
+    content: str | list[TextPart] = Field(description="Text, or text parts ({type: text, text}).")
     name: str | None = None
 
 
 class ChatCompletionRequest(_Sampling):
+    model_config = _request_config(
+        only_with("stream_options", "stream", True),
+        only_with("top_logprobs", "logprobs", True),
+        not_both("max_tokens", "max_completion_tokens"),
+        not_both("max_completion_tokens", "max_tokens"),
+    )
+
     messages: list[ChatMessage] = Field(min_length=1, description="Written by the model's chat template.")
     max_completion_tokens: int | None = Field(default=None, ge=1, description="The same as max_tokens.")
     logprobs: bool | None = Field(default=None, description="The chosen tokens' log-probabilities.")
@@ -113,6 +152,8 @@ class ChatCompletionResponse(_Answer):
 
 
 class EmbeddingRequest(BaseModel):
+    model_config = _request_config()
+
     model: str = Field(min_length=1, description="The served model name (GET /v1/models).")
     input: TextOrTokens = Field(
         description="A text, texts, token ids or lists of token ids: one embedding each."
