@@ -20,7 +20,7 @@ from batchd.replica.generation.params import (
     GenerationRequest,
     TokenLogprob,
 )
-from batchd.replica.generation.service import Preparer
+from batchd.replica.generation.preparing import Preparer
 
 
 def refused(read: Any, body: dict[str, Any]) -> InvalidInput:

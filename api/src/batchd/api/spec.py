@@ -298,8 +298,8 @@ class BatchingSpec(_Strict):
     isolate_failures: bool = True
     """When a batch raises, run it again in halves (and those in halves) to find the items that
     fail alone: only they fail (422, naming the item), their batch-mates get their answers. k
-    bad items in a batch of n cost about 2k log2(n/k) extra model calls. Turn it off for a handler with side effects
-    that must not run twice, or one that fails whole batches at once."""
+    bad items in a batch of n cost about 2k log2(n/k) extra model calls. Turn it off for a
+    handler with side effects that must not run twice, or one that fails whole batches at once."""
 
     allow_small_batch: bool = True
     """false: send the model only full batches (max_batch_size items), however long that takes,

@@ -23,8 +23,9 @@ from batchd.api.spec import ModelSpec, TensorSpec
 from batchd.replica.generation.engine import GenerationEngine
 from batchd.replica.generation.model_limits import limits_and_defaults, model_eos_ids
 from batchd.replica.generation.params import GenerationParams, GenerationRequest
+from batchd.replica.generation.preparing import Preparer
 from batchd.replica.generation.request_level import load_request_level
-from batchd.replica.generation.service import Preparer, TokenLevel
+from batchd.replica.generation.token_level import TokenLevel
 from batchd.replica.models.base import GenerationSetup, ModelLoadError, ModelMetadata, TextGenerator
 from batchd.replica.models.executor import ModelExecutor
 from batchd.replica.models.pipelines import TEXT, placement, source_errors

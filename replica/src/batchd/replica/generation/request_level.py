@@ -31,8 +31,9 @@ from batchd.replica.generation.params import (
     GenerationParams,
     GenerationRequest,
 )
+from batchd.replica.generation.preparing import Preparer
 from batchd.replica.generation.sampling import generator_for, next_tokens
-from batchd.replica.generation.service import Deliver, Preparer, SequenceObserver, SequenceStream
+from batchd.replica.generation.streams import Deliver, SequenceObserver, SequenceStream
 from batchd.replica.generation.text import Decoder, TextStream
 from batchd.replica.models.base import GenerationSetup
 from batchd.replica.models.executor import ModelExecutor

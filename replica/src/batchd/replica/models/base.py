@@ -18,7 +18,8 @@ from batchd.api.spec import BatchingSpec, TensorSpec
 if TYPE_CHECKING:  # the generation package imports torch, which only text-generation models need
     from batchd.replica.batching import Batcher
     from batchd.replica.generation.engine import StepObserver
-    from batchd.replica.generation.service import GenerationService, SequenceObserver
+    from batchd.replica.generation.service import GenerationService
+    from batchd.replica.generation.streams import SequenceObserver
 
 
 @dataclass(frozen=True)
