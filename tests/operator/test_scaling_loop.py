@@ -17,7 +17,7 @@ import aiohttp
 import aiohttp.web
 import yaml
 
-from batchd.operator.kubeapi import KubeApi
+from batchd.operator.kube_requests import KubeApi
 from batchd.operator.reconcile import Reconciler
 from batchd.operator.replicas import ReplicaPod
 from batchd.operator.scaling_loop import ScalingLoop

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from batchd.router.app import DirectoryEvents
-from batchd.router.deadlines import answer_bound_s
+from batchd.router.client_deadline import answer_bound_s
 from batchd.router.directory import DeploymentRef, Directory, ready_replicas, request_timeout_of
 from batchd.router.errors import AmbiguousModel, UnknownModel
 from batchd.router.holding import Holds

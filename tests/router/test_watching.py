@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from batchd.api.kubeclient import ApiError
+from batchd.api.kube_connection import ApiError
 from batchd.router.directory import DeploymentRef, Directory
 from batchd.router.watching import SLICE_SELECTOR, Watcher, watched_kinds
 

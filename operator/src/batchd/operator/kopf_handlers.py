@@ -24,10 +24,10 @@ import aiohttp
 import kopf
 from prometheus_client import start_http_server
 
-from batchd.api.kubeclient import ApiError
+from batchd.api.kube_connection import ApiError
 from batchd.api.pod import MANAGED_BY, REPLICA_COMPONENT
 from batchd.api.spec import GROUP, PLURAL, VERSION
-from batchd.operator.kubeapi import KubeApi
+from batchd.operator.kube_requests import KubeApi
 from batchd.operator.reconcile import InvalidSpec, Reconciler, owner_of
 from batchd.operator.replicas import INSTANCE_LABEL, replica_pod
 from batchd.operator.scaling_loop import ScalingLoop

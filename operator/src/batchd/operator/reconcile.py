@@ -19,12 +19,12 @@ from typing import Any, cast
 
 import kopf
 
-from batchd.api.kubeclient import ApiError, resource_path
+from batchd.api.kube_connection import ApiError, resource_path
 from batchd.api.manifest import ManifestError, parse_manifest
 from batchd.api.spec import API_VERSION, PLURAL, BatchedDeployment
 from batchd.operator import children, status
 from batchd.operator.autoscaler import desired_replicas
-from batchd.operator.kubeapi import KubeApi
+from batchd.operator.kube_requests import KubeApi
 from batchd.operator.metrics import RECONCILE_DURATION, RECONCILES, forget, record_replicas
 from batchd.operator.settings import Settings
 

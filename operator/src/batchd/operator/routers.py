@@ -17,9 +17,9 @@ from typing import Any
 
 import aiohttp
 
-from batchd.api.kubeclient import resource_path
+from batchd.api.kube_connection import resource_path
 from batchd.operator.autoscaler import Held
-from batchd.operator.kubeapi import KubeApi
+from batchd.operator.kube_requests import KubeApi
 from batchd.operator.replicas import ReplicaPod, read_json, replica_pod
 
 Key = tuple[str, str]  # (namespace, name) of a BatchedDeployment

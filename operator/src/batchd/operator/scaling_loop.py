@@ -23,7 +23,7 @@ from typing import Any, cast
 import aiohttp
 import kopf
 
-from batchd.api.kubeclient import ApiError, resource_path
+from batchd.api.kube_connection import ApiError, resource_path
 from batchd.api.manifest import ManifestError, parse_manifest
 from batchd.operator import children, status
 from batchd.operator.autoscaler import NOTHING_HELD, Autoscaler, Decision, Held, Policy

@@ -19,7 +19,7 @@ import aiohttp
 from batchd.router.connections import Pool
 from batchd.router.directory import DeploymentRef, Directory
 from batchd.router.holding import Holds
-from batchd.router.kube import KubeClient
+from batchd.router.kube_watches import KubeClient
 from batchd.router.loads import LoadPoller, Loads
 from batchd.router.metrics import RouterMetrics
 from batchd.router.proxy import Router

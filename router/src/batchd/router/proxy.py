@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from batchd.api.headers import TIMEOUT_HEADER
 from batchd.api.httpserver import closing
 from batchd.api.routes import RouteMatch
-from batchd.router.deadlines import answer_bound_s, deadline_of, remaining_header
+from batchd.router.client_deadline import answer_bound_s, deadline_of, remaining_header
 from batchd.router.directory import DeploymentRef, Directory
 from batchd.router.errors import (
     BadRequest,

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from batchd.api.kubeclient import ApiError, resource_path
+from batchd.api.kube_connection import ApiError, resource_path
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.router.directory import SERVICE_NAME_LABEL, Directory
 
@@ -72,7 +72,7 @@ def watched_kinds(directory: Directory) -> tuple[Watched, Watched]:
 
 
 class Source(Protocol):
-    """Where objects come from: the API server (`kube.KubeClient`), or a test's stand-in."""
+    """Where objects come from: the API server (`kube_watches.KubeClient`), or a test's stand-in."""
 
     async def list(self, path: str, label_selector: str) -> tuple[list[dict[str, Any]], str]: ...
 

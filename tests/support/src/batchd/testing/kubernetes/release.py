@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import yaml
 
-from batchd.api.kubeclient import resource_path
+from batchd.api.kube_connection import resource_path
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.operator import children
 from batchd.testing import ROOT

@@ -1,5 +1,5 @@
 """What the router asks of the Kubernetes API: LIST and WATCH, plain dicts out (the connection:
-`batchd.api.kubeclient`). The router only reads two kinds of object and needs their changes as
+`batchd.api.kube_connection`). The router only reads two kinds of object and needs their changes as
 they happen."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from batchd.api.kubeclient import ApiError, KubeConnection
+from batchd.api.kube_connection import ApiError, KubeConnection
 
 MAX_EVENT_BYTES = 8 * 1024 * 1024
 

@@ -1,12 +1,12 @@
 """What the operator sends to the Kubernetes API for the children: GET, POST, merge-PATCH, JSON
-patch and the status subresource, plain dicts in and out (the connection: `batchd.api.kubeclient`)."""
+patch and the status subresource, plain dicts in and out (the connection: `batchd.api.kube_connection`)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from batchd.api.kubeclient import ApiError, KubeConnection
+from batchd.api.kube_connection import ApiError, KubeConnection
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

@@ -1,4 +1,4 @@
-from batchd.api.kubeclient import ApiError
+from batchd.api.kube_connection import ApiError
 
 
 def test_a_status_object_gives_its_message_and_reason() -> None:
