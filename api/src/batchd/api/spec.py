@@ -1,6 +1,6 @@
 """The `BatchedDeployment` spec: one typed definition shared by the CRD, the operator and the replica.
 
-Our own fields use the seeds' (Ray Serve's) snake_case vocabulary, because users asked for
+Our own fields use Ray Serve's snake_case vocabulary, because users asked for
 `num_replicas` by that name. Embedded Kubernetes types (`resources`, `nodeSelector`, ...)
 keep Kubernetes' own camelCase names and schemas; they are passed through untouched.
 

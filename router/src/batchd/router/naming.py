@@ -3,7 +3,7 @@
 The router forwards the path untouched; it only needs the model's name to find the deployment.
 `batchd.api.routes` is the one table of routes the replicas answer, so a route added there is
 forwarded here with no change. A route names its model in the path, or in a field of its JSON
-body (as OpenAI's `model`); a route that names it in neither (the seeds' simple call, served by
+body (as OpenAI's `model`); a route that names it in neither (the simple protocol's call, served by
 whatever replica a Service picks) is not the router's to forward.
 """
 

@@ -68,7 +68,7 @@ EMBEDDINGS = Setup(clients=(1, 8, 32, 64), duration_s=6.0, warmup_s=1.0)
 # (CHAT_BATCHING), so that no stream waits for a row and a first token is a prefill's time.
 STREAMING = Setup(clients=(1, 4, 8), duration_s=10.0, warmup_s=1.0)
 # Smoke-sized, yet long enough that each route answers twice in a window (a rate needs two answers)
-# on a starved machine: one second at one client once caught fewer.
+# on a starved machine, where one second at one client may hold a single answer.
 QUICK = {"embeddings": Setup((1, 8), 3.0, 0.3), "streaming": Setup((1, 4), 2.0, 0.3)}
 
 

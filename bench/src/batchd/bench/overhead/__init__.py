@@ -10,8 +10,6 @@ one core and the load generator on another, for each subject in turn within ever
   encodes the adder's answer, with no batching (what uvicorn alone costs);
 - `mosec`: Mosec serving the same adder with the same batching, from its own virtual
   environment (`--mosec-python`, or BATCHD_BENCH_MOSEC_PYTHON);
-- `split`, `split2`: a prototype of one or two uvicorn front processes feeding one model
-  process (`split_prototype`), to see what that shape would cost before building it;
 - `minimal`: the least a batching server on uvicorn does per request (`minimal`): batchd's
   connection protocol and model thread with none of its checks, watches or metrics, so that
   batchd beside it shows what those cost, and it beside Mosec what uvicorn does.

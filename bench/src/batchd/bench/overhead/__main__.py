@@ -30,7 +30,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, workload.Option
         "--subjects",
         nargs="+",
         default=None,
-        help="some of batchd, baseline, bare, mosec, split, split2, minimal (default: batchd bare, "
+        help="some of batchd, baseline, bare, mosec, minimal (default: batchd bare, "
         "mosec when its python is known, baseline when its source is given)",
     )
     parser.add_argument(

@@ -9,7 +9,7 @@ from batchd.bench.kit.stats import median, ratio
 from batchd.bench.overhead.results import Measurement, Summary
 
 # What batchd is compared with, in the order a reader asks: the peer, the floor, the code before.
-REFERENCES = ("mosec", "bare", "baseline", "split", "split2")
+REFERENCES = ("mosec", "bare", "baseline")
 FIGURES = ("throughput_rps", "p50_ms", "p99_ms", "server_cpu_ms_per_request")
 
 

@@ -36,12 +36,9 @@ BASELINE = Subject("baseline", REPLICA_PATH, servers.REPLICA_READY_PATH)
 # The router benchmark's raw-ASGI adder answers GET /load as an idle replica would.
 BARE = Subject("bare", REPLICA_PATH, "/load")
 MOSEC = Subject("mosec", MOSEC_PATH, "/")
-# The split prototype (`split_prototype`) with one front process, and with two.
-SPLIT = Subject("split", REPLICA_PATH, servers.REPLICA_READY_PATH)
-SPLIT2 = Subject("split2", REPLICA_PATH, servers.REPLICA_READY_PATH)
 # The least a batching server on uvicorn does (`minimal`).
 MINIMAL = Subject("minimal", REPLICA_PATH, "/load")
-ALL = (BATCHD, BASELINE, BARE, MOSEC, SPLIT, SPLIT2, MINIMAL)
+ALL = (BATCHD, BASELINE, BARE, MOSEC, MINIMAL)
 
 
 def adder_manifest() -> dict[str, object]:
@@ -90,7 +87,4 @@ def _command(subject: Subject, mosec_python: Path | None) -> list[str]:
         return [str(mosec_python), str(Path(__file__).with_name("mosec_adder.py")), "--log-level", "warning"]
     if subject is MINIMAL:
         return [sys.executable, "-m", "batchd.bench.overhead.minimal"]
-    if subject in (SPLIT, SPLIT2):
-        fronts = "1" if subject is SPLIT else "2"
-        return [sys.executable, "-m", "batchd.bench.overhead.split_prototype", "--fronts", fronts]
     raise ValueError(f"subject: expected one of {', '.join(s.name for s in ALL)}, got {subject.name!r}")
