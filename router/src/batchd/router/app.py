@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from batchd.router.client_request import Message, Receive, Send
 from batchd.router.connections import Pool
 from batchd.router.directory import DeploymentRef, Directory
 from batchd.router.holding import Holds
@@ -24,7 +25,7 @@ from batchd.router.loads import LoadPoller, Loads
 from batchd.router.metrics import RouterMetrics
 from batchd.router.proxy import Router
 from batchd.router.settings import RouterSettings
-from batchd.router.upstream import Message, Receive, Send, Upstream
+from batchd.router.upstream import Upstream
 from batchd.router.watching import Watcher, watched_kinds
 
 logger = logging.getLogger(__name__)

@@ -9,20 +9,14 @@ answers are retried.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 from batchd.api.headers import REFUSED_HEADER, TIMEOUT_HEADER
+from batchd.router.client_request import Body, ClientWatch, Send
 from batchd.router.connections import ConnectFailed, Connection, Pool, SendFailed
 from batchd.router.settings import RouterSettings
 
-__all__ = ["Answer", "Body", "ClientGone", "ClientWatch", "ConnectFailed", "SendFailed", "Upstream", "relay"]
-
-# ASGI's callables, as uvicorn passes them.
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+__all__ = ["Answer", "ConnectFailed", "SendFailed", "Upstream", "relay"]
 
 # Headers of one connection, not of the request or the answer (RFC 9110 7.6.1), and `host`: the
 # router writes its own for its own connection.
@@ -40,7 +34,7 @@ HOP_BY_HOP = frozenset(
         b"host",
     }
 )
-# Of a request, the router also writes the body's framing and the time left (see deadlines).
+# Of a request, the router also writes the body's framing and the time left (see client_deadline).
 _NOT_FORWARDED = HOP_BY_HOP | {b"content-length", TIMEOUT_HEADER}
 # Of an answer, the router keeps a refusal's mark to itself: it has retried what could be retried,
 # so a client (a composer's handle) must not send the request again on its account.
@@ -48,49 +42,6 @@ _NOT_RELAYED = HOP_BY_HOP | {REFUSED_HEADER}
 # Answers up to this size with a Content-Length go to the client in one write; larger ones, and
 # streams, go piece by piece as they come.
 WHOLE_ANSWER_MAX_BYTES = 64 * 1024
-
-
-class ClientGone(Exception):
-    """The client went away before its answer: there is nobody left to answer."""
-
-
-class Body:
-    """A request body on its way to a replica: passed on as it arrives, kept up to `keep_max_bytes`
-    so that it can be sent again to another replica after a refusal."""
-
-    def __init__(self, messages: list[Message], receive: Receive, keep_max_bytes: int) -> None:
-        """`messages`: what was already received of the body (at least one `http.request`)."""
-        first = b"".join(message.get("body", b"") for message in messages)
-        self._chunks = [first]
-        self._more = bool(messages[-1].get("more_body", False))
-        self._receive = receive
-        self._size = len(first)
-        self._keep_max = keep_max_bytes
-        self.replayable = self._size <= keep_max_bytes
-        self.complete = not self._more  # all of it arrived with the first messages
-
-    def payload(self) -> bytes | AsyncIterator[bytes]:
-        if not self._more:
-            return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
-        return self._stream()
-
-    async def _stream(self) -> AsyncIterator[bytes]:
-        for chunk in list(self._chunks):
-            if chunk:
-                yield chunk
-        while self._more:
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone("the client went away while sending its request")
-            chunk = message.get("body", b"")
-            self._more = message.get("more_body", False)
-            self._size += len(chunk)
-            if self.replayable and self._size <= self._keep_max:
-                self._chunks.append(chunk)
-            else:
-                self.replayable, self._chunks = False, []
-            if chunk:
-                yield chunk
 
 
 def request_headers(raw: list[tuple[bytes, bytes]]) -> tuple[bytes, int | None]:
@@ -105,33 +56,6 @@ def request_headers(raw: list[tuple[bytes, bytes]]) -> tuple[bytes, int | None]:
         elif lowered not in _NOT_FORWARDED:
             lines.append(b"%b: %b\r\n" % (name, value))
     return b"".join(lines), length
-
-
-class ClientWatch:
-    """Watches for the client leaving while its (fully received) request is with a replica, and
-    then closes the connection to the replica: the replica sees its client leave, as it would
-    without the router, and drops what it had not computed yet."""
-
-    def __init__(self, receive: Receive) -> None:
-        self.left = False
-        self.connection: Connection | None = None
-        task: asyncio.Future[Message] = asyncio.ensure_future(receive())
-        task.add_done_callback(self._done)
-        self._task: asyncio.Future[Message] | None = task
-
-    def _done(self, task: asyncio.Future[Message]) -> None:
-        if task.cancelled() or task.exception() is not None or self._task is None:
-            return
-        if task.result()["type"] == "http.disconnect":
-            self.left = True
-            if self.connection is not None:
-                self.connection.close()
-
-    def stop(self) -> None:
-        """The exchange is over: what the client does now is no longer the replica's business."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
 
 
 class Answer:

@@ -1,0 +1,159 @@
+"""One request sent on to a replica of its deployment: the better of two by load (`picker`,
+`loads`), and, after a refusal before acceptance or no connection at all, one other. Nothing a
+replica may have accepted is sent twice, and no replica is waited on past the request's bound
+(`client_deadline`)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+
+from batchd.api.headers import TIMEOUT_HEADER
+from batchd.router.client_deadline import answer_bound_s, remaining_header
+from batchd.router.client_request import Body, ClientGone, ClientWatch, Send
+from batchd.router.directory import DeploymentRef, Directory
+from batchd.router.errors import DeadlineExceeded, Unreachable, UpstreamFailed
+from batchd.router.loads import Loads
+from batchd.router.metrics import RouterMetrics
+from batchd.router.picker import pick
+from batchd.router.settings import RouterSettings
+from batchd.router.upstream import Answer, ConnectFailed, SendFailed, Upstream, relay
+
+
+@dataclass(frozen=True, slots=True)
+class Outbound:
+    """A request ready to go to a replica of `ref`: what is sent, and what bounds it."""
+
+    ref: DeploymentRef
+    model: str  # for messages
+    method: str
+    target: str  # path and query
+    headers: tuple[bytes, int | None]  # as `upstream.request_headers` makes them
+    body: Body
+    deadline: float | None  # time.monotonic() by which the client wants its answer
+    watch: ClientWatch | None
+
+    def client_left(self) -> bool:
+        return self.watch is not None and self.watch.left
+
+
+class _TryAnother(Exception):
+    """This replica refused the request before accepting it, or could not be reached."""
+
+
+class Forwarder:
+    """Sends requests to replicas and relays their answers; the status relayed."""
+
+    def __init__(
+        self,
+        settings: RouterSettings,
+        directory: Directory,
+        loads: Loads,
+        upstream: Upstream,
+        metrics: RouterMetrics,
+        rng: random.Random,
+    ) -> None:
+        self.settings = settings
+        self.directory = directory
+        self.loads = loads
+        self.upstream = upstream
+        self.metrics = metrics
+        self.rng = rng
+
+    async def forward(self, request: Outbound, send: Send) -> int:
+        """To the better of two replicas; to one other after a refusal or no connection at all."""
+        ref, model = request.ref, request.model
+        tried: list[str] = []
+        while True:
+            replica = self._pick(ref, tried)
+            if replica is None:
+                raise Unreachable(
+                    f"model {model!r}: no replica of {ref} could be reached (tried {', '.join(tried)})"
+                )
+            tried.append(replica)
+            last_chance = len(tried) > 1 or not request.body.replayable
+            self.loads.begin(replica)
+            try:
+                return await self._attempt(request, replica, send, last_chance, tried)
+            except _TryAnother:
+                continue
+            finally:
+                self.loads.end(replica)
+
+    async def _attempt(
+        self, request: Outbound, replica: str, send: Send, last_chance: bool, tried: list[str]
+    ) -> int:
+        """One replica's turn: the answer relayed (its status), or _TryAnother."""
+        response = await self._send(request, replica, last_chance)
+        try:
+            if not last_chance and response.refused() and self._others(request.ref, tried):
+                await response.read()  # a short answer: the connection stays usable
+                self.metrics.retries.labels(request.ref.namespace, request.ref.name, "refused").inc()
+                raise _TryAnother
+            await relay(response, send)
+            return response.status
+        except SendFailed as error:
+            if response.started or request.client_left():
+                raise  # uvicorn cuts the client's connection: the answer is incomplete
+            raise UpstreamFailed(
+                f"model {request.model!r}: replica {replica} of {request.ref} failed while answering; "
+                f"not sent again, as it may have been computed ({error})"
+            ) from None
+        finally:
+            response.release()
+
+    async def _send(self, request: Outbound, replica: str, last_chance: bool) -> Answer:
+        """The request written to `replica`, its answer's head read, within the request's bound."""
+        ref, model = request.ref, request.model
+        extra = b""
+        if request.deadline is not None:
+            if request.deadline <= time.monotonic():
+                raise DeadlineExceeded(f"model {model!r}: the request's {TIMEOUT_HEADER.decode()} passed")
+            extra = remaining_header(request.deadline)
+        within_s = answer_bound_s(self.directory.request_timeout_s(ref), self.settings, request.deadline)
+        try:
+            async with asyncio.timeout(within_s):
+                return await self.upstream.send(
+                    replica,
+                    request.method,
+                    request.target,
+                    request.headers,
+                    request.body,
+                    extra,
+                    request.watch,
+                )
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"model {model!r}: replica {replica} of {ref} did not answer within {within_s:.3g} s "
+                f"(its request_timeout_s, or the request's {TIMEOUT_HEADER.decode()}); not sent again"
+            ) from None
+        except ConnectFailed as error:
+            if request.client_left():
+                raise ClientGone from None
+            self.loads.unreachable(replica)
+            if last_chance:
+                raise Unreachable(f"model {model!r}: no replica of {ref} could be reached: {error}") from None
+            self.metrics.retries.labels(ref.namespace, ref.name, "unreachable").inc()
+            raise _TryAnother from None
+        except SendFailed as error:
+            if request.client_left():
+                raise
+            raise UpstreamFailed(
+                f"model {model!r}: replica {replica} of {ref} failed after the request was sent; "
+                f"not sent again, as it may have been computed ({error})"
+            ) from None
+
+    def _others(self, ref: DeploymentRef, tried: list[str]) -> bool:
+        return any(replica not in tried for replica in self.directory.replicas(ref))
+
+    def _pick(self, ref: DeploymentRef, tried: list[str]) -> str | None:
+        replicas = self.directory.replicas(ref)
+        ready = [replica for replica in replicas if self.loads.ready(replica)] or replicas
+        candidates = [replica for replica in ready if replica not in tried]
+        replica = pick(candidates, self.loads.items, self.rng)
+        if replica is not None:
+            choice = "two_choices" if len(candidates) > 1 else "only_choice"
+            self.metrics.decisions.labels(ref.namespace, ref.name, choice).inc()
+        return replica
