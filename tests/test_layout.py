@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from pathlib import Path
 
 from batchd.testing import ROOT
@@ -34,3 +35,11 @@ def test_editable_installs_are_plain_path_entries() -> None:
     for component in COMPONENTS:
         assert str(ROOT / component / "src") in entries, component
     assert not [entry for entry in entries if entry.startswith("import") and "editable" in entry]
+
+
+def test_mypy_checks_every_folder_of_tests() -> None:
+    files = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["files"])
+    folders = {f"tests/{path.name}" for path in (ROOT / "tests").iterdir() if path.is_dir()}
+    folders -= {"tests/support", "tests/__pycache__"}
+    assert folders <= files, sorted(folders - files)
+    assert {"tests/*.py", "tests/support/src"} <= files

@@ -64,7 +64,7 @@ def test_the_chart_pods_are_admitted_by_pod_security_restricted(release: Release
     assert events["items"] == []
 
 
-INVALID = {
+INVALID: dict[str, tuple[dict[str, Any], str]] = {
     "a batch of no items": ({"batching": {"max_batch_size": 0}}, "spec.batching.max_batch_size"),
     "a replica count that is text": ({"num_replicas": "two"}, "spec.num_replicas"),
     "both task and handler": (

@@ -83,7 +83,8 @@ def exercise_operator(release: Release) -> None:
     cluster, ns = release.cluster, release.namespace
 
     def replicas() -> int | None:
-        return (release.get("deployment", "lifecycle") or {}).get("spec", {}).get("replicas")
+        replicas: int | None = (release.get("deployment", "lifecycle") or {}).get("spec", {}).get("replicas")
+        return replicas
 
     apply(release, manifest("lifecycle"))
     eventually(lambda: release.get("deployment", "lifecycle"), what="the Deployment")

@@ -281,12 +281,15 @@ async def test_a_batching_change_under_load_reaches_the_same_processes_and_fails
 
         def applied() -> bool:
             batching = status(release, "retuned").get("batching", {})
-            return batching == {
-                **batching,
-                "revision": revision,
-                "applied": True,
-                "ready_replicas_applied": 2,
-            }
+            return bool(
+                batching
+                == {
+                    **batching,
+                    "revision": revision,
+                    "applied": True,
+                    "ready_replicas_applied": 2,
+                }
+            )
 
         await asyncio.to_thread(
             eventually, applied, timeout_s=45, what="every ready replica on the new batching revision"

@@ -147,7 +147,7 @@ async def predict(client: aiohttp.ClientSession, url: str, n: int) -> tuple[int,
 async def held(client: aiohttp.ClientSession, stack: Stack, count: int) -> bool:
     async with client.get(f"{stack.router}/held") as response:
         entries = (await response.json())["deployments"]
-    return sum(entry["held_requests"] for entry in entries) == count
+    return bool(sum(entry["held_requests"] for entry in entries) == count)
 
 
 async def wait_held(client: aiohttp.ClientSession, stack: Stack, count: int) -> None:

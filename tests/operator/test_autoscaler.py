@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ POLICY = Policy(
 
 
 def run(
-    autoscaler: Autoscaler, current: int, loads: list[tuple[float, int]], policy: Policy = POLICY
+    autoscaler: Autoscaler, current: int, loads: Sequence[tuple[float, int]], policy: Policy = POLICY
 ) -> list[int]:
     """Feed (time, load) observations; the count after each, applying every decision."""
     counts = []
@@ -127,7 +128,7 @@ TO_ZERO = Policy(
 
 
 def observe(
-    autoscaler: Autoscaler, current: int, seen: list[tuple[float, int, int]], policy: Policy = TO_ZERO
+    autoscaler: Autoscaler, current: int, seen: Sequence[tuple[float, int, int]], policy: Policy = TO_ZERO
 ) -> list[int]:
     """Feed (time, load, held requests) observations; the count after each, applying every decision."""
     counts = []

@@ -56,7 +56,8 @@ CASES = [("gpu", GPU), *((example.metadata.name, example) for example in EXAMPLE
 
 
 def container(deployment: dict[str, Any]) -> dict[str, Any]:
-    (only,) = deployment["spec"]["template"]["spec"]["containers"]
+    containers: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"]
+    (only,) = containers
     return only
 
 

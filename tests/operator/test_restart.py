@@ -5,6 +5,7 @@ request is lost."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +58,8 @@ def test_operator_restarted_midway_makes_no_duplicates(control_plane: ControlPla
                     ("service", name),
                     ("configmap", children.config_map_name(name)),
                 ):
-                    eventually(
-                        lambda kind=kind, child=child: release.get(kind, child), what=f"{kind} {child}"
-                    )
-                eventually(
-                    lambda name=name: (release.get("bd", name) or {}).get("status"), what=f"status of {name}"
-                )
+                    eventually(partial(release.get, kind, child), what=f"{kind} {child}")
+                eventually(partial(status_of, release, name), what=f"status of {name}")
         assert creates(release, "deployments") == 4  # each created once, across both runs
         assert creates(release, "services") == 5  # and the one deleted, once more
         assert refused(control_plane, release.operator_user, namespace=ns) == []
@@ -129,3 +126,8 @@ def test_operator_restarted_during_a_rolling_update_finishes_it_once(
         assert bd["status"]["observed_generation"] == bd["metadata"]["generation"]
         assert creates(release, "deployments") == 1
         assert refused(control_plane, release.operator_user, namespace=ns) == []
+
+
+def status_of(release: Release, name: str) -> dict[str, Any] | None:
+    found = release.get("bd", name)
+    return None if found is None else found.get("status")

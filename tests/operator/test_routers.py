@@ -19,7 +19,7 @@ def entry(name: str, held: Any, oldest: Any, namespace: str = "ml") -> dict[str,
 
 
 def test_what_several_routers_hold_is_summed_per_deployment_with_the_oldest_wait() -> None:
-    answers = [
+    answers: list[dict[str, Any]] = [
         {"deployments": [entry("a", 2, 1.5), entry("b", 1, 0.2)]},
         {"deployments": [entry("a", 3, 4.0), entry("a", 1, 0.1, namespace="other")]},
         {"deployments": []},

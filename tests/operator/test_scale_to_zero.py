@@ -129,7 +129,9 @@ def release(
     """The chart without its router, and the stand-in router pod in the release's namespace."""
     logs = tmp_path_factory.mktemp("scale-to-zero")
     with installed(control_plane, logs, {"router": {"enabled": False}}) as release:
-        image = release.get("deployment", release.name)["spec"]["template"]["spec"]["containers"][0]["image"]
+        chart_deployment = release.get("deployment", release.name)
+        assert chart_deployment is not None
+        image = chart_deployment["spec"]["template"]["spec"]["containers"][0]["image"]
         release.apply(standin_pod(image))
         control_plane.kubectl(
             "wait", "-n", release.namespace, "--for=condition=Ready", f"pod/{STANDIN}", "--timeout=120s"

@@ -112,7 +112,7 @@ async def test_full_batch_leaves_before_the_window_closes() -> None:
     model = RecordingModel()
     batcher = make(model, max_batch_size=2, batch_wait_timeout_s=30)
     results = await asyncio.wait_for(asyncio.gather(batcher.infer([1]), batcher.infer([2])), timeout=5)
-    assert results == [[2], [3]]
+    assert list(results) == [[2], [3]]
     await batcher.drain()
 
 
@@ -201,7 +201,7 @@ async def test_without_isolation_a_failing_batch_fails_only_its_own_items() -> N
     await batcher.drain()
 
 
-class CountingObserver:
+class CountingObserver(NullBatchObserver):
     def __init__(self) -> None:
         self.isolated: list[tuple[int, int]] = []
 

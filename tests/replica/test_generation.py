@@ -73,7 +73,7 @@ def generate(gpt2_dir: Path) -> Any:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gpt2_dir)
-    model = AutoModelForCausalLM.from_pretrained(gpt2_dir).eval()
+    model = AutoModelForCausalLM.from_pretrained(gpt2_dir).eval()  # type: ignore[no-untyped-call]
 
     def greedy(prompt: str, new_tokens: int) -> list[int]:
         ids = tokenizer(prompt, return_tensors="pt")["input_ids"]

@@ -21,6 +21,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from pydantic import SecretStr
 
 from batchd.api.manifest import parse_manifest
 from batchd.replica.front.app import create_app
@@ -309,9 +310,9 @@ def test_langchain_chat_and_embeddings(gpt2: str, minilm: str) -> None:
     with httpx.Client(timeout=60) as http:
         chat = ChatOpenAI(
             base_url=f"{gpt2}/v1",
-            api_key="unused",
+            api_key=SecretStr("unused"),
             model="tiny/gpt2",
-            max_tokens=8,
+            max_completion_tokens=8,
             temperature=0,
             http_client=http,
         )
@@ -321,7 +322,7 @@ def test_langchain_chat_and_embeddings(gpt2: str, minilm: str) -> None:
         # check_embedding_ctx_length would count tokens with tiktoken, which downloads its tables.
         embedder = OpenAIEmbeddings(
             base_url=f"{minilm}/v1",
-            api_key="unused",
+            api_key=SecretStr("unused"),
             model="minilm",
             check_embedding_ctx_length=False,
             http_client=http,

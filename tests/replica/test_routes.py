@@ -79,7 +79,7 @@ def test_the_replica_binds_every_route_once() -> None:
 def test_the_document_describes_every_endpoint_with_its_schemas_and_statuses() -> None:
     document = manifest("adder", "batchd.testing.batch_handlers:add_one")
     front = create_app(parse_manifest(document), ReplicaSettings())
-    openapi = front.app.openapi()
+    openapi = front.app.openapi()  # type: ignore[attr-defined]  # the FastAPI app behind the front
     schemas = openapi["components"]["schemas"]
     for endpoint in ENDPOINTS:
         operation = openapi["paths"][endpoint.route.path][endpoint.route.method.lower()]

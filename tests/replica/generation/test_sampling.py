@@ -22,11 +22,11 @@ class Row:
 @pytest.mark.parametrize(("temperature", "top_k", "top_p"), [(0.7, 50, 1.0), (1.3, 0, 0.8), (0.5, 5, 0.3)])
 def test_warping_keeps_what_transformers_warpers_keep(temperature: float, top_k: int, top_p: float) -> None:
     scores = torch.randn(1, 1000, generator=torch.Generator().manual_seed(1))
-    theirs = TemperatureLogitsWarper(temperature)(None, scores)  # type: ignore[arg-type]
+    theirs = TemperatureLogitsWarper(temperature)(None, scores)
     if top_k:
-        theirs = TopKLogitsWarper(top_k)(None, theirs)  # type: ignore[arg-type]
+        theirs = TopKLogitsWarper(top_k)(None, theirs)
     if top_p < 1:
-        theirs = TopPLogitsWarper(top_p)(None, theirs)  # type: ignore[arg-type]
+        theirs = TopPLogitsWarper(top_p)(None, theirs)
     ours = warped(scores[0], GenerationParams(temperature=temperature, top_k=top_k, top_p=top_p))
     assert torch.equal(torch.isfinite(ours), torch.isfinite(theirs[0]))
     assert torch.allclose(ours[torch.isfinite(ours)], theirs[0][torch.isfinite(theirs[0])])

@@ -14,10 +14,10 @@ import pytest
 from pydantic import ValidationError
 
 from batchd.api.spec import ModelSpec
+from batchd.replica.errors import BatchSizeMismatch
 from batchd.replica.loading import load_model
 from batchd.replica.models import ModelLoadError
 from batchd.replica.models.base import BatchModel
-from batchd.replica.models.custom import BatchSizeMismatch
 
 
 def load(handler: str, **init_kwargs: Any) -> BatchModel:

@@ -19,7 +19,7 @@ from batchd.api.headers import TIMEOUT_HEADER
 from batchd.replica.errors import ClientDisconnected, DeadlineExceeded
 
 # Resolves when the request's client has gone away (for HTTP: the ASGI disconnect message).
-Abandoned = Callable[[], Awaitable[None]]
+Abandoned = Callable[[], Awaitable[object]]
 
 # Most answers come back within milliseconds, and a watcher task per request costs more than
 # the whole request path on a cheap model (it took an eighth of the trivial handler's time).

@@ -6,12 +6,18 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 T = TypeVar("T")
 
 
-def eventually(probe: Callable[[], T], *, what: str, timeout_s: float = 30.0, interval_s: float = 0.1) -> T:
+def eventually(
+    probe: Callable[[], T | Literal[False] | None],
+    *,
+    what: str,
+    timeout_s: float = 30.0,
+    interval_s: float = 0.1,
+) -> T:
     """Call `probe` until it returns something truthy, and return that; after `timeout_s`, fail
     saying what was awaited and what was last seen."""
     deadline = time.monotonic() + timeout_s
@@ -21,6 +27,7 @@ def eventually(probe: Callable[[], T], *, what: str, timeout_s: float = 30.0, in
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last seen: {last!r}")
         time.sleep(interval_s)
         last = probe()
+    assert last is not None and last is not False
     return last
 
 
