@@ -4,6 +4,7 @@ run of batchd alone (no peer environment is made in tests: they take PyPI and mi
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from batchd.bench.peers.__main__ import options_from, parse_args
 from batchd.bench.peers.catalog import MODELS, batchd_manifest
 from batchd.bench.peers.servers import models
 from batchd.bench.peers.workload import server_env
+from batchd.testing import ROOT
 from tests.bench.conftest import RunModule
 
 MODULE = "batchd.bench.peers"
@@ -21,7 +23,15 @@ MODULE = "batchd.bench.peers"
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--peers", "tgi"], "--peers: expected some of batchd, floor, mosec"),
+        (["--peers", "tgi"], "--peers: expected some of batchd, floor, baseline, minimal, mosec"),
+        (
+            ["--peers", "baseline"],
+            "--peers: baseline needs --baseline-src, the replica source tree it runs from",
+        ),
+        (
+            ["--baseline-src", "/nowhere"],
+            "--baseline-src: expected a replica source tree (batchd/replica in it)",
+        ),
         (["--models", "gpt5"], "--models: expected some of adder, minilm, gpt2, got 'gpt5'"),
         (["--repeats", "0"], "--repeats: expected 1 or more, got 0"),
         (["--duration-s", "0"], "--duration-s: expected a positive number of seconds, got 0.0"),
@@ -47,6 +57,15 @@ def test_the_device_asked_for_reaches_batchd_and_every_peers_model(tmp_path: Pat
     assert options_from(parse_args([])).device == "cpu"
 
 
+def test_a_baseline_tree_is_a_peer_of_its_own_first_on_its_path(tmp_path: Path) -> None:
+    tree = ROOT / "replica" / "src"
+    options = options_from(parse_args(["--baseline-src", str(tree)]))
+    assert options.peers[-1] == "baseline" and "batchd" in options.peers
+    env = server_env("baseline", MODELS["adder"], None, tmp_path, "cpu", options.baseline_src)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tree.resolve())
+    assert "baseline" not in options_from(parse_args([])).peers  # not without a tree to run
+
+
 @pytest.mark.slow
 def test_a_smoke_sized_run_of_batchd_measures_it_and_writes_the_results(
     run_module: RunModule, tmp_path: Path
@@ -55,19 +74,24 @@ def test_a_smoke_sized_run_of_batchd_measures_it_and_writes_the_results(
         MODULE,
         "--peers",
         "batchd",
+        "minimal",
+        "baseline",
+        "--baseline-src",
+        str(ROOT / "replica" / "src"),
         "--models",
         "adder",
         "--quick",
         "--output-dir",
         str(tmp_path),
-        timeout_s=120,
+        timeout_s=240,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "peers.json").read_text())
-    (run,) = results["runs"]
-    assert run["peer"] == "batchd" and run["failure"] == ""
-    assert run["requests"] > 0 and run["errors"] == 0
-    assert run["cpu_ms_per_request"] > 0 and run["rss_mb"] > 0
+    runs = {run["peer"]: run for run in results["runs"]}
+    assert set(runs) == {"batchd", "minimal", "baseline"}
+    for run in runs.values():  # the least batching server and batchd from a tree of its own answer too
+        assert run["failure"] == "" and run["requests"] > 0 and run["errors"] == 0, run
+        assert run["cpu_ms_per_request"] > 0 and run["rss_mb"] > 0
     report = (tmp_path / "peers.md").read_text()
     assert re.search(r"^\| batchd \| [0-9,]+ \| [0-9.]+ \|", report, re.MULTILINE), report
     assert (tmp_path / "peers.png").stat().st_size > 0

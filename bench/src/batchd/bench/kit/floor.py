@@ -3,7 +3,8 @@
 It reads the request body and answers a constant KServe V1 body at once, with no framework,
 no validation and no batching: the most requests per second this uvicorn, on this machine,
 can answer. `python -m batchd.bench.kit.floor --port P` serves it; batchd's overhead is quoted as
-batchd's throughput over this one's.
+batchd's throughput over this one's. It answers `GET /load` as an idle, ready replica does, so
+that a router's load poller reads it too (the router benchmark's cheapest upstream).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from starlette.types import Receive, Scope, Send
 from batchd.api.httpserver import UVICORN_OPTIONS
 from batchd.testing import servers
 
-ANSWER = b'{"predictions":[2]}'
+ANSWER = b'{"predictions":[2]}'  # the adder's answer to the benchmarks' one item, 1
+IDLE = b'{"ready": true, "queued_items": 0, "running_items": 0}'
 HEADERS = [(b"content-type", b"application/json")]
 
 
@@ -36,7 +38,7 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
         message = await receive()
         more = message.get("more_body", False)
     await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-    await send({"type": "http.response.body", "body": ANSWER})
+    await send({"type": "http.response.body", "body": IDLE if scope["path"] == "/load" else ANSWER})
 
 
 def start(log_dir: Path, cores: set[int] | None = None) -> servers.ServerProcess:

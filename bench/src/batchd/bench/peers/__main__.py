@@ -50,6 +50,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=None,
         help="measure nothing: write the report and chart of this peers.json",
     )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="a replica source tree (replica/src of another commit) to run as the peer `baseline`",
+    )
     cli.add_output(parser, workdir_help="keep the servers' logs here")
     args = parser.parse_args(argv)
     cli.refuse_below_one(parser, args, "repeats")
@@ -59,11 +65,20 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         for name in getattr(args, option) or ():
             if name not in known:
                 parser.error(f"--{option}: expected some of {', '.join(known)}, got {name!r}")
+    if "baseline" in (args.peers or ()) and args.baseline_src is None:
+        parser.error("--peers: baseline needs --baseline-src, the replica source tree it runs from")
+    if args.baseline_src is not None and not (args.baseline_src / "batchd" / "replica").is_dir():
+        parser.error(
+            f"--baseline-src: expected a replica source tree (batchd/replica in it), got {args.baseline_src}"
+        )
     return args
 
 
 def options_from(args: argparse.Namespace) -> Options:
     options = cli.overridden(QUICK if args.quick else Options(), args, "repeats", "duration_s", "device")
+    if args.baseline_src is not None:
+        baseline = str(args.baseline_src.resolve())
+        options = dataclasses.replace(options, baseline_src=baseline, peers=(*options.peers, "baseline"))
     return cli.overridden(options, args, "peers", "models")
 
 

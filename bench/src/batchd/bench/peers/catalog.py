@@ -60,7 +60,9 @@ class Peer:
     def path(self, model: Model) -> str:
         return {
             "batchd": f"/v1/models/{model.name}:predict",
+            "baseline": f"/v1/models/{model.name}:predict",
             "floor": f"/v1/models/{model.name}:predict",  # it answers any path alike
+            "minimal": f"/v1/models/{model.name}:predict",  # it answers any path alike
             "mosec": "/inference",
             "litserve": "/predict",
             "ray": "/",
@@ -77,11 +79,13 @@ class Peer:
 
     def command(self, python: Path, model: Model, manifest_path: Path | None = None) -> list[str]:
         """The server's command line, less `--host H --port P` (which every one of them takes)."""
-        if self.name == "batchd":
+        if self.name in ("batchd", "baseline"):  # the baseline's tree comes first on its path
             assert manifest_path is not None
             return [str(python.with_name("batchd")), "serve", str(manifest_path)]
         if self.name == "floor":
             return [str(python), "-m", "batchd.bench.kit.floor"]
+        if self.name == "minimal":
+            return [str(python), "-m", "batchd.bench.peers.minimal"]
         if self.name == "bentoml":
             return [str(python), "-m", "bentoml", "serve", f"{SERVERS}.{self.module}:Model"]
         return [str(python), "-m", f"{SERVERS}.{self.module}", "--model", model.name]
@@ -104,6 +108,22 @@ PEERS: Mapping[str, Peer] = {
             "bare uvicorn (floor)",
             "",
             "uvicorn with batchd's settings answering a constant body: no framework, batching or model",
+            models=("adder",),
+            reference=True,
+        ),
+        Peer(
+            "baseline",
+            "batchd (baseline tree)",
+            "",
+            "batchd from the replica source tree --baseline-src names: a change beside the tree it changes",
+            reference=True,
+        ),
+        Peer(
+            "minimal",
+            "minimal batching on uvicorn (bound)",
+            "",
+            "batchd's uvicorn and connection protocol, one future a request, batches of 32 or 10 ms, "
+            "the model on a thread: no checks, deadlines, watches or metrics (`peers.minimal`)",
             models=("adder",),
             reference=True,
         ),
@@ -138,6 +158,9 @@ PEERS: Mapping[str, Peer] = {
         ),
     )
 }
+
+# Every peer but the baseline, which needs a source tree to run from (`--baseline-src`).
+DEFAULT_PEERS = tuple(name for name in PEERS if name != "baseline")
 
 
 def batchd_manifest(model: Model, gpt2_dir: Path | None = None, device: str = "cpu") -> dict[str, Any]:

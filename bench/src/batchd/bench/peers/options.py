@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from batchd.bench.peers.catalog import MODELS, PEERS
+from batchd.bench.peers.catalog import DEFAULT_PEERS, MODELS
 
 
 @dataclass(frozen=True)
 class Options:
-    peers: tuple[str, ...] = tuple(PEERS)
+    peers: tuple[str, ...] = DEFAULT_PEERS
     models: tuple[str, ...] = tuple(MODELS)
     repeats: int = 3
     duration_s: float = 10.0  # each measured closed loop
@@ -21,6 +21,7 @@ class Options:
     # From start to the first answer: a Ray cluster or a MiniLM worker takes tens of seconds on
     # a busy machine; a server that is not answering by then is reported as not starting.
     ready_timeout_s: float = 240.0
+    baseline_src: str | None = None  # the replica source tree the `baseline` peer runs from
 
 
 QUICK = Options(repeats=1, duration_s=1.0, warmup_s=0.3, ceiling_s=0.5, ready_timeout_s=120.0)

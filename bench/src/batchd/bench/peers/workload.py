@@ -65,9 +65,16 @@ def environments(peers: Sequence[str], cache_dir: Path) -> tuple[dict[str, Path]
     return pythons, infos
 
 
-def server_env(peer: str, model: Model, cores: set[int] | None, workdir: Path, device: str) -> dict[str, str]:
+def server_env(
+    peer: str,
+    model: Model,
+    cores: set[int] | None,
+    workdir: Path,
+    device: str,
+    baseline_src: str | None = None,
+) -> dict[str, str]:
     """What every server process gets: the model and its device, one torch thread per core it has,
-    no telemetry."""
+    no telemetry; the baseline its source tree first on its path (it wins over the installed one)."""
     threads = str(len(cores) if cores else len(os.sched_getaffinity(0)))
     env = {
         **os.environ,
@@ -82,6 +89,9 @@ def server_env(peer: str, model: Model, cores: set[int] | None, workdir: Path, d
         "BENTOML_DO_NOT_TRACK": "true",
         "HF_HUB_OFFLINE": "1",
     }
+    if peer == "baseline":
+        assert baseline_src is not None, "the baseline runs from --baseline-src"
+        env["PYTHONPATH"] = os.pathsep.join((baseline_src, str(BENCH_SRC)))
     if peer == "pytriton":
         # PyTriton's Python stub links libpython3.11.so.1.0 wherever the loader finds it first: the
         # system's (an older 3.11 than the stdlib it then runs) unless this interpreter's comes first.
@@ -102,13 +112,19 @@ def gpt2_dir(workdir: Path) -> Path:
 
 
 def start(
-    peer: Peer, model: Model, python: Path, workdir: Path, cores: set[int] | None, device: str
+    peer: Peer,
+    model: Model,
+    python: Path,
+    workdir: Path,
+    cores: set[int] | None,
+    device: str,
+    baseline_src: str | None = None,
 ) -> ServerProcess:
     """The peer's server in a process group of its own (so that stopping it reaches every process
     it started), pinned to `cores`, its output in a log file of its own."""
     port = free_port(HOST)
     manifest_path = None
-    if peer.name == "batchd":
+    if peer.name in ("batchd", "baseline"):
         generator = gpt2_dir(workdir) if model.name == "gpt2" else None
         manifest_path = write_manifest(workdir, batchd_manifest(model, generator, device))
     command = [*peer.command(python, model, manifest_path), "--host", HOST, "--port", str(port)]
@@ -118,7 +134,7 @@ def start(
         process = subprocess.Popen(
             command,
             cwd=CHECKOUT,  # batchd imports its handler from here, as a replica from its image
-            env=server_env(peer.name, model, cores, workdir, device),
+            env=server_env(peer.name, model, cores, workdir, device, baseline_src),
             stdout=log,
             stderr=subprocess.STDOUT,
             preexec_fn=pin,
@@ -182,7 +198,7 @@ def measure(
 ) -> Run:
     """Start, wait for a first answer, warm up, measure one closed loop, stop."""
     path, body = peer.path(model), peer.body(model)
-    server = start(peer, model, python, workdir, cores, options.device)
+    server = start(peer, model, python, workdir, cores, options.device, options.baseline_src)
     try:
         wait_answering(server, path, body, options.ready_timeout_s)
         request = loadgen.Request.post_json(HOST, server.port, path, body)
