@@ -13,6 +13,8 @@ from batchd.testing import ROOT
 from batchd.testing.kubernetes.node import Node
 
 BUILD_SCRIPT = ROOT / "tools" / "build-images.sh"
+# The replica image is GBs: about 100 s to import on two idle cores, several times that on busy ones.
+IMPORT_TIMEOUT_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ def load(node: Node, images: list[Image]) -> list[Image]:
     for image in images:
         if manifest_digest(image.archive) in node.ctr("images", "list", f"name=={image.ref}").stdout:
             continue
-        node.ctr("images", "import", str(image.archive), timeout_s=None)  # the replica's GBs take minutes
+        node.ctr("images", "import", str(image.archive), timeout_s=IMPORT_TIMEOUT_S)
         imported.append(image)
     if imported:
         remove_superseded(node)
