@@ -355,19 +355,16 @@ class Batcher:
             await self._resolve(batch)
             failed = False
         except BaseException as error:
-            # Even a cancelled batch resolves its futures: no request is left hanging.
-            if isinstance(error, Exception):
-                logger.exception("batch of %d failed", len(batch))
-            # Only items that fail alone fail: a lone item is alone already.
-            isolating = self._config.isolate_failures and not isinstance(error, BatchWide)
-            if isolating and isinstance(error, Exception) and len(batch) > 1:
-                await self._isolate(batch, error)
-            elif isolating and isinstance(error, Exception):
-                _fail(batch, blamed_on(batch[0].item, error))
-            else:
-                _fail(batch, error if isinstance(error, Exception) else Draining())
-            if not isinstance(error, Exception):
+            if not isinstance(error, Exception):  # even a cancelled batch resolves its futures
+                _fail(batch, Draining())
                 raise
+            logger.exception("batch of %d failed", len(batch))
+            if not self._config.isolate_failures or isinstance(error, BatchWide):
+                _fail(batch, error)
+            elif len(batch) > 1:  # only the items that fail alone fail
+                await self._isolate(batch, error)
+            else:  # a lone item is alone already
+                _fail(batch, blamed_on(batch[0].item, error))
         finally:
             self._running_items -= len(batch)
             duration = time.perf_counter() - started

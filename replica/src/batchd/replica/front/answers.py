@@ -23,7 +23,7 @@ from batchd.replica.errors import (
     http_error,
 )
 from batchd.replica.replica import Replica
-from batchd.replica.waiting import Abandoned, Client
+from batchd.replica.waiting import NO_CLIENT, Abandoned, Client
 
 logger = logging.getLogger(__name__)
 
@@ -32,15 +32,22 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 
 def client_of(headers: list[tuple[bytes, bytes]], gone: Abandoned | None) -> Client:
     """The request's client: how long it still waits, where it said (`batchd-timeout-s`), and
-    `gone`; InvalidInput (a 400) naming the header and the value when that is no positive
-    number of seconds."""
+    `gone` (see `client_waiting`)."""
     for name, value in headers:
         if name == TIMEOUT_HEADER:
-            try:
-                return Client(gone, parse_timeout_s(value))
-            except ValueError as error:
-                raise InvalidInput(str(error)) from None
-    return Client(gone)
+            return client_waiting(value, gone)
+    return client_waiting(None, gone)
+
+
+def client_waiting(timeout: bytes | None, gone: Abandoned | None) -> Client:
+    """A client that waits `timeout` seconds (the `batchd-timeout-s` value, None where it did not
+    say); InvalidInput (a 400) naming the header and the value when that is no positive number."""
+    if timeout is None:
+        return NO_CLIENT if gone is None else Client(gone)
+    try:
+        return Client(gone, parse_timeout_s(timeout))
+    except ValueError as error:
+        raise InvalidInput(str(error)) from None
 
 
 def opened(replica: Replica) -> float:
@@ -62,6 +69,11 @@ def failed(replica: Replica, error: BaseException, started: float) -> ErrorAnswe
     if answer.rejection:
         replica.metrics.rejected(answer.rejection)
     return answer
+
+
+def dropped(replica: Replica) -> None:
+    """The server cancelled a request (its task, at shutdown): out of flight, counted nowhere."""
+    replica.inflight -= 1
 
 
 def error_answer(error: BaseException, body: ErrorBodyMaker) -> tuple[HttpError, bytes]:

@@ -88,8 +88,8 @@ class InferenceRoutes:
                 http, body = answers.error_answer(error, endpoint.error_body)
                 await _send_json(send, http.status, body, http.headers)
             return
-        except BaseException:  # the server cancelled the request: nobody is counted, nobody answered
-            replica.inflight -= 1
+        except BaseException:
+            answers.dropped(replica)
             raise
         answers.succeeded(replica, started)
         if stream is not None:

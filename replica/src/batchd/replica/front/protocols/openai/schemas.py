@@ -92,8 +92,7 @@ class ChatCompletionRequest(_Sampling):
     model_config = _request_config(
         only_with("stream_options", "stream", True),
         only_with("top_logprobs", "logprobs", True),
-        not_both("max_tokens", "max_completion_tokens"),
-        not_both("max_completion_tokens", "max_tokens"),
+        not_both("max_tokens", "max_completion_tokens"),  # either way round: one rule
     )
 
     messages: list[ChatMessage] = Field(min_length=1, description="Written by the model's chat template.")
