@@ -48,6 +48,10 @@ class HoldRefused(RouterError):
     one waited as long as it may: the client retries after Retry-After."""
 
 
+class HoldTimedOut(HoldRefused):
+    """A held request waited the time it was given and no replica became ready."""
+
+
 class Unreachable(RouterError):
     """No replica could be reached; nothing was sent, so the client may retry."""
 

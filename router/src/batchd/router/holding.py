@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from batchd.router.directory import DeploymentRef
-from batchd.router.errors import HoldRefused, UnknownModel
+from batchd.router.errors import HoldRefused, HoldTimedOut, UnknownModel
 from batchd.router.metrics import RouterMetrics
 
 
@@ -33,8 +33,8 @@ class Holds:
         self._waiting: dict[DeploymentRef, _Waiting] = {}
 
     async def wait(self, ref: DeploymentRef, model: str, timeout_s: float) -> None:
-        """Return once `ref` has a ready replica; HoldRefused when the hold is full or `timeout_s`
-        passed, UnknownModel when the deployment is deleted meanwhile."""
+        """Return once `ref` has a ready replica; HoldRefused when the hold is full, HoldTimedOut
+        when `timeout_s` passed, UnknownModel when the deployment is deleted meanwhile."""
         labels = (ref.namespace, ref.name)
         waiting = self._waiting.setdefault(ref, _Waiting(model))
         if len(waiting.futures) >= self.max_per_deployment:
@@ -54,7 +54,7 @@ class Holds:
                 await future
         except TimeoutError:
             outcome = "timeout"
-            raise HoldRefused(
+            raise HoldTimedOut(
                 f"model {model!r}: no replica became ready within {timeout_s:g} s; retry later"
             ) from None
         except UnknownModel:

@@ -8,6 +8,7 @@ Per request: the model name from the path (or the JSON body, see `naming`) picks
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from batchd.router.directory import DeploymentRef, Directory
 from batchd.router.errors import (
     BadRequest,
     DeadlineExceeded,
-    HoldRefused,
+    HoldTimedOut,
     NotSynced,
     RouterError,
     http_answer,
@@ -193,9 +194,11 @@ class Router:
     ) -> None:
         """Wait for a first replica of `ref`, reading the body meanwhile into `received` (up to
         what a retry may keep) so that a client that leaves stops waiting."""
-        timeout_s = self.settings.hold_timeout_s
-        if deadline is not None:
-            timeout_s = min(timeout_s, deadline - time.monotonic())
+        # Which bound ends the hold is decided here, not by reading the clock after it: the event
+        # loop's timers may fire a millisecond before time.monotonic() reaches the deadline.
+        client_left_s = math.inf if deadline is None else deadline - time.monotonic()
+        client_bound = client_left_s < self.settings.hold_timeout_s
+        timeout_s = min(client_left_s, self.settings.hold_timeout_s)
         held = asyncio.ensure_future(self.holds.wait(ref, model, timeout_s))
         watching = asyncio.ensure_future(until_gone(receive, received, self.settings.retry_body_max_bytes))
         try:
@@ -204,8 +207,8 @@ class Router:
                 raise ClientGone
             try:
                 await held
-            except HoldRefused:
-                if deadline is not None and deadline <= time.monotonic():
+            except HoldTimedOut:
+                if client_bound:
                     raise DeadlineExceeded(
                         f"model {model!r}: the request's {TIMEOUT_HEADER.decode()} passed while it "
                         "waited for a first replica"

@@ -6,13 +6,28 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class NotYet:
+    """A probe's answer while the condition does not hold, carrying what it saw there, so that a
+    wait that times out says why (a bare False says nothing)."""
+
+    seen: str
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return self.seen
+
+
 def eventually(
-    probe: Callable[[], T | Literal[False] | None],
+    probe: Callable[[], T | Literal[False] | NotYet | None],
     *,
     what: str,
     timeout_s: float = 30.0,
@@ -27,7 +42,7 @@ def eventually(
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last seen: {last!r}")
         time.sleep(interval_s)
         last = probe()
-    assert last is not None and last is not False
+    assert last is not None and last is not False and not isinstance(last, NotYet)
     return last
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from batchd.testing.kubernetes.controlplane import ControlPlane
+from batchd.testing.waiting import eventually
 
 # The local processes serve no metrics or health endpoint: nothing listens that a test does not
 # call, and two test workers never race for the chart's fixed ports.
@@ -29,6 +30,14 @@ def chart_deployment(cluster: ControlPlane, namespace: str, name: str) -> dict[s
         cluster.kubectl("get", "deployment", name, "-n", namespace, "-o", "json").stdout
     )
     return document
+
+
+def scaled_to_zero(deployment: dict[str, Any]) -> bool:
+    """Whether the deployment controller has acted on a scale to zero: it records the generation it
+    acted on once its ReplicaSets have their new size."""
+    observed: int = deployment.get("status", {}).get("observedGeneration", 0)
+    generation: int = deployment["metadata"]["generation"]
+    return deployment["spec"].get("replicas") == 0 and observed >= generation
 
 
 def container_env(deployment: dict[str, Any]) -> dict[str, str]:
@@ -103,6 +112,14 @@ def component_process(
     deployment = chart_deployment(cluster, namespace, deployment_name)
     replicas = deployment["spec"].get("replicas", 1)
     cluster.kubectl("scale", "-n", namespace, f"deployment/{deployment_name}", "--replicas=0")
+    # Until the deployment controller has scaled its ReplicaSet down too, that ReplicaSet may still
+    # make a pod after the delete below, which would then go the slow way (started, then drained).
+    eventually(
+        lambda: scaled_to_zero(chart_deployment(cluster, namespace, deployment_name)),
+        timeout_s=timeout_s,
+        interval_s=0.5,
+        what=f"the deployment controller to scale {deployment_name} to zero",
+    )
     selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
     # Their graceful drain is not what a test of the stand-in waits for.
     cluster.kubectl("delete", "pod", "-n", namespace, "-l", selector, "--grace-period=0", "--force")
