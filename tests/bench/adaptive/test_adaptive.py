@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from batchd.bench.adaptive.__main__ import parse_args
-from batchd.bench.adaptive.analysis import verdicts
-from batchd.bench.adaptive.options import ADAPTIVE, BURSTY, QUICK, Options
-from batchd.bench.adaptive.results import Figures
-from batchd.bench.adaptive.schedules import schedule_for, steady
+from batchd.bench.adaptive.__main__ import BENCHMARK
+from batchd.bench.adaptive.analysis import Figures, verdicts
+from batchd.bench.adaptive.workload import ADAPTIVE, BURSTY, QUICK, Options, schedule_for, steady
+from batchd.bench.kit.command import parse_args
 
 RunModule = Callable[..., subprocess.CompletedProcess[str]]  # the run_module fixture (conftest.py)
 
@@ -152,5 +151,5 @@ def test_bad_options_are_refused_naming_the_option(
     argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exited:
-        parse_args(argv)
+        parse_args(BENCHMARK, argv)
     assert exited.value.code == 2 and named in capsys.readouterr().err

@@ -6,6 +6,7 @@ capacity; an autoscaled one adds replicas): speed belongs in the benchmark's own
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -15,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from batchd.bench.autoscaling.__main__ import main
+from batchd.bench.autoscaling.__main__ import BENCHMARK, measure
 from batchd.bench.autoscaling.analysis import Sample, analyse, held_from
 from batchd.bench.autoscaling.calibration import CALIBRATION_UTILIZATIONS
-from batchd.bench.autoscaling.options import Options, Step
-from batchd.bench.autoscaling.workload import Cluster
+from batchd.bench.autoscaling.runner import Cluster
+from batchd.bench.autoscaling.workload import Options, Step
+from batchd.bench.kit.command import main
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
 from batchd.testing.traffic import Outcome
@@ -70,7 +72,10 @@ def test_quick_step_writes_figures_for_both_subjects_and_a_chart(
         "--workdir",
         str(tmp_path / "work"),
     ]
-    assert main(argv, cluster=Cluster(control_plane, kube_node)) == 0
+    assert (
+        main(BENCHMARK, argv, measure=functools.partial(measure, cluster=Cluster(control_plane, kube_node)))
+        == 0
+    )
 
     results = json.loads((tmp_path / "autoscaling.json").read_text())
     step = results["step"]

@@ -9,15 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from batchd.bench.operator_bench.__main__ import main
+from batchd.bench.kit.command import main
+from batchd.bench.operator_bench.__main__ import BENCHMARK
 from batchd.bench.operator_bench.load_endpoints import replica_ip, stand_in_load
 
 
 def test_operator_bench_smoke(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    argv = ["--repeats", "2", "--resources", "5", "--autoscaled", "5", "--replicas-per", "4"]
-    argv += ["--steady-s", "4", "--window-s", "1", "--poll-interval-s", "0.5"]
-    argv += ["--output-dir", str(tmp_path), "--log", str(tmp_path / "operator.log")]
-    assert main(argv) == 0
+    argv = ["--quick", "--output-dir", str(tmp_path), "--log", str(tmp_path / "operator.log")]
+    assert main(BENCHMARK, argv) == 0
     out = capsys.readouterr().out
     assert "create -> Deployment: median" in out
     assert "5 resources: created in" in out

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from batchd.bench.peers.__main__ import options_from, parse_args
+from batchd.bench.kit.command import options_from, parse_args
+from batchd.bench.peers.__main__ import BENCHMARK, with_baseline
 from batchd.bench.peers.catalog import MODELS, batchd_manifest
 from batchd.bench.peers.servers import models
 from batchd.bench.peers.workload import server_env
@@ -23,7 +24,7 @@ MODULE = "batchd.bench.peers"
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--peers", "tgi"], "--peers: expected some of batchd, floor, baseline, minimal, mosec"),
+        (["--peers", "tgi"], "--peers: invalid choice: 'tgi' (choose from 'batchd', 'floor', 'baseline'"),
         (
             ["--peers", "baseline"],
             "--peers: baseline needs --baseline-src, the replica source tree it runs from",
@@ -32,9 +33,9 @@ MODULE = "batchd.bench.peers"
             ["--baseline-src", "/nowhere"],
             "--baseline-src: expected a replica source tree (batchd/replica in it)",
         ),
-        (["--models", "gpt5"], "--models: expected some of adder, minilm, gpt2, got 'gpt5'"),
+        (["--models", "gpt5"], "--models: invalid choice: 'gpt5' (choose from 'adder', 'minilm', 'gpt2')"),
         (["--repeats", "0"], "--repeats: expected 1 or more, got 0"),
-        (["--duration-s", "0"], "--duration-s: expected a positive number of seconds, got 0.0"),
+        (["--duration-s", "0"], "--duration-s: expected more than 0, got 0"),
         (["--device", "tpu"], "--device: invalid choice: 'tpu' (choose from 'cpu', 'cuda')"),
     ],
 )
@@ -42,28 +43,28 @@ def test_a_bad_option_is_refused_naming_it_and_its_value(
     capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:
     with pytest.raises(SystemExit) as exited:
-        parse_args(args)
+        parse_args(BENCHMARK, args)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
 
 
 def test_the_device_asked_for_reaches_batchd_and_every_peers_model(tmp_path: Path) -> None:
-    options = options_from(parse_args(["--device", "cuda"]))
+    options = options_from(BENCHMARK, parse_args(BENCHMARK, ["--device", "cuda"]))
     assert options.device == "cuda"
     minilm = MODELS["minilm"]
     assert batchd_manifest(minilm, device=options.device)["spec"]["model"]["device"] == "cuda"
     env = server_env("mosec", minilm, None, tmp_path, options.device)
     assert env[models.DEVICE_VARIABLE] == "cuda"
-    assert options_from(parse_args([])).device == "cpu"
+    assert options_from(BENCHMARK, parse_args(BENCHMARK, [])).device == "cpu"
 
 
 def test_a_baseline_tree_is_a_peer_of_its_own_first_on_its_path(tmp_path: Path) -> None:
     tree = ROOT / "replica" / "src"
-    options = options_from(parse_args(["--baseline-src", str(tree)]))
+    options = with_baseline(options_from(BENCHMARK, parse_args(BENCHMARK, ["--baseline-src", str(tree)])))
     assert options.peers[-1] == "baseline" and "batchd" in options.peers
     env = server_env("baseline", MODELS["adder"], None, tmp_path, "cpu", options.baseline_src)
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tree.resolve())
-    assert "baseline" not in options_from(parse_args([])).peers  # not without a tree to run
+    assert "baseline" not in with_baseline(options_from(BENCHMARK, parse_args(BENCHMARK, []))).peers
 
 
 @pytest.mark.slow

@@ -3,17 +3,20 @@ where a peer is ahead, a peer that could not run, and the report read back from 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
 
+from batchd.bench.kit import records
+from batchd.bench.kit.command import publish
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.peers import analysis
-from batchd.bench.peers.chart import draw
-from batchd.bench.peers.options import Options
-from batchd.bench.peers.report import read_results, to_markdown, write_results
-from batchd.bench.peers.results import CeilingRun, PeerInfo, Results, Run
+from batchd.bench.peers.__main__ import BENCHMARK
+from batchd.bench.peers.analysis import CeilingRun, PeerInfo, Results, Run
+from batchd.bench.peers.catalog import Options
+from batchd.bench.peers.report import to_markdown
 
 META = RunRecord("2026-01-01 00:00 UTC", "test machine", "python -m batchd.bench.peers")
 INFOS = [
@@ -101,13 +104,12 @@ def test_where_a_peer_is_ahead_names_the_peer_the_figure_and_the_factor() -> Non
 
 def test_the_report_is_written_read_back_and_drawn(tmp_path: Path) -> None:
     results = _results()
-    write_results(tmp_path, results)
-    again = read_results(tmp_path / "peers.json")
+    publish(BENCHMARK, results, tmp_path, "peers")
+    again = records.from_json(Results, json.loads((tmp_path / "peers.json").read_text()))
     assert to_markdown(again) == to_markdown(results) == (tmp_path / "peers.md").read_text()
     text = to_markdown(results)
     assert "| Mosec | 5,000 |" in text
     assert "| Ray Serve | not measured: not installed: pip exited 1 |" in text
     assert "Mosec, req/s 1.25x better than batchd's" in text
     assert "the models on cpu" in text and "Read the ratios within one run" in text
-    draw(again, tmp_path / "peers.png")
     assert (tmp_path / "peers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -10,19 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from batchd.bench.kit import records
+from batchd.bench.kit.command import publish
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.router.analysis import latency_ms, overall_shares, settle_s, statuses, window_shares
-from batchd.bench.router.chart import draw_keepalive, draw_zero
-from batchd.bench.router.options import QUICK_BOUND
-from batchd.bench.router.report import (
-    cost_figures,
-    cost_goals,
-    keepalive_goals,
-    read_results,
-    write_results,
-    zero_goals,
-)
-from batchd.bench.router.results import (
+from batchd.bench.router.__main__ import BENCHMARK
+from batchd.bench.router.analysis import (
     ClientRound,
     ClientsResult,
     CostResult,
@@ -33,6 +25,18 @@ from batchd.bench.router.results import (
     StepRun,
     ZeroResult,
     ZeroRun,
+    latency_ms,
+    overall_shares,
+    settle_s,
+    statuses,
+    window_shares,
+)
+from batchd.bench.router.options import QUICK_BOUND
+from batchd.bench.router.report import (
+    cost_figures,
+    cost_goals,
+    keepalive_goals,
+    zero_goals,
 )
 from batchd.testing.traffic import Outcome
 from tests.bench.conftest import RunModule
@@ -134,18 +138,29 @@ def _clients() -> ClientsResult:
 
 
 def test_the_report_is_written_and_read_back_part_by_part(tmp_path: Path) -> None:
-    write_results(tmp_path, Results(keepalive=_keepalive()))
-    results = write_results(tmp_path, Results(cost=_cost(), zero=_zero(4.0), clients=_clients()))
+    path = tmp_path / "router.json"
+    publish(BENCHMARK, Results(keepalive=_keepalive()), tmp_path, "router")
+    new = Results(cost=_cost(), zero=_zero(4.0), clients=_clients())
+    results = records.newer(new, records.read_sections(Results, path))
     assert results.keepalive == _keepalive()  # kept from the earlier run
-    assert read_results(tmp_path / "router.json") == results
+    publish(BENCHMARK, results, tmp_path, "router")
+    assert records.read_sections(Results, path) == results
     text = (tmp_path / "router.md").read_text()
     assert "Keep-alive step" in text and "Router cost" in text and "Scale from zero" in text
     assert "| httptools protocol | 25 | 14 |" in text
     assert "NOT met" not in text and re.search(r"\bnan\b", text, re.IGNORECASE) is None
-    assert json.loads((tmp_path / "router.json").read_text())["cost"]["rounds"][0]["router_cpu_us"] == 100.0
-    draw_keepalive(_keepalive(), tmp_path / "router-keepalive.png")
-    draw_zero(_zero(4.0), tmp_path / "router-zero.png")
+    assert json.loads(path.read_text())["cost"]["rounds"][0]["router_cpu_us"] == 100.0
     assert (tmp_path / "router-keepalive.png").stat().st_size > 10_000
+    assert (tmp_path / "router-zero.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_part_written_in_an_older_shape_is_left_out_and_the_others_read(tmp_path: Path) -> None:
+    publish(BENCHMARK, Results(cost=_cost(), clients=_clients()), tmp_path, "router")
+    written = json.loads((tmp_path / "router.json").read_text())
+    written["cost"] = {"rounds": "an older shape"}
+    (tmp_path / "router.json").write_text(json.dumps(written))
+    assert records.read_sections(Results, tmp_path / "router.json") == Results(clients=_clients())
+    assert records.read_sections(Results, tmp_path / "absent.json") == Results()
 
 
 def test_an_unknown_part_is_refused_naming_it(run_module: RunModule) -> None:
@@ -161,7 +176,7 @@ def test_a_smoke_sized_run_measures_the_router_cost_a_cold_start_and_the_keepali
     parts = ["cost", "zero", "bound"]
     done = run_module("batchd.bench.router", *parts, "--quick", "--output-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
-    results = read_results(tmp_path / "router.json")
+    results = records.read_sections(Results, tmp_path / "router.json")
     assert results.cost is not None and results.zero is not None and results.keepalive is None
     (run,) = results.zero.runs
     assert run.requests > 0 and run.lost == 0 and run.peak_held > 0

@@ -20,14 +20,14 @@ RunModule = Callable[..., subprocess.CompletedProcess[str]]  # the run_module fi
 def test_quick_run_of_the_trivial_scenario_writes_json_and_markdown(
     tmp_path: Path, run_module: RunModule
 ) -> None:
-    done = run_module("batchd.bench", "--quick", "--scenario", "trivial", "--output-dir", str(tmp_path))
+    done = run_module("batchd.bench", "--quick", "--scenarios", "trivial", "--output-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
 
     result = json.loads((tmp_path / "latest.json").read_text())
     assert result["failures"] == {}
     assert result["meta"][
         "command"
-    ] == "python -m batchd.bench --quick --scenario trivial --output-dir " + str(tmp_path)
+    ] == "python -m batchd.bench --quick --scenarios trivial --output-dir " + str(tmp_path)
     trivial = result["scenarios"]["trivial"]
     subjects = {(p["subject"], p["mode"]) for p in trivial["points"]}
     assert subjects == {(s, m) for s in ("floor", "batched", "unbatched") for m in ("closed", "open")}

@@ -2,7 +2,8 @@
 
 import sys
 
-from batchd.bench.scenarios.__main__ import main
+from batchd.bench.kit.command import main
+from batchd.bench.scenarios.__main__ import BENCHMARK
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(BENCHMARK))

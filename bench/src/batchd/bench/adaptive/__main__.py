@@ -2,110 +2,70 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import logging
-import signal
 import sys
-import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 from batchd.bench import adaptive
-from batchd.bench.adaptive.chart import draw_chart
-from batchd.bench.adaptive.options import MODELS, QUICK, Options
-from batchd.bench.adaptive.report import to_markdown
-from batchd.bench.adaptive.results import ModelResult, Report
-from batchd.bench.adaptive.workload import run_model
-from batchd.bench.kit import cli, records
+from batchd.bench.adaptive.analysis import ModelResult, Report
+from batchd.bench.adaptive.report import draw_chart, to_markdown
+from batchd.bench.adaptive.runner import run_model
+from batchd.bench.adaptive.workload import MODELS, QUICK, Options
+from batchd.bench.kit import records
+from batchd.bench.kit.command import Benchmark, Flag, Run, main
+
+STEM = "adaptive"
 
 
-def read_report(path: Path) -> Report:
-    """adaptive.json as written before: every model whose results it still reads (none if absent)."""
-    if not path.exists():
-        return Report({})
+def earlier(path: Path) -> dict[str, ModelResult]:
+    """Every model's results that `path` (written before) still reads; none if absent."""
     models: dict[str, ModelResult] = {}
-    for model, data in json.loads(path.read_text()).get("models", {}).items():
+    for model, data in (json.loads(path.read_text()).get("models", {}) if path.exists() else {}).items():
         with contextlib.suppress(TypeError, KeyError, ValueError):  # a result from an older shape
             models[model] = records.from_json(ModelResult, data)
-    return Report(models)
+    return models
 
 
-def write_reports(report: Report, output: Path) -> None:
-    """adaptive.json, adaptive.md and adaptive.png."""
-    text = to_markdown(report)
-    records.publish(output, "adaptive", report, text)
-    draw_chart(report, output / "adaptive.png")
-    print(text)
-    print(f"results: {output / 'adaptive.json'}, .md and .png")
+def measure(run: Run[Options]) -> Report:
+    """Model by model, written after each: a run of some models replaces theirs and keeps the rest."""
+    models = earlier(run.output_dir / f"{STEM}.json")
+    for model in run.options.models:
+        models[model] = run_model(model, run.options, run.workdir, run.record)
+        report = Report({m: models[m] for m in (*MODELS, *models) if m in models})
+        records.write_json(run.output_dir / f"{STEM}.json", report)
+    return Report({m: models[m] for m in (*MODELS, *models) if m in models})
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = cli.parser("batchd.bench.adaptive", adaptive.__doc__)
-    parser.add_argument("--quick", action="store_true", help="smoke-sized: cost-curve handler, one repeat")
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=None)
-    parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 3)")
-    parser.add_argument("--duration-s", type=float, default=None, help="measured seconds per open loop (10)")
-    parser.add_argument("--arrivals", choices=("poisson", "uniform"), default=None)
-    parser.add_argument(
-        "--fractions",
-        type=float,
-        nargs="+",
-        default=None,
-        help="open-loop rates, of capacity (0.1 0.5 0.8 0.95)",
-    )
-    parser.add_argument("--windows-ms", type=float, nargs="+", default=None, help="fixed windows (0 2 10 50)")
-    parser.add_argument("--burst-cycles", type=int, default=None, help="on/off cycles of the bursty load (4)")
-    cli.add_output(parser, workdir_help="keep the manifests and replica logs here")
-    parser.add_argument(
-        "--render", type=Path, default=None, metavar="JSON", help="only rewrite the .md and .png from a .json"
-    )
-    args = parser.parse_args(argv)
-    cli.refuse_below_one(parser, args, "repeats", "burst_cycles")
-    if args.fractions is not None and not all(0 < f <= 2 for f in args.fractions):
-        parser.error(f"--fractions: expected shares of capacity above 0 and at most 2, got {args.fractions}")
-    if args.windows_ms is not None and any(ms < 0 for ms in args.windows_ms):
-        parser.error(f"--windows-ms: expected 0 or more, got {args.windows_ms}")
-    return args
-
-
-def options_from(args: argparse.Namespace) -> Options:
-    names = ("models", "repeats", "duration_s", "arrivals", "fractions", "windows_ms", "burst_cycles")
-    return cli.overridden(QUICK if args.quick else Options(), args, *names)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    options = options_from(args)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    output = args.output_dir
-    output.mkdir(parents=True, exist_ok=True)
-    if args.render is not None:
-        write_reports(read_report(args.render), output)
-        return 0
-    # SIGTERM unwinds like Ctrl-C, so that the replicas are stopped on the way out.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    report = read_report(output / "adaptive.json")  # other models' results, from an earlier run, stay
-    with tempfile.TemporaryDirectory(prefix="batchd-adaptive-") as temporary:
-        workdir = args.workdir or Path(temporary)
-        for model in options.models:
-            record = records.RunRecord.now("batchd.bench.adaptive", argv)
-            report.models[model] = run_model(model, options, workdir, record)
-            ordered = {m: report.models[m] for m in (*MODELS, *report.models) if m in report.models}
-            report = Report(ordered)
-            records.write_json(output / "adaptive.json", report)
-    write_reports(report, output)
+def failure(report: Report) -> str | None:
     errors = {
-        model: sum(
-            f.errors_total for by_load in report.models[model].summary.values() for f in by_load.values()
-        )
-        for model in options.models
+        model: sum(f.errors_total for by_load in result.summary.values() for f in by_load.values())
+        for model, result in report.models.items()
     }
-    return cli.exit_status(f"requests without a 200: {errors}" if any(errors.values()) else None)
+    return f"requests without a 200: {errors}" if any(errors.values()) else None
 
+
+BENCHMARK = Benchmark(
+    module="batchd.bench.adaptive",
+    doc=adaptive.__doc__,
+    stem=STEM,
+    defaults=Options(),
+    quick=QUICK,
+    flags={
+        "models": Flag("which models", choices=MODELS),
+        "repeats": Flag("interleaved repeats", minimum=1),
+        "duration_s": Flag("measured seconds per open loop", above=0),
+        "arrivals": Flag("how arrivals are spaced", choices=("poisson", "uniform")),
+        "fractions": Flag("open-loop rates, as shares of capacity", above=0, maximum=2),
+        "windows_ms": Flag("the fixed windows", minimum=0),
+        "burst_cycles": Flag("on/off cycles of the bursty load", minimum=1),
+    },
+    measure=measure,
+    markdown=to_markdown,
+    results=Report,
+    chart=draw_chart,
+    failure=failure,
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(BENCHMARK))

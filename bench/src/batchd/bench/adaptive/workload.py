@@ -1,213 +1,128 @@
-"""Serving and driving the subjects: their manifests, one scheduled run with /metrics polled
-alongside, the capacity, and a whole model through every load and repeat."""
+"""What the adaptive benchmark sends: its models, subjects and loads, the options, and when each
+request is due (steady, Poisson or evenly spaced, or in bursts)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
-import logging
-import math
-import os
 import random
-import time
-from dataclasses import asdict
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
-import uvloop
+from batchd.bench.kit.arrivals import poisson, uniform
 
-from batchd.bench.adaptive.analysis import Driven, adaptivity, summarise, summarise_run, verdicts
-from batchd.bench.adaptive.options import (
-    ADAPTIVE,
-    BURSTY,
-    MAX_CONNECTIONS,
-    SHARED_DEVICE,
-    SLOTS,
-    TITLES,
-    Options,
-    is_cost_curve,
-    window_subject,
+SHARED_DEVICE = "costcurve-shared"
+MODELS = ("costcurve", SHARED_DEVICE, "minilm")
+TITLES = {
+    "costcurve": "Cost-curve handler, one batch at a time",
+    SHARED_DEVICE: "Cost-curve handler, two batch slots on one device",
+    "minilm": "MiniLM-L6 embeddings (CPU)",
+}
+# max_concurrent_batches per model: two slots that share one device (batches take turns on it)
+# are where a window can pay, since a small batch sent beside a running one only wastes the device.
+SLOTS = {SHARED_DEVICE: 2}
+BURSTY = "bursty"
+ADAPTIVE = "adaptive"
+MAX_CONNECTIONS = 1024  # the bursty load's backlog holds a few hundred requests open at once
+
+
+@dataclass(frozen=True)
+class Options:
+    models: tuple[str, ...] = MODELS
+    fractions: tuple[float, ...] = (0.1, 0.5, 0.8, 0.95)  # open-loop rates, of capacity
+    windows_ms: tuple[float, ...] = (0.0, 2.0, 10.0, 50.0)
+    repeats: int = 3
+    duration_s: float = 10.0  # measured, per open-loop run ...
+    min_requests: int = 600  # ... longer where it would measure fewer (a p99 needs a few hundred)
+    warmup_s: float = 2.0  # at the run's rate, before the measured part
+    burst_fraction: float = 1.2
+    burst_on_s: float = 2.0
+    burst_off_s: float = 2.0
+    burst_cycles: int = 4
+    capacity_runs: int = 3
+    capacity_s: float = 3.0
+    capacity_clients: int = 64
+    objective_factor: float = 2.0  # the adaptive objective: this many full batches at capacity
+    max_batch_size: int = 32
+    alpha_s: float = 0.020  # the cost curve: alpha + beta * n seconds per batch of n
+    beta_s: float = 0.001
+    arrivals: str = "poisson"  # or "uniform" (evenly spaced, as loadgen.open_loop sends)
+    sample_s: float = 0.2  # /metrics sampling during every run
+    grace_s: float = 15.0  # answers later than this after the last arrival are given up
+    pause_s: float = 0.5  # between runs
+    seed: int = 12
+
+    @property
+    def subjects(self) -> tuple[str, ...]:
+        return (*(window_subject(ms) for ms in self.windows_ms), ADAPTIVE)
+
+    @property
+    def loads(self) -> tuple[str, ...]:
+        return (*(load_name(f) for f in self.fractions), BURSTY)
+
+    @property
+    def burst_period_s(self) -> float:
+        return self.burst_on_s + self.burst_off_s
+
+
+QUICK = Options(
+    models=("costcurve",),
+    repeats=1,
+    duration_s=2.0,
+    min_requests=0,
+    warmup_s=0.5,
+    burst_on_s=1.0,
+    burst_off_s=1.0,
+    burst_cycles=2,
+    capacity_runs=1,
+    capacity_s=2.0,
+    grace_s=10.0,
+    pause_s=0.2,
 )
-from batchd.bench.adaptive.results import ModelRecord, ModelResult, RunFigures
-from batchd.bench.adaptive.schedules import Schedule, schedule_for
-from batchd.bench.kit import loadgen
-from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.repeats import rotated
-from batchd.testing import servers
-from batchd.testing.manifests import manifest
-from batchd.testing.models import MINILM_SOURCE, SENTENCE, minilm_mirror
-
-logger = logging.getLogger("batchd.bench.adaptive")
 
 
-def model_block(model: str, options: Options) -> dict[str, Any]:
-    if is_cost_curve(model):
-        init_kwargs = {
-            "alpha_s": options.alpha_s,
-            "beta_s": options.beta_s,
-            "shared_device": model == SHARED_DEVICE,
-        }
-        return {
-            "name": model,
-            "handler": "batchd.bench.kit.handlers:CostCurve",
-            "init_kwargs": init_kwargs,
-            "device": "cpu",
-        }
-    return {"name": model, "task": "feature-extraction", "source": MINILM_SOURCE, "device": "cpu"}
+def window_subject(ms: float) -> str:
+    return f"{ms:g} ms"
 
 
-def subject_manifest(model: str, subject: str, options: Options, objective_s: float | None) -> dict[str, Any]:
-    batching: dict[str, Any] = {
-        "max_batch_size": options.max_batch_size,
-        "max_concurrent_batches": SLOTS.get(model, 1),
-        "max_queued_requests": 4096,
-        "request_timeout_s": 60,
-    }
-    if subject == ADAPTIVE:
-        assert objective_s is not None
-        batching["latency_objective_s"] = objective_s
-    else:
-        batching["batch_wait_timeout_s"] = float(subject.removesuffix(" ms")) / 1000
-    slug = "adaptive" if subject == ADAPTIVE else f"w{subject.removesuffix(' ms')}".replace(".", "-")
-    return manifest(f"{model}-{slug}", model_block(model, options), batching=batching)
+def load_name(fraction: float) -> str:
+    return f"{fraction * 100:g}%"
 
 
-def request_for(model: str, server: servers.ServerProcess) -> loadgen.Request:
-    item: Any = 1 if is_cost_curve(model) else SENTENCE
-    body = json.dumps({"instances": [item]}).encode()
-    return loadgen.Request.post_json(server.host, server.port, f"/v1/models/{model}:predict", body)
+def is_cost_curve(model: str) -> bool:
+    return model.startswith("costcurve")
 
 
-async def drive(
-    server: servers.ServerProcess, request: loadgen.Request, schedule: Schedule, options: Options
-) -> Driven:
-    """The schedule's requests, with the replica's /metrics polled alongside until the schedule ends
-    (a bursty run ends idle, and its series goes on to show it)."""
-    start = time.perf_counter()
-    metrics = loadgen.Poller(server.host, server.port, "/metrics", options.sample_s, start=start)
-    async with metrics:
-        run = await loadgen.scheduled_loop(
-            server.host,
-            server.port,
-            request,
-            schedule.dues,
-            measure_from_s=schedule.measure_from_s,
-            measured_s=schedule.measured_s,
-            max_connections=MAX_CONNECTIONS,
-            grace_s=options.grace_s,
-            start=start,
-        )
-        end_s = schedule.measure_from_s + schedule.measured_s
-        delay = start + end_s - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-    return Driven(run, [(at, body.decode()) for at, body in metrics.samples])
+@dataclass(frozen=True)
+class Schedule:
+    """When each request is due (seconds from the start); those due before `measure_from_s` warm up."""
+
+    dues: tuple[float, ...]
+    measure_from_s: float
+    measured_s: float  # the length of the measured part
 
 
-def measure_run(
-    server: servers.ServerProcess, model: str, subject: str, load: str, schedule: Schedule, options: Options
-) -> RunFigures:
-    driven = uvloop.run(drive(server, request_for(model, server), schedule, options))
-    server.check_alive()
-    run = summarise_run(driven, schedule, adaptive=subject == ADAPTIVE, keep_series=load == BURSTY)
-    if driven.run.errors:
-        logger.warning(
-            "%s %s %s: %d errors, e.g. %s",
-            model,
-            subject,
-            load,
-            driven.run.errors,
-            driven.run.error_samples[:1],
-        )
-    return run
+def arrivals_between(start: float, end: float, rate: float, rng: random.Random, arrivals: str) -> list[float]:
+    """Arrival times in [start, end): a Poisson process at `rate`, or evenly spaced from `start`."""
+    if arrivals == "uniform":
+        return uniform(start, end, rate)
+    return poisson(start, end, rate, rng)
 
 
-def measure_capacity(server: servers.ServerProcess, model: str, options: Options) -> list[float]:
-    """Closed loop at options.capacity_clients against the 0 ms window: full batches back to back."""
-    request = request_for(model, server)
-    runs = []
-    for index in range(options.capacity_runs):
-        warmup_s = 1.0 if index == 0 else 0.5
-        result = loadgen.run(
-            loadgen.closed_loop(
-                server.host, server.port, request, options.capacity_clients, options.capacity_s, warmup_s
-            )
-        )
-        if result.errors:
-            raise RuntimeError(
-                f"capacity run of {model}: {result.errors} errors, e.g. {result.error_samples[:1]}"
-            )
-        runs.append(result.throughput_rps)
-    return runs
+def steady(rate: float, warmup_s: float, duration_s: float, rng: random.Random, arrivals: str) -> Schedule:
+    dues = arrivals_between(0.0, warmup_s + duration_s, rate, rng, arrivals)
+    return Schedule(tuple(dues), warmup_s, duration_s)
 
 
-def run_model(model: str, options: Options, workdir: Path, record: RunRecord) -> ModelResult:
-    """Every subject of `model` under every load of every repeat; `record` says how it was run."""
-    assets = workdir / "assets"
-    logs = workdir / "logs"
-    env = {"BATCHD_MODEL_MIRROR": str(minilm_mirror(assets / "mirror"))} if model == "minilm" else {}
-    began = time.time()
-    load_average_before = os.getloadavg()[0]
-    fixed = [subject for subject in options.subjects if subject != ADAPTIVE]
-    started: dict[str, servers.ServerProcess] = {}
-    for subject in fixed:
-        path = servers.write_manifest(workdir, subject_manifest(model, subject, options, None))
-        started[subject] = servers.start_replica(path, logs, env=env)
-    runs: dict[tuple[str, str], list[RunFigures]] = {}
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(servers.running(list(started.values())))
-        zero = started[window_subject(0.0)] if window_subject(0.0) in started else started[fixed[0]]
-        logger.info(
-            "[%s] capacity: closed loop, %d clients, %s window", model, options.capacity_clients, zero.name
-        )
-        capacity_runs = measure_capacity(zero, model, options)
-        capacity = max(capacity_runs)  # a neighbour's burst of CPU can only lower a run
-        full_batch_s = options.max_batch_size / capacity
-        objective_s = round(options.objective_factor * full_batch_s, 3)
-        logger.info(
-            "[%s] capacity %.0f items/s; adaptive objective %.0f ms", model, capacity, objective_s * 1000
-        )
-        path = servers.write_manifest(workdir, subject_manifest(model, ADAPTIVE, options, objective_s))
-        started[ADAPTIVE] = servers.start_replica(path, logs, env=env)
-        stack.enter_context(servers.running([started[ADAPTIVE]]))
-        subjects = list(options.subjects)
-        for repeat in range(options.repeats):
-            order = rotated(subjects, repeat)
-            for load in options.loads:
-                # The same arrival times for every subject of this repeat and load.
-                schedule = schedule_for(
-                    load, capacity, options, random.Random(f"{options.seed}-{model}-{load}-{repeat}")
-                )
-                for subject in order:
-                    logger.info(
-                        "[%s] repeat %d/%d: %s, %s (%d requests)",
-                        model, repeat + 1, options.repeats, subject, load, len(schedule.dues),
-                    )  # fmt: skip
-                    run = measure_run(started[subject], model, subject, load, schedule, options)
-                    runs.setdefault((subject, load), []).append(run)
-                    time.sleep(options.pause_s)
-    by_subject = {subject: {load: runs[(subject, load)] for load in options.loads} for subject in subjects}
-    summary = summarise(by_subject)
-    full_batch_s = options.alpha_s + options.beta_s * options.max_batch_size
-    meta = ModelRecord(
-        **asdict(record),
-        load_average_before=load_average_before,
-        load_average_after=os.getloadavg()[0],
-        minutes=round((time.time() - began) / 60, 1),
-    )
-    return ModelResult(
-        meta=meta,
-        options=options,
-        model=model,
-        title=TITLES[model],
-        capacity_rps=capacity,
-        capacity_runs_rps=capacity_runs,
-        objective_s=objective_s,
-        exit_codes={subject: server.process.returncode for subject, server in started.items()},
-        runs=by_subject,
-        summary=summary,
-        verdicts=verdicts(summary, options),
-        adaptivity=adaptivity(by_subject[ADAPTIVE][BURSTY], capacity, options),
-        curve_capacity_rps=options.max_batch_size / full_batch_s if is_cost_curve(model) else math.nan,
-    )
+def bursty(rate: float, options: Options, rng: random.Random) -> Schedule:
+    """`rate` for burst_on_s, nothing for burst_off_s, burst_cycles times; all of it measured."""
+    dues: list[float] = []
+    for cycle in range(options.burst_cycles):
+        start = cycle * options.burst_period_s
+        dues += arrivals_between(start, start + options.burst_on_s, rate, rng, options.arrivals)
+    return Schedule(tuple(dues), 0.0, options.burst_cycles * options.burst_period_s)
+
+
+def schedule_for(load: str, capacity: float, options: Options, rng: random.Random) -> Schedule:
+    if load == BURSTY:
+        return bursty(options.burst_fraction * capacity, options, rng)
+    rate = float(load.removesuffix("%")) / 100 * capacity
+    duration_s = max(options.duration_s, options.min_requests / rate)
+    return steady(rate, options.warmup_s, duration_s, rng, options.arrivals)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import uvloop
 
-from batchd.bench.autoscaling.options import HANDLER
-from batchd.bench.autoscaling.results import Calibration, CalibrationRow
+from batchd.bench.autoscaling.analysis import Calibration, CalibrationRow
+from batchd.bench.autoscaling.workload import HANDLER
 from batchd.bench.kit import loadgen
 from batchd.bench.kit.formatting import number
 from batchd.bench.kit.stats import mean, percentile

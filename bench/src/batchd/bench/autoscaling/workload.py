@@ -1,143 +1,101 @@
-"""One subject through the load step in a fresh release of the chart on the test cluster, sampled
-as it goes; then every repeat of both subjects, taking turns."""
+"""What the autoscaling benchmark runs: the load step, its options, the subjects and their
+manifests."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
-import aiohttp
+from batchd.testing.manifests import manifest
 
-from batchd.api.pod import REPLICA_PORT
-from batchd.bench.autoscaling.analysis import Sample, analyse
-from batchd.bench.autoscaling.options import START_TIMEOUT_S, SUBJECTS, Options, subject_manifest
-from batchd.bench.autoscaling.results import StepResult, SubjectRun
-from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.repeats import rotated
-from batchd.testing.kubernetes import handlers
-from batchd.testing.kubernetes.controlplane import ControlPlane
-from batchd.testing.kubernetes.node import Node
-from batchd.testing.kubernetes.release import Release, installed
-from batchd.testing.traffic import Traffic
-from batchd.testing.waiting import eventually
-
-logger = logging.getLogger("batchd.bench.autoscaling")
-
-LOAD_TIMEOUT = aiohttp.ClientTimeout(total=1.0)
-
-
-async def _load_of(session: aiohttp.ClientSession, url: str) -> tuple[int, int] | None:
-    try:
-        async with session.get(f"{url}/load", timeout=LOAD_TIMEOUT) as response:
-            body = await response.json()
-        return int(body["queued_items"]), int(body["running_items"])
-    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
-        return None  # a replica that is going away; it holds nothing the others must serve
+HANDLER = "batchd.testing.batch_handlers:SlowAdder"
+SUBJECTS = ("autoscaled", "fixed")
+START_TIMEOUT_S = 120.0  # a replica's first start on a busy machine
 
 
 @dataclass(frozen=True)
-class Cluster:
-    """Where the subjects run: a control plane and its node (with batchd's images)."""
+class Step:
+    """The traffic: `low_rps` for `before_s`, `high_rps` for `step_s`, `low_rps` for `after_s`."""
 
-    control_plane: ControlPlane
-    node: Node
+    low_rps: float
+    high_rps: float
+    before_s: float
+    step_s: float
+    after_s: float
 
+    @property
+    def start_s(self) -> float:
+        return self.before_s
 
-def _desired(release: Release, name: str) -> int:
-    deployment = release.get("deployment", name) or {}
-    return int(deployment.get("spec", {}).get("replicas", 0))
+    @property
+    def end_s(self) -> float:
+        return self.before_s + self.step_s
 
+    @property
+    def duration_s(self) -> float:
+        return self.before_s + self.step_s + self.after_s
 
-async def _sampler(
-    release: Release, name: str, started: float, options: Options, samples: list[Sample]
-) -> None:
-    """One sample every `sample_s` from the traffic's start until it ends (or this is cancelled)."""
-    async with aiohttp.ClientSession() as session:
-        for index in range(int(options.step.duration_s / options.sample_s) + 1):
-            await asyncio.sleep(max(0.0, started + index * options.sample_s - time.monotonic()))
-            t = time.monotonic() - started
-            pods = await asyncio.to_thread(release.pods, name, ready=True)
-            urls = [f"http://{pod['status']['podIP']}:{REPLICA_PORT}" for pod in pods]
-            loads = [load for load in await asyncio.gather(*(_load_of(session, url) for url in urls)) if load]
-            desired = await asyncio.to_thread(_desired, release, name)
-            samples.append(Sample(t, desired, len(pods), sum(q for q, _ in loads), sum(r for _, r in loads)))
+    def rate(self, elapsed_s: float) -> float:
+        return self.high_rps if self.start_s <= elapsed_s < self.end_s else self.low_rps
 
 
-async def run_subject(
-    subject: str, options: Options, cluster: Cluster, workdir: Path, repeat: int
-) -> SubjectRun:
-    """One subject through the whole step in a fresh release of the chart (its router off: the
-    load goes to the subject's own Service), with the operator on the chart's ServiceAccount."""
-    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
-    env = {
-        "BATCHD_REPLICA_POLL_INTERVAL_S": str(options.poll_s),
-        "BATCHD_DRAIN_DELAY_S": str(options.drain_delay_s),
+@dataclass(frozen=True)
+class Options:
+    repeats: int = 3
+    max_batch_size: int = 8
+    batch_s: float = 0.1  # SlowAdder's hold per batch: 8 / 0.1 = 80 items/s per replica
+    batch_wait_s: float = 0.02
+    max_queued: int = 1024  # the spec's default: what a user gets
+    min_replicas: int = 1
+    max_replicas: int = 6  # 6 x 80 = 480 items/s: room above the 320 of the step
+    upscale_delay_s: float = 2.0
+    downscale_delay_s: float = 10.0
+    poll_s: float = 0.5  # the operator's replica_poll_interval_s (its default is 5 s)
+    drain_delay_s: int = 1  # the preStop sleep (default 5 s): endpoints drop a pod first
+    step: Step = Step(low_rps=20, high_rps=320, before_s=10, step_s=40, after_s=20)
+    sample_s: float = 0.5
+    window_s: float = 2.0  # the sliding window of the p99
+    carry_factor: float = 2.0  # "carried": windowed p99 under this x the idle p99
+    # `calibrate`: seconds at each rate (after a warm-up), and how many of the shapes it measures.
+    calibration_s: float = 20.0
+    calibration_warmup_s: float = 3.0
+    calibration_shapes: int = 2
+
+    @property
+    def capacity_rps(self) -> float:
+        """What one replica serves at most: full batches back to back."""
+        return self.max_batch_size / self.batch_s
+
+    @property
+    def target_ongoing_items(self) -> int:
+        """The autoscaler's default aim: one batch per batch slot (one slot here)."""
+        return self.max_batch_size
+
+
+QUICK = Options(
+    repeats=1,
+    upscale_delay_s=1.0,
+    downscale_delay_s=3.0,
+    step=Step(low_rps=20, high_rps=320, before_s=2, step_s=10, after_s=4),
+    calibration_s=2.0,
+    calibration_warmup_s=1.0,
+    calibration_shapes=1,  # the first shape only: every step of the calibration, once
+)
+
+
+def subject_manifest(subject: str, options: Options) -> dict[str, Any]:
+    model = {"handler": HANDLER, "init_kwargs": {"delay_s": options.batch_s}}
+    batching = {
+        "max_batch_size": options.max_batch_size,
+        "batch_wait_timeout_s": options.batch_wait_s,
+        "max_queued_requests": options.max_queued,
     }
-    samples: list[Sample] = []
-    with (
-        installed(cluster.control_plane, workdir, {"router": {"enabled": False}}) as release,
-        release.operator(workdir / "operator.log", env),
-    ):
-        document = subject_manifest(subject, options)
-        document["spec"].update(handlers.pod_spec())  # the SlowAdder, from a ConfigMap
-        release.apply(handlers.config_map(), document)
-
-        await asyncio.to_thread(
-            eventually,
-            lambda: len(release.pods(subject, ready=True)) == 1,
-            timeout_s=START_TIMEOUT_S,
-            what=f"{subject}: one ready replica",
-        )
-        if subject == "autoscaled":  # the operator has read the replica: the autoscaler is watching
-            await asyncio.to_thread(
-                eventually,
-                lambda: ((release.get("bd", subject) or {}).get("status") or {}).get("autoscaling"),
-                timeout_s=30,
-                what=f"{subject}: the operator reading the replica's load",
-            )
-
-        url = release.service_url(subject, REPLICA_PORT)  # kube-proxy spreads it
-        path = f"/v1/models/{subject}:predict"
-        await asyncio.to_thread(release.first_answer, url + path, {"instances": [1]})
-        traffic = Traffic(lambda: [url], path, b'{"instances": [1]}', options.step.rate)
-        started = time.monotonic()
-        sending = asyncio.create_task(traffic.run(options.step.duration_s))
-        sampling = asyncio.create_task(_sampler(release, subject, started, options, samples))
-        try:
-            outcomes = await sending
-        finally:
-            sampling.cancel()
-            await asyncio.gather(sampling, return_exceptions=True)
-            if not sending.done():
-                traffic.stop()
-                await asyncio.gather(sending, return_exceptions=True)
-        scale_events: list[dict[str, str | None]] = [
-            {"reason": reason, "message": message}
-            for reason in ("ScaledUp", "ScaledDown")
-            for message in release.events(reason, about=subject)
-        ]
-    return analyse(subject, options, samples, outcomes, scale_events, repeat)
-
-
-async def run_step(options: Options, cluster: Cluster, workdir: Path, record: RunRecord) -> StepResult:
-    runs: dict[str, list[SubjectRun]] = {subject: [] for subject in SUBJECTS}
-    for repeat in range(options.repeats):
-        order = rotated(SUBJECTS, repeat)
-        for subject in order:
-            logger.info("repeat %d/%d: %s", repeat + 1, options.repeats, subject)
-            run = await run_subject(subject, options, cluster, workdir / f"{subject}-{repeat}", repeat)
-            figures = run.figures
-            logger.info(
-                "  %s: p99 in step %.0f ms, 503s %d, unanswered %d, peak ready %d, carried after %s s",
-                subject,
-                figures.step_p99_ms,
-                figures.refused_503_in_step,
-                figures.unanswered,
-                figures.peak_ready,
-                figures.carried_s,
-            )
-            runs[subject].append(run)
-    return StepResult(record, options, runs)
+    if subject == "fixed":
+        return manifest(subject, model, batching=batching, num_replicas=1)
+    autoscaling = {
+        "min_replicas": options.min_replicas,
+        "max_replicas": options.max_replicas,
+        "upscale_delay_s": options.upscale_delay_s,
+        "downscale_delay_s": options.downscale_delay_s,
+    }
+    return manifest(subject, model, batching=batching, num_replicas=1, autoscaling=autoscaling)

@@ -19,7 +19,7 @@ from batchd.bench.generation.workload import (
     MODES,
     NEW_TOKENS,
     Job,
-    ModelSetup,
+    Options,
     Outcome,
     prompts,
     workload,
@@ -87,11 +87,10 @@ def replica_manifest(name: str, model_dir: Path, mode: str, device: str = "cpu")
     return manifest(name, model, batching=batching)
 
 
-def run_model(
-    key: str, setup: ModelSetup, repeats: int, workdir: Path, threads: int, device: str = "cpu"
-) -> ModelResult:
+def run_model(key: str, options: Options, workdir: Path) -> ModelResult:
     from transformers import AutoTokenizer
 
+    setup, repeats, threads, device = options.setups[key], options.repeats, options.threads, options.device
     model_dir = workdir / f"gpt2-{key}"
     if not (model_dir / "config.json").exists():
         build_gpt2(model_dir, **setup.config)

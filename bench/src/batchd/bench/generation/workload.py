@@ -4,7 +4,8 @@ arriving open loop."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from batchd.bench.kit.arrivals import poisson
@@ -41,10 +42,26 @@ MODELS: dict[str, ModelSetup] = {
         30,
     ),
 }
-QUICK: dict[str, ModelSetup] = {
-    "tiny": ModelSetup(MODELS["tiny"].title, MODELS["tiny"].config, (4, 16), 4),
-    "larger": ModelSetup(MODELS["larger"].title, MODELS["larger"].config, (1,), 6),
-}
+
+
+@dataclass(frozen=True)
+class Options:
+    models: tuple[str, ...] = tuple(MODELS)
+    repeats: int = 3  # interleaved
+    # Torch threads of both replicas (OMP_NUM_THREADS): on 2 shared cores, one intra-op thread beside
+    # the load generator was faster for both modes.
+    threads: int = 1
+    device: str = "cpu"  # where both replicas run the model
+    setups: Mapping[str, ModelSetup] = field(default_factory=lambda: MODELS)
+
+
+QUICK = Options(
+    repeats=1,
+    setups={
+        "tiny": ModelSetup(MODELS["tiny"].title, MODELS["tiny"].config, (4, 16), 4),
+        "larger": ModelSetup(MODELS["larger"].title, MODELS["larger"].config, (1,), 6),
+    },
+)
 
 
 @dataclass(frozen=True)

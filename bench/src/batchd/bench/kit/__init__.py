@@ -1,10 +1,11 @@
 """What every benchmark is built from: nothing here knows about any one benchmark.
 
-`loadgen` drives any HTTP endpoint (closed and open loops over keep-alive connections), `stats`
-summarises what it saw, `promtext` reads a server's `/metrics`, `procstat` a process's CPU and
-memory, `records` writes where, when and how a run went, `formatting` and `charts` turn figures
-into the text and pictures of a report. The servers a benchmark starts, the models they serve and
-their manifests come from the test support (`batchd.testing.servers`, `models`, `manifests`).
+`command` is every benchmark's command line and what it writes, `loadgen` drives any HTTP
+endpoint (closed and open loops over keep-alive connections), `stats` summarises what it saw,
+`promtext` reads a server's `/metrics`, `procstat` a process's CPU and memory, `records` writes
+where, when and how a run went, `formatting` and `charts` turn figures into the text and pictures
+of a report. The servers a benchmark starts, the models they serve and their manifests come from
+the test support (`batchd.testing.servers`, `models`, `manifests`).
 """
 
 from pathlib import Path

@@ -7,6 +7,7 @@ a null float as NaN again, so that a report can be rendered again from its .json
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -106,6 +107,25 @@ def _read(kind: Any, data: Any) -> Any:
     if kind is float:
         return math.nan if data is None else float(data)
     return data
+
+
+def read_sections(kind: type[T], path: Path) -> T:
+    """`path` as written before, of a `kind` whose every field is a part measured on its own (None
+    when not measured): each part read alone, one it cannot read (an older shape) left out, and
+    no file read as no part."""
+    data = json.loads(path.read_text()) if path.exists() else {}
+    hints = typing.get_type_hints(kind)
+    parts = {}
+    for field in dataclasses.fields(kind):  # type: ignore[arg-type]
+        with contextlib.suppress(TypeError, KeyError, ValueError, AttributeError):
+            parts[field.name] = _read(hints[field.name], data[field.name])
+    return kind(**parts)
+
+
+def newer(new: T, before: T) -> T:
+    """The parts `new` measured, and `before`'s others: parts run apart report together."""
+    measured = {field.name: getattr(new, field.name) for field in dataclasses.fields(new)}  # type: ignore[arg-type]
+    return dataclasses.replace(before, **{name: part for name, part in measured.items() if part is not None})  # type: ignore[type-var]
 
 
 def write_json(path: Path, data: Any) -> None:

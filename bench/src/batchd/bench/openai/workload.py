@@ -67,9 +67,21 @@ EMBEDDINGS = Setup(clients=(1, 8, 32, 64), duration_s=6.0, warmup_s=1.0)
 # Clients on each route, both routes at once: 16 streams in all at most, the replica's rows
 # (CHAT_BATCHING), so that no stream waits for a row and a first token is a prefill's time.
 STREAMING = Setup(clients=(1, 4, 8), duration_s=10.0, warmup_s=1.0)
+PARTS = ("embeddings", "streaming")
+
+
+@dataclass(frozen=True)
+class Options:
+    parts: tuple[str, ...] = PARTS
+    repeats: int = 5  # both routes at once in each
+    threads: int = 1  # torch threads per replica (OMP_NUM_THREADS), as the other benchmarks
+    embeddings: Setup = EMBEDDINGS
+    streaming: Setup = STREAMING
+
+
 # Smoke-sized, yet long enough that each route answers twice in a window (a rate needs two answers)
 # on a starved machine, where one second at one client may hold a single answer.
-QUICK = {"embeddings": Setup((1, 8), 3.0, 0.3), "streaming": Setup((1, 4), 2.0, 0.3)}
+QUICK = Options(repeats=1, embeddings=Setup((1, 8), 3.0, 0.3), streaming=Setup((1, 4), 2.0, 0.3))
 
 
 EMBEDDINGS_MODEL_SPEC = {

@@ -3,76 +3,94 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from batchd.bench import operator_bench
-from batchd.bench.kit import cli, records
-from batchd.bench.kit.records import RunRecord
+from batchd.bench.kit.command import Benchmark, Flag, Run, main
 from batchd.bench.operator_bench.convergence import measure_convergence
 from batchd.bench.operator_bench.polling import DEFAULT_POLL_S, run_autoscaling
-from batchd.bench.operator_bench.report import report_lines, to_markdown
+from batchd.bench.operator_bench.report import to_markdown
 from batchd.bench.operator_bench.results import OperatorResult
 from batchd.testing.kubernetes.release import installed
 from batchd.testing.kubernetes.started import benchmark_control_plane
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = cli.parser("batchd.bench.operator_bench", operator_bench.__doc__)
-    parser.add_argument("--repeats", type=int, default=20, help="single creates timed one after another")
-    parser.add_argument("--resources", type=int, default=500, help="resources created at once to converge")
-    parser.add_argument(
-        "--autoscaled", type=int, default=500, help="autoscaled resources whose replicas are polled; 0 = skip"
-    )
-    parser.add_argument("--replicas-per", type=int, default=4, help="replicas of each autoscaled resource")
-    parser.add_argument("--steady-s", type=float, default=60, help="seconds of autoscaling steady state")
-    parser.add_argument("--window-s", type=float, default=10, help="CPU is measured in windows this long")
-    parser.add_argument(
-        "--poll-interval-s",
-        type=float,
-        default=None,
-        help=f"the operator's replica poll interval (default: its own, {DEFAULT_POLL_S:g} s)",
-    )
-    cli.add_output(parser)
-    parser.add_argument(
-        "--log",
-        type=Path,
-        default=Path(tempfile.gettempdir()) / "batchd-operator-bench.log",
-        help="where the operator's own log goes",
-    )
-    args = parser.parse_args(argv)
+@dataclass(frozen=True)
+class Options:
+    repeats: int = 20  # single creates timed one after another
+    resources: int = 500  # created at once, to converge
+    autoscaled: int = 500  # autoscaled resources whose replicas are polled; 0 skips that part
+    replicas_per: int = 4
+    steady_s: float = 60.0  # of autoscaling steady state
+    window_s: float = 10.0  # CPU is measured in windows this long
+    poll_interval_s: float | None = None  # the operator's replica poll interval; None: its own
+    log: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "batchd-operator-bench.log")
+
+
+QUICK = Options(repeats=2, resources=5, autoscaled=5, steady_s=4.0, window_s=1.0, poll_interval_s=0.5)
+
+
+def measure(run: Run[Options]) -> OperatorResult:
+    options = run.options
     with (
-        tempfile.TemporaryDirectory(prefix="batchd-operator-bench-") as workdir,
-        benchmark_control_plane(Path(workdir) / "control-plane") as cluster,
+        benchmark_control_plane(run.workdir / "control-plane") as cluster,
         # The chart without its router: the operator's RBAC and environment, run as a process here.
-        installed(cluster, Path(workdir), {"router": {"enabled": False}}) as release,
+        installed(cluster, run.workdir, {"router": {"enabled": False}}) as release,
     ):
-        convergence = asyncio.run(measure_convergence(release, args.repeats, args.resources, args.log))
-        polling = (
-            asyncio.run(
+        convergence = asyncio.run(
+            measure_convergence(release, options.repeats, options.resources, options.log)
+        )
+        polling = None
+        if options.autoscaled:
+            polling = asyncio.run(
                 run_autoscaling(
                     release,
-                    args.autoscaled,
-                    args.replicas_per,
-                    args.steady_s,
-                    args.window_s,
-                    args.poll_interval_s,
-                    args.log,
+                    options.autoscaled,
+                    options.replicas_per,
+                    options.steady_s,
+                    options.window_s,
+                    options.poll_interval_s,
+                    options.log,
                 )
             )
-            if args.autoscaled
-            else None
-        )
-    result = OperatorResult(RunRecord.now("batchd.bench.operator_bench", argv), convergence, polling)
-    for line in report_lines(result):
-        print(line)
-    records.publish(args.output_dir, "operator", result, to_markdown(result))
-    if polling and polling.replicas_polled < polling.replicas:
-        return cli.exit_status(f"only {polling.replicas_polled} of {polling.replicas} replicas were polled")
-    return 0
+    return OperatorResult(run.record, convergence, polling)
 
+
+def failure(result: OperatorResult) -> str | None:
+    polling = result.autoscaling
+    if polling and polling.replicas_polled < polling.replicas:
+        return f"only {polling.replicas_polled} of {polling.replicas} replicas were polled"
+    return None
+
+
+BENCHMARK = Benchmark(
+    module="batchd.bench.operator_bench",
+    doc=operator_bench.__doc__,
+    stem="operator",
+    defaults=Options(),
+    quick=QUICK,
+    flags={
+        "repeats": Flag("single creates timed one after another", minimum=1),
+        "resources": Flag("resources created at once to converge", minimum=1),
+        "autoscaled": Flag("autoscaled resources whose replicas are polled; 0 skips it", minimum=0),
+        "replicas_per": Flag("replicas of each autoscaled resource", minimum=1),
+        "steady_s": Flag("seconds of autoscaling steady state", above=0),
+        "window_s": Flag("CPU is measured in windows this long", above=0),
+        "poll_interval_s": Flag(
+            f"the operator's replica poll interval (its own: {DEFAULT_POLL_S:g} s)", above=0
+        ),
+        "log": Flag("where the operator's own log goes"),
+    },
+    measure=measure,
+    markdown=to_markdown,
+    results=OperatorResult,
+    failure=failure,
+    log_level=logging.WARNING,
+)
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main(BENCHMARK))

@@ -1,6 +1,6 @@
 """Overload: an open loop at ten times what a replica can serve, and what the replica promises then.
 
-    python -m batchd.bench.overload [--duration 60] [--times 10]
+    python -m batchd.bench.overload [--duration-s 60] [--times 10]
 
 One real replica (`batchd serve`) whose every batch holds the model for a fixed time, so its
 capacity is known: max_batch_size / BATCH_S items a second. Its queue holds about one second of

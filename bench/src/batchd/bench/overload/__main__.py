@@ -3,32 +3,41 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
-import tempfile
-from pathlib import Path
 
 from batchd.bench import overload
-from batchd.bench.kit import cli, records
+from batchd.bench.kit.command import Benchmark, Flag, Run, main
+from batchd.bench.overload import workload
 from batchd.bench.overload.report import markdown, verdicts
-from batchd.bench.overload.workload import run
+from batchd.bench.overload.workload import QUICK, Options, Overload
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = cli.parser("batchd.bench.overload", overload.__doc__)
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds of overload (default 60)")
-    parser.add_argument(
-        "--times", type=float, default=10.0, help="load as a multiple of capacity (default 10)"
-    )
-    cli.add_output(parser)
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="batchd-overload-") as workdir:
-        report = asyncio.run(run(args.duration, args.times, Path(workdir)))
-    text = markdown(report)
-    print(text)
-    meta = records.run_meta("batchd.bench.overload", sys.argv[1:] if argv is None else argv)
-    records.publish(args.output_dir, "overload", {"meta": meta, **records.to_json(report)}, text)
-    return 0 if all(verdicts(report).values()) else 1
+def measure(run: Run[Options]) -> Overload:
+    measured = asyncio.run(workload.run(run.options.duration_s, run.options.times, run.workdir))
+    return dataclasses.replace(measured, meta=run.record)
 
+
+def failure(measured: Overload) -> str | None:
+    missed = [promise for promise, kept in verdicts(measured).items() if not kept]
+    return f"promises not kept: {'; '.join(missed)}" if missed else None
+
+
+BENCHMARK = Benchmark(
+    module="batchd.bench.overload",
+    doc=overload.__doc__,
+    stem="overload",
+    defaults=Options(),
+    quick=QUICK,
+    flags={
+        "duration_s": Flag("seconds of overload", above=0),
+        "times": Flag("the load, as a multiple of capacity", above=0),
+    },
+    measure=measure,
+    markdown=markdown,
+    results=Overload,
+    failure=failure,
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(BENCHMARK))

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from batchd.bench.kit import procstat
+from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.stats import p99_ms
 from batchd.testing import servers
 from batchd.testing.manifests import manifest
@@ -63,6 +64,16 @@ class Overload:
     rss_growth: float  # max / min - 1
     recovery_s: float  # from the end of the load until a request is answered 200 within a second
     p99_served_ms: float
+    meta: RunRecord | None = None  # how it was run
+
+
+@dataclass(frozen=True)
+class Options:
+    duration_s: float = 60.0  # of overload
+    times: float = 10.0  # the load, as a multiple of capacity
+
+
+QUICK = Options(duration_s=10.0)
 
 
 async def run(duration_s: float, times: float, workdir: Path) -> Overload:

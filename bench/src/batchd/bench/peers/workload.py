@@ -26,9 +26,8 @@ from batchd.bench.kit import CHECKOUT, loadgen, processtree
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.stats import percentile
 from batchd.bench.peers import venvs
-from batchd.bench.peers.catalog import MODELS, PEERS, Model, Peer, batchd_manifest
-from batchd.bench.peers.options import Options
-from batchd.bench.peers.results import CeilingRun, PeerInfo, Run
+from batchd.bench.peers.analysis import CeilingRun, PeerInfo, Run
+from batchd.bench.peers.catalog import MODELS, PEERS, Model, Options, Peer, batchd_manifest
 from batchd.bench.peers.servers import models
 from batchd.testing.models import build_gpt2, minilm_mirror
 from batchd.testing.servers import ServerFailed, ServerProcess, free_port, write_manifest

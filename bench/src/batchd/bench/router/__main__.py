@@ -4,115 +4,103 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import sys
-import tempfile
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 from batchd.bench import router
-from batchd.bench.kit import cli
-from batchd.bench.kit.records import RunRecord
+from batchd.bench.kit import records
+from batchd.bench.kit.command import Benchmark, Flag, Run, main
+from batchd.bench.router.analysis import Results
 from batchd.bench.router.bound import run_bound
-from batchd.bench.router.chart import draw_keepalive, draw_zero
 from batchd.bench.router.clients import run_clients
 from batchd.bench.router.cost import run_cost
 from batchd.bench.router.keepalive import run_keepalive
-from batchd.bench.router.options import (
-    OPERATOR_POLL_S,
-    QUICK_BOUND,
-    QUICK_CLIENTS,
-    QUICK_COST,
-    QUICK_KEEPALIVE,
-    QUICK_ZERO,
-    BoundOptions,
-    ClientsOptions,
-    CostOptions,
-    KeepaliveOptions,
-    ZeroOptions,
-)
-from batchd.bench.router.report import to_markdown, write_results
-from batchd.bench.router.results import Results
+from batchd.bench.router.options import OPERATOR_POLL_S, PARTS, QUICK, Options
+from batchd.bench.router.report import draw_keepalive, draw_zero, to_markdown
 from batchd.bench.router.zero import run_zero
 from batchd.testing.kubernetes.started import benchmark_control_plane
 
-PARTS = ("keepalive", "cost", "zero", "clients", "bound")
-MODULE = "batchd.bench.router"
+STEM = "router"
+ROUTED_PARTS = {"keepalive", "cost", "zero"}  # the parts whose router reads a real API server
+PartT = TypeVar("PartT")
 
 
-ROUTED_PARTS = {"keepalive", "cost", "zero"}
+def given(part: PartT, options: Options) -> PartT:
+    """A part's options with what the command line gave for every part."""
+    changes: dict[str, Any] = {}
+    for name in ("repeats", "poll_s"):
+        value = getattr(options, name)
+        if value is not None and hasattr(part, name):
+            changes[name] = value
+    return dataclasses.replace(part, **changes)  # type: ignore[type-var]
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = cli.parser(MODULE, router.__doc__)
-    parser.add_argument("parts", nargs="*", help=f"which parts: {', '.join(PARTS)} (default: all)")
-    parser.add_argument("--quick", action="store_true", help="smoke-sized: short runs, one repeat")
-    parser.add_argument("--repeats", type=int, default=None, help="repeats of every part")
-    parser.add_argument(
-        "--poll-s",
-        type=float,
-        default=None,
-        help=f"zero: how often the stand-in reads GET /held ({OPERATOR_POLL_S:g}, the operator's default)",
-    )
-    cli.add_output(parser, workdir_help="keep logs here")
-    args = parser.parse_args(argv)
-    cli.refuse_below_one(parser, args, "repeats")
-    if args.poll_s is not None and not args.poll_s > 0:
-        parser.error(f"--poll-s: expected a positive number of seconds, got {args.poll_s}")
-    for part in args.parts:
-        if part not in PARTS:
-            parser.error(f"part: expected one of {', '.join(PARTS)}, got {part!r}")
-    return args
-
-
-async def _run(args: argparse.Namespace, argv: Sequence[str], workdir: Path) -> Results:
-    meta = RunRecord.now(MODULE, argv)
-    parts = args.parts or PARTS
-    keepalive = cost = zero = None
+async def _measure(run: Run[Options]) -> Results:
+    parts, options, workdir, meta = run.args.parts or PARTS, run.options, run.workdir, run.record
+    new: dict[str, object] = {}
     if ROUTED_PARTS & set(parts):
-        # The parts with a router read their deployment and replicas from a real API server.
         with benchmark_control_plane(workdir / "control-plane") as cluster:
             if "keepalive" in parts:
-                options = cli.overridden(
-                    QUICK_KEEPALIVE if args.quick else KeepaliveOptions(), args, "repeats"
+                new["keepalive"] = await run_keepalive(
+                    given(options.keepalive, options), cluster, workdir, meta
                 )
-                keepalive = await run_keepalive(options, cluster, workdir, meta)
             if "cost" in parts:
-                cost_options = cli.overridden(QUICK_COST if args.quick else CostOptions(), args, "repeats")
-                cost = await run_cost(cost_options, cluster, workdir, meta)
+                new["cost"] = await run_cost(given(options.cost, options), cluster, workdir, meta)
             if "zero" in parts:
-                zero_options = cli.overridden(
-                    QUICK_ZERO if args.quick else ZeroOptions(), args, "repeats", "poll_s"
-                )
-                zero = await run_zero(zero_options, cluster, workdir, meta)
-    clients = None
+                new["zero"] = await run_zero(given(options.zero, options), cluster, workdir, meta)
     if "clients" in parts:
-        clients_options = cli.overridden(QUICK_CLIENTS if args.quick else ClientsOptions(), args, "repeats")
-        clients = await run_clients(clients_options, workdir, meta)
-    bound = None
+        new["clients"] = await run_clients(given(options.clients, options), workdir, meta)
     if "bound" in parts:
-        bound_options = cli.overridden(QUICK_BOUND if args.quick else BoundOptions(), args, "repeats")
-        bound = await run_bound(bound_options, workdir, meta)
-    return Results(keepalive, cost, zero, clients, bound)
+        new["bound"] = await run_bound(given(options.bound, options), workdir, meta)
+    before = records.read_sections(Results, run.output_dir / f"{STEM}.json")
+    return records.newer(Results(**new), before)  # type: ignore[arg-type]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    with tempfile.TemporaryDirectory(prefix="batchd-router-bench-") as temporary:
-        workdir = args.workdir or Path(temporary)
-        workdir.mkdir(parents=True, exist_ok=True)
-        new = asyncio.run(_run(args, argv, workdir))
-    results = write_results(args.output_dir, new)
-    if new.keepalive is not None:
-        draw_keepalive(new.keepalive, args.output_dir / "router-keepalive.png")
-    if new.zero is not None:
-        draw_zero(new.zero, args.output_dir / "router-zero.png")
-    print(to_markdown(results))
-    print(f"results: {args.output_dir / 'router.json'}, .md and .png")
-    return 0
+def measure(run: Run[Options]) -> Results:
+    return asyncio.run(_measure(run))
 
+
+def chart(results: Results, path: Path) -> None:
+    """A chart per part that has one, beside `path`: router-keepalive.png and router-zero.png."""
+    if results.keepalive is not None:
+        draw_keepalive(results.keepalive, path.with_name(f"{STEM}-keepalive.png"))
+    if results.zero is not None:
+        draw_zero(results.zero, path.with_name(f"{STEM}-zero.png"))
+
+
+def parts_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("parts", nargs="*", help=f"which parts: {', '.join(PARTS)} (default: all)")
+
+
+def check(args: argparse.Namespace) -> str | None:
+    unknown = [part for part in args.parts if part not in PARTS]
+    return f"part: expected one of {', '.join(PARTS)}, got {unknown[0]!r}" if unknown else None
+
+
+BENCHMARK = Benchmark(
+    module="batchd.bench.router",
+    doc=router.__doc__,
+    stem=STEM,
+    defaults=Options(),
+    quick=QUICK,
+    flags={
+        "repeats": Flag("repeats of every part", minimum=1),
+        "poll_s": Flag(
+            f"zero: how often the stand-in reads GET /held (the operator's: {OPERATOR_POLL_S:g})", above=0
+        ),
+    },
+    measure=measure,
+    markdown=to_markdown,
+    results=Results,
+    chart=chart,
+    extra_arguments=parts_argument,
+    check=check,
+    workdir_help="keep logs here",
+    log_level=logging.WARNING,
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(BENCHMARK))

@@ -15,8 +15,8 @@ from batchd.bench.kit.handlers import TrivialAdder
 from batchd.bench.kit.loadgen import Request, closed_loop
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
+from batchd.bench.router.analysis import BoundResult, BoundRound
 from batchd.bench.router.options import BoundOptions
-from batchd.bench.router.results import BoundResult, BoundRound
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import running, start_replica, write_manifest
 

@@ -20,9 +20,9 @@ import httptools
 
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
+from batchd.bench.router.analysis import ClientRound, ClientsResult
 from batchd.bench.router.cost import BODY, PATH, listening, start_adder
 from batchd.bench.router.options import ClientsOptions
-from batchd.bench.router.results import ClientRound, ClientsResult
 from batchd.testing.servers import ServerProcess
 from batchd.testing.waiting import eventually_async
 

@@ -14,8 +14,8 @@ from batchd.bench.kit.loadgen import Request, closed_loop
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.stats import percentile
+from batchd.bench.router.analysis import CostResult, CostRound
 from batchd.bench.router.options import CostOptions
-from batchd.bench.router.results import CostResult, CostRound
 from batchd.bench.router.standin import routed
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.servers import ServerProcess, start_process

@@ -16,6 +16,9 @@ from batchd.bench.kit.promtext import parse_counter
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.router.analysis import (
+    KeepaliveResult,
+    SteadyRun,
+    StepRun,
     latency_ms,
     lost,
     overall_shares,
@@ -32,7 +35,6 @@ from batchd.bench.router.options import (
     SLOW_PATH,
     KeepaliveOptions,
 )
-from batchd.bench.router.results import KeepaliveResult, SteadyRun, StepRun
 from batchd.bench.router.standin import routed
 from batchd.bench.router.traffic import keepalive_load
 from batchd.testing import servers

@@ -71,11 +71,30 @@ class BoundOptions:
     connections: int = 32  # keep-alive clients
 
 
-QUICK_KEEPALIVE = KeepaliveOptions(repeats=1, step_s=6.0, steady_s=4.0, warmup_s=1.0)
-QUICK_COST = CostOptions(repeats=1, seconds=1.0)
-QUICK_ZERO = ZeroOptions(repeats=1, seconds=4.0, poll_s=0.5)
-QUICK_CLIENTS = ClientsOptions(repeats=1, requests=500)
+PARTS = ("keepalive", "cost", "zero", "clients", "bound")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every part's sizes; `repeats` and `poll_s`, when given, replace the parts' own."""
+
+    repeats: int | None = None
+    poll_s: float | None = None  # zero: how often the stand-in for the operator reads GET /held
+    keepalive: KeepaliveOptions = KeepaliveOptions()
+    cost: CostOptions = CostOptions()
+    zero: ZeroOptions = ZeroOptions()
+    clients: ClientsOptions = ClientsOptions()
+    bound: BoundOptions = BoundOptions()
+
+
 QUICK_BOUND = BoundOptions(repeats=1, seconds=1.0, connections=8)
+QUICK = Options(
+    keepalive=KeepaliveOptions(repeats=1, step_s=6.0, steady_s=4.0, warmup_s=1.0),
+    cost=CostOptions(repeats=1, seconds=1.0),
+    zero=ZeroOptions(repeats=1, seconds=4.0, poll_s=0.5),
+    clients=ClientsOptions(repeats=1, requests=500),
+    bound=QUICK_BOUND,
+)
 
 # The goals, checked and reported (a run that misses one still writes its figures).
 SETTLE_GOAL_S = 5.0

@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.router.analysis import first_at_least
+from batchd.bench.router.analysis import ZeroResult, ZeroRun, first_at_least
 from batchd.bench.router.options import ZeroOptions
-from batchd.bench.router.results import ZeroResult, ZeroRun
 from batchd.bench.router.standin import Routed, routed
 from batchd.bench.router.traffic import keepalive_load
 from batchd.testing import servers

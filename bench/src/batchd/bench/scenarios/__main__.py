@@ -2,7 +2,7 @@
 
     python -m batchd.bench                       # every scenario, 3 repeats (about 10 minutes)
     python -m batchd.bench --quick               # smoke-sized: one load, one repeat, short runs
-    python -m batchd.bench --scenario minilm --repeats 5
+    python -m batchd.bench --scenarios minilm --repeats 5
 
 Results go to bench/results/latest.json and latest.md (or --output-dir). The exit status is
 non-zero when a scenario could not be measured (a server failed to start, a request errored
@@ -11,17 +11,14 @@ in every run); missed performance targets are reported, not failed on.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import platform
 import sys
-import tempfile
-from dataclasses import asdict, replace
-from pathlib import Path
 
-from batchd.bench.kit import cli, records
+from batchd.bench.kit.command import Benchmark, Flag, Run, main
 from batchd.bench.scenarios import analysis, catalog, harness, report
 from batchd.bench.scenarios.results import BenchRecord, BenchResult, ScenarioResult
 
@@ -36,76 +33,53 @@ def versions() -> dict[str, str]:
     return found
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = cli.parser("batchd.bench", __doc__)
-    parser.add_argument("--quick", action="store_true", help="smoke-sized run (seconds, not minutes)")
-    parser.add_argument(
-        "--scenario",
-        action="append",
-        choices=sorted(catalog.all_scenarios()),
-        help="run only this scenario (repeatable); default: all",
-    )
-    parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats per point (default 3)")
-    parser.add_argument("--duration-s", type=float, default=None, help="seconds per load run (default 3)")
-    parser.add_argument("--concurrency", type=int, action="append", help="closed-loop clients (repeatable)")
-    cli.add_output(parser, workdir_help="keep manifests, models and logs here")
-    args = parser.parse_args(argv)
-    cli.refuse_below_one(parser, args, "repeats")
-    return args
-
-
-def options_from(args: argparse.Namespace) -> harness.Options:
-    chosen = tuple(args.scenario or ("trivial", "minilm", "gpt2"))
-    if args.quick:
-        base = harness.Options(
-            scenarios=chosen,
-            repeats=1,
-            duration_s=1.0,
-            warmup_s=0.2,
-            concurrencies=(8,),
-            ceiling_duration_s=1.0,
-        )
-    else:
-        base = harness.Options(scenarios=chosen)
-    options = cli.overridden(base, args, "repeats", "duration_s")
-    return replace(options, concurrencies=tuple(args.concurrency)) if args.concurrency else options
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+def measure(run: Run[harness.Options]) -> BenchResult:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    options = options_from(args)
-    every = catalog.all_scenarios()
-    record = records.RunRecord.now("batchd.bench", argv if argv is not None else sys.argv[1:])
+    options, every = run.options, catalog.all_scenarios()
     meta = BenchRecord(
-        **asdict(record),
+        **dataclasses.asdict(run.record),
         versions=versions(),
         repeats=options.repeats,
         duration_s=options.duration_s,
-        options=asdict(options),
+        options=dataclasses.asdict(options),
     )
     measured: dict[str, ScenarioResult] = {}
     failures: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="batchd-bench-") as temporary:
-        workdir = args.workdir or Path(temporary)
-        for name in options.scenarios:
-            try:
-                measured[name] = harness.run_scenario(every[name], options, workdir / name)
-            except Exception as error:  # one broken scenario must not hide the others' numbers
-                logging.exception("scenario %s failed", name)
-                failures[name] = f"{type(error).__name__}: {error}"
-    result = BenchResult(meta, measured, failures, analysis.check_targets(measured))
-    markdown = report.to_markdown(result)
-    if failures:
-        markdown += "\n" + "\n".join(f"- **{n} failed**: {e.splitlines()[0]}" for n, e in failures.items())
-    records.publish(args.output_dir, "latest", result, markdown)
-    print(markdown)
-    print(f"results: {args.output_dir / 'latest.json'} and {args.output_dir / 'latest.md'}")
-    return cli.exit_status(f"scenario(s) failed: {', '.join(failures)}" if failures else None)
+    for name in options.scenarios:
+        try:
+            measured[name] = harness.run_scenario(every[name], options, run.workdir / name)
+        except Exception as error:  # one broken scenario must not hide the others' numbers
+            logging.exception("scenario %s failed", name)
+            failures[name] = f"{type(error).__name__}: {error}"
+    return BenchResult(meta, measured, failures, analysis.check_targets(measured))
 
+
+def failure(result: BenchResult) -> str | None:
+    return f"scenario(s) failed: {', '.join(result.failures)}" if result.failures else None
+
+
+BENCHMARK = Benchmark(
+    module="batchd.bench",
+    doc=__doc__,
+    stem="latest",
+    defaults=harness.Options(),
+    quick=harness.Options(
+        repeats=1, duration_s=1.0, warmup_s=0.2, concurrencies=(8,), ceiling_duration_s=1.0
+    ),
+    flags={
+        "scenarios": Flag("which scenarios", choices=tuple(sorted(catalog.all_scenarios()))),
+        "repeats": Flag("interleaved repeats per point", minimum=1),
+        "duration_s": Flag("seconds per load run", above=0),
+        "concurrencies": Flag("closed-loop clients", minimum=1),
+    },
+    measure=measure,
+    markdown=report.to_markdown,
+    results=BenchResult,
+    failure=failure,
+    workdir_help="keep manifests, models and logs here",
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(BENCHMARK))

@@ -88,4 +88,9 @@ def to_markdown(result: BenchResult) -> str:
         lines.append(
             f"| {check.target} | {number(check.value, 2)} | {number(check.best_runs_value, 2)} | {met} |"
         )
+    if result.failures:
+        lines += [
+            "",
+            *(f"- **{name} failed**: {why.splitlines()[0]}" for name, why in result.failures.items()),
+        ]
     return "\n".join(lines) + "\n"
