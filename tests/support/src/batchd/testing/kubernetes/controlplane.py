@@ -20,14 +20,19 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import httpx
 import yaml
 
 from batchd.api.crd import CRD_NAME, CRD_PATH
 from batchd.testing import ROOT
-from batchd.testing.kubernetes.network import ClusterAddresses, add_cluster_address, remove_cluster_address
+from batchd.testing.kubernetes.network import (
+    ClusterAddresses,
+    add_cluster_address,
+    claim_slot,
+    remove_cluster_address,
+)
 from batchd.testing.kubernetes.pki import CertificateAuthority, Credential, service_account_keys
 from batchd.testing.kubernetes.processes import Process, Started, run
 from batchd.testing.kubernetes.toolchain import Toolchain, toolchain
@@ -88,6 +93,7 @@ class ControlPlane(Started):
         self._audit_read = 0  # bytes of the audit log already parsed into _audit
         self.port = 0
         self.etcd_port = 0
+        self._slot: TextIO | None = None  # held while the cluster has its slot's addresses
 
     # --- the cluster's files -------------------------------------------------------------------
 
@@ -218,6 +224,7 @@ class ControlPlane(Started):
 
     def start(self) -> ControlPlane:
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._slot = claim_slot(self.addresses)
         add_cluster_address(self.addresses)
         self.port, self.etcd_port = free_port(self.address), free_port()
         self._write_credentials()
@@ -287,7 +294,10 @@ class ControlPlane(Started):
         # In the reverse of their start: what uses the API server, the API server, then its store.
         for process in reversed(self.processes.values()):
             process.stop()
-        remove_cluster_address(self.addresses)
+        if self._slot is not None:  # never another run's address, when this one could not claim it
+            remove_cluster_address(self.addresses)
+            self._slot.close()
+            self._slot = None
 
     def install_crds(self) -> None:
         """batchd's CRD, as `kubectl apply -f crds/` applies it, and served before this returns."""

@@ -16,9 +16,14 @@ or this machine's.
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import os
+import tempfile
+import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
 
 from batchd.testing.kubernetes.processes import run
 
@@ -131,6 +136,32 @@ def make_node_network(node: NodeAddresses) -> None:
     run(["ip", "route", "add", str(node.pod_subnet), "via", node.ip])
     if node.index == 0:
         run(["ip", "route", "add", node.cluster.service_cidr, "via", node.ip])
+
+
+class SlotInUse(RuntimeError):
+    """Another process on this machine runs a cluster on the slot asked for."""
+
+
+def claim_slot(cluster: ClusterAddresses) -> TextIO:
+    """This slot's addresses for this process alone, until the file returned is closed. Another
+    test run on the machine that asks for the same slot fails at once, saying who holds it, rather
+    than sharing the addresses and removing them from under the first run when it stops."""
+    handle = (Path(tempfile.gettempdir()) / f"batchd-cluster-slot-{cluster.slot}.lock").open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "a process"
+        handle.close()
+        raise SlotInUse(
+            f"cluster slot {cluster.slot} ({cluster.api}) is in use by another test run on this machine "
+            f"({holder}): run one suite at a time"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}, since {time.strftime('%H:%M:%S')}\n")
+    handle.flush()
+    return handle
 
 
 def add_cluster_address(cluster: ClusterAddresses) -> None:

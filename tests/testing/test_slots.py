@@ -1,0 +1,26 @@
+"""One test run per cluster slot on a machine: a second run asking for a slot in use fails at once,
+naming who holds it, instead of sharing the slot's addresses and removing them from under the first."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from batchd.testing.kubernetes.network import ClusterAddresses, SlotInUse, claim_slot
+
+UNUSED = ClusterAddresses(99)  # no worker or benchmark takes it: this test never meets a real cluster
+
+
+def test_a_slot_held_by_one_run_is_refused_to_another_until_released() -> None:
+    held = claim_slot(UNUSED)
+    try:
+        with pytest.raises(
+            SlotInUse,
+            match=rf"cluster slot 99 \(198\.18\.250\.100\) is in use by another test run on this machine "
+            rf"\(pid {os.getpid()}, since ",
+        ):
+            claim_slot(UNUSED)
+    finally:
+        held.close()
+    claim_slot(UNUSED).close()  # free again once released
