@@ -231,7 +231,8 @@ def test_an_idle_deployment_goes_to_zero_and_a_request_through_the_router_wakes_
 
 
 def batch_sizes(pod: dict[str, Any]) -> tuple[float, float]:
-    metrics = httpx.get(f"http://{pod['status']['podIP']}:8000/metrics", timeout=5).text
+    # Prometheus' own scrape timeout: a replica under load on a starved node may take seconds.
+    metrics = httpx.get(f"http://{pod['status']['podIP']}:8000/metrics", timeout=10).text
     histogram = parse_histogram(metrics, "batchd_batch_size")
     return histogram.count, histogram.sum
 
@@ -240,14 +241,15 @@ def batches_since(replicas: list[dict[str, Any]], since: dict[str, tuple[float, 
     """Wait (bounded) until every replica has run BATCHES batches after `since` (each one's batch
     and item counts then); the mean batch size of each since."""
 
-    def grown() -> dict[str, float]:
-        now = {pod["metadata"]["name"]: batch_sizes(pod) for pod in replicas}
+    def grown() -> dict[str, float] | NotYet:
+        try:
+            now = {pod["metadata"]["name"]: batch_sizes(pod) for pod in replicas}
+        except httpx.TimeoutException as error:  # a slow scrape is asked again at the next poll
+            return NotYet(f"a replica's /metrics did not answer: {error!r}")
         ran = {name: (count - since[name][0], items - since[name][1]) for name, (count, items) in now.items()}
-        return (
-            {name: items / count for name, (count, items) in ran.items()}
-            if all(count >= BATCHES for count, _ in ran.values())
-            else {}
-        )
+        if all(count >= BATCHES for count, _ in ran.values()):
+            return {name: items / count for name, (count, items) in ran.items()}
+        return NotYet(f"batches and items run since: {ran}")
 
     return eventually(grown, timeout_s=60, what=f"{BATCHES} batches on every replica")
 
