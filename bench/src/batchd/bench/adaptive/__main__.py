@@ -30,11 +30,12 @@ def earlier(path: Path) -> dict[str, ModelResult]:
 def measure(run: Run[Options]) -> Report:
     """Model by model, written after each: a run of some models replaces theirs and keeps the rest."""
     models = earlier(run.output_dir / f"{STEM}.json")
+    report = Report(models)
     for model in run.options.models:
         models[model] = run_model(model, run.options, run.workdir, run.record)
-        report = Report({m: models[m] for m in (*MODELS, *models) if m in models})
+        report = Report({m: models[m] for m in (*MODELS, *models) if m in models})  # the known ones first
         records.write_json(run.output_dir / f"{STEM}.json", report)
-    return Report({m: models[m] for m in (*MODELS, *models) if m in models})
+    return report
 
 
 def failure(report: Report) -> str | None:

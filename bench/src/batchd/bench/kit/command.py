@@ -21,7 +21,7 @@ import tempfile
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -92,7 +92,7 @@ class Benchmark(Generic[OptionsT, ResultsT]):
     stem_for: Callable[[OptionsT], str] | None = None
     workdir_help: str = "keep the servers' files and logs here"
     log_level: int = logging.INFO
-    quiet_loggers: tuple[str, ...] = field(default=("httpx",))
+    quiet_loggers: tuple[str, ...] = ("httpx",)
 
 
 def parse_args(benchmark: Benchmark[Any, Any], argv: Sequence[str]) -> argparse.Namespace:
