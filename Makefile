@@ -82,8 +82,10 @@ test: install tools kubernetes images
 test-fast: install tools kubernetes
 	$(PYTEST) -m "not slow"
 
+# batchd beside bare uvicorn, itself unbatched and the model alone: the README's goals, with no
+# peer environment to make (`python -m batchd.bench.peers` adds Mosec, Ray Serve and the others).
 bench: install
-	$(PY) -m batchd.bench
+	$(PY) -m batchd.bench.peers --peers batchd unbatched floor --output-dir bench/results/make-bench
 
 # ruff and mypy read the components' src folders where they are (see pyproject.toml).
 lint: install

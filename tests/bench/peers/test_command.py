@@ -24,7 +24,7 @@ MODULE = "batchd.bench.peers"
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--peers", "tgi"], "--peers: invalid choice: 'tgi' (choose from 'batchd', 'floor', 'baseline'"),
+        (["--peers", "tgi"], "--peers: invalid choice: 'tgi' (choose from 'batchd', 'unbatched', 'floor'"),
         (
             ["--peers", "baseline"],
             "--peers: baseline needs --baseline-src, the replica source tree it runs from",
@@ -75,6 +75,7 @@ def test_a_smoke_sized_run_of_batchd_measures_it_and_writes_the_results(
         MODULE,
         "--peers",
         "batchd",
+        "unbatched",
         "minimal",
         "baseline",
         "--baseline-src",
@@ -89,10 +90,16 @@ def test_a_smoke_sized_run_of_batchd_measures_it_and_writes_the_results(
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "peers.json").read_text())
     runs = {run["peer"]: run for run in results["runs"]}
-    assert set(runs) == {"batchd", "minimal", "baseline"}
+    assert set(runs) == {"batchd", "unbatched", "minimal", "baseline"}
     for run in runs.values():  # the least batching server and batchd from a tree of its own answer too
         assert run["failure"] == "" and run["requests"] > 0 and run["errors"] == 0, run
-        assert run["cpu_ms_per_request"] > 0 and run["rss_mb"] > 0
+        assert run["cpu_ms_per_request"] > 0 and run["rss_mb"] > 0 and run["idle_rss_mb"] > 0
     report = (tmp_path / "peers.md").read_text()
     assert re.search(r"^\| batchd \| [0-9,]+ \| [0-9.]+ \|", report, re.MULTILINE), report
     assert (tmp_path / "peers.png").stat().st_size > 0
+
+
+def test_unbatched_is_batchd_with_batches_of_one_and_no_wait() -> None:
+    batching = batchd_manifest(MODELS["minilm"], batched=False)["spec"]["batching"]
+    assert (batching["max_batch_size"], batching["batch_wait_timeout_s"]) == (1, 0.0)
+    assert batchd_manifest(MODELS["minilm"])["spec"]["batching"]["max_batch_size"] == models.MAX_BATCH_SIZE

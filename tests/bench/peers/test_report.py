@@ -3,6 +3,7 @@ where a peer is ahead, a peer that could not run, and the report read back from 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -21,6 +22,7 @@ from batchd.bench.peers.report import to_markdown
 META = RunRecord("2026-01-01 00:00 UTC", "test machine", "python -m batchd.bench.peers")
 INFOS = [
     PeerInfo("batchd", "batchd", "", "uvicorn"),
+    PeerInfo("unbatched", "batchd, max_batch_size 1", "", "batches of one"),
     PeerInfo("mosec", "Mosec", "0.9.8", "Rust front"),
     PeerInfo("floor", "bare uvicorn (floor)", "", "a constant answer"),
     PeerInfo("ray", "Ray Serve", "", "a Ray cluster", unavailable="not installed: pip exited 1"),
@@ -29,7 +31,7 @@ INFOS = [
 
 def _run(peer: str, model: str, repeat: int, rps: float, p99_ms: float, cpu_ms: float) -> Run:
     return Run(
-        peer, model, repeat, 128, int(rps * 10), 0, rps, p99_ms / 2, p99_ms, cpu_ms, 1.0, 100.0, 80.0, 2
+        peer, model, repeat, 128, int(rps * 10), 0, rps, p99_ms / 2, p99_ms, cpu_ms, 1.0, 500.0, 450.0, 2
     )
 
 
@@ -46,9 +48,10 @@ def _results(
             _run("floor", "adder", repeat, 9000 * noise, 20 / noise, 0.04),
             _run("batchd", "minilm", repeat, batchd_minilm_rps * noise, 300, 8.0),
             _run("mosec", "minilm", repeat, 200 * noise, 350, 10.0),
+            _run("unbatched", "minilm", repeat, 60 * noise, 900, 20.0),
         ]
     ceilings = [CeilingRun(repeat, 32, 250 * noise, 1) for repeat, noise in enumerate((1.0, 0.5, 1.1))]
-    options = {**Options().__dict__, "peers": ("batchd", "mosec", "floor", "ray")}
+    options = {**Options().__dict__, "peers": ("batchd", "unbatched", "mosec", "floor", "ray")}
     return Results(META, options, "servers on core 0, load on core 1", INFOS, runs, ceilings)
 
 
@@ -88,8 +91,25 @@ def test_the_goals_are_missed_where_mosec_is_ahead_and_met_where_batchd_is() -> 
     assert behind["p99 <= Mosec's"].ok is False
     assert behind["throughput >= every peer's"].ok is True
     assert behind["throughput >= 0.95 of the model's batched ceiling"].ok is True
+    assert behind["throughput >= 0.5 of bare uvicorn's"].measured == pytest.approx(4000 / 9000)
+    assert behind["throughput >= 0.5 of bare uvicorn's"].ok is False
+    assert behind["throughput >= 3.5x unbatched"].measured == pytest.approx(4.0)
+    assert behind["throughput >= 3.5x unbatched"].ok is True
+    assert behind["idle memory < 600 MB"].ok is None  # made-up runs have no idle figure
     ahead = analysis.goals(_results(batchd_adder=(6000, 30, 0.08), batchd_minilm_rps=150))
-    assert [goal.ok for goal in ahead] == [True, True, True, False, False]
+    assert [goal.ok for goal in ahead] == [True, True, True, True, False, False, False, None]
+
+
+def test_idle_memory_is_batchds_after_its_first_answer_before_any_load() -> None:
+    results = _results()
+    runs = [
+        dataclasses.replace(run, idle_rss_mb=420.0 + run.repeat) if run.peer == "batchd" else run
+        for run in results.runs
+    ]
+    idle = next(
+        goal for goal in analysis.goals(dataclasses.replace(results, runs=runs)) if "idle" in goal.text
+    )
+    assert idle.measured == 421.0 and idle.ok is True
 
 
 def test_where_a_peer_is_ahead_names_the_peer_the_figure_and_the_factor() -> None:

@@ -15,8 +15,8 @@ from batchd.bench.kit.command import publish
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.router.__main__ import BENCHMARK
 from batchd.bench.router.analysis import (
-    ClientRound,
-    ClientsResult,
+    BoundResult,
+    BoundRound,
     CostResult,
     CostRound,
     KeepaliveResult,
@@ -130,24 +130,25 @@ def test_a_cold_start_is_judged_against_the_replicas_own_load_time() -> None:
     assert list(zero_goals(_zero(5.1, lost=1)).values()) == [False, False]
 
 
-def _clients() -> ClientsResult:
-    rounds = [ClientRound(0, client, n, us) for client, n, us in
-              (("aiohttp", 1, 97.0), ("aiohttp", 32, 72.0), ("httptools protocol", 1, 25.0),
-               ("httptools protocol", 32, 14.0))]  # fmt: skip
-    return ClientsResult(META, {"requests": 3000, "repeats": 1, "in_flight": 32}, rounds)
+def _bound() -> BoundResult:
+    rounds = [
+        BoundRound(0, "no bound", 2024.0, 0, 32),
+        BoundRound(0, "tight (100 requests, 1 s)", 1800.0, 0, 160),
+    ]
+    return BoundResult(META, {"seconds": 4, "repeats": 1, "connections": 32}, rounds)
 
 
 def test_the_report_is_written_and_read_back_part_by_part(tmp_path: Path) -> None:
     path = tmp_path / "router.json"
     publish(BENCHMARK, Results(keepalive=_keepalive()), tmp_path, "router")
-    new = Results(cost=_cost(), zero=_zero(4.0), clients=_clients())
+    new = Results(cost=_cost(), zero=_zero(4.0), bound=_bound())
     results = records.newer(new, records.read_sections(Results, path))
     assert results.keepalive == _keepalive()  # kept from the earlier run
     publish(BENCHMARK, results, tmp_path, "router")
     assert records.read_sections(Results, path) == results
     text = (tmp_path / "router.md").read_text()
     assert "Keep-alive step" in text and "Router cost" in text and "Scale from zero" in text
-    assert "| httptools protocol | 25 | 14 |" in text
+    assert "| tight (100 requests, 1 s) | 1,800 | 160 | 0 |" in text
     assert "NOT met" not in text and re.search(r"\bnan\b", text, re.IGNORECASE) is None
     assert json.loads(path.read_text())["cost"]["rounds"][0]["router_cpu_us"] == 100.0
     assert (tmp_path / "router-keepalive.png").stat().st_size > 10_000
@@ -155,18 +156,18 @@ def test_the_report_is_written_and_read_back_part_by_part(tmp_path: Path) -> Non
 
 
 def test_a_part_written_in_an_older_shape_is_left_out_and_the_others_read(tmp_path: Path) -> None:
-    publish(BENCHMARK, Results(cost=_cost(), clients=_clients()), tmp_path, "router")
+    publish(BENCHMARK, Results(cost=_cost(), bound=_bound()), tmp_path, "router")
     written = json.loads((tmp_path / "router.json").read_text())
     written["cost"] = {"rounds": "an older shape"}
     (tmp_path / "router.json").write_text(json.dumps(written))
-    assert records.read_sections(Results, tmp_path / "router.json") == Results(clients=_clients())
+    assert records.read_sections(Results, tmp_path / "router.json") == Results(bound=_bound())
     assert records.read_sections(Results, tmp_path / "absent.json") == Results()
 
 
 def test_an_unknown_part_is_refused_naming_it(run_module: RunModule) -> None:
     done = run_module("batchd.bench.router", "warmup", timeout_s=60)
     assert done.returncode == 2
-    assert "part: expected one of keepalive, cost, zero, clients, bound, got 'warmup'" in done.stderr
+    assert "part: expected one of keepalive, cost, zero, bound, got 'warmup'" in done.stderr
 
 
 @pytest.mark.slow

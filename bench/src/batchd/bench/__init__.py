@@ -2,6 +2,6 @@
 
 `kit` holds what every benchmark is built from (load generation, statistics, /metrics parsing,
 process sampling, real replicas on loopback, records, formatting and charts); each benchmark is a
-package of its own on top of it, run as `python -m batchd.bench.<name>`. `python -m batchd.bench`
-runs the main scenarios (`batchd.bench.scenarios`).
+package of its own on top of it, run as `python -m batchd.bench.<name>`. `make bench`
+runs the peers benchmark on batchd's own subjects (`batchd.bench.peers`).
 """

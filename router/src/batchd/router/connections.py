@@ -1,7 +1,7 @@
 """Keep-alive HTTP/1.1 connections to replicas: a small asyncio protocol over httptools' parser.
 
-Measured against aiohttp's client on a trivial adder (`python -m batchd.bench.router clients`), it
-takes about a fifth of the CPU per request, and the client's CPU is most of the router's. It
+Measured against aiohttp's client on a trivial adder (docs/performance/router.md), it takes
+about a fifth of the CPU per request, and the client's CPU is most of the router's. It
 does only what the router needs: one request at a time per connection, bodies by Content-Length
 or chunked, answers streamed with back-pressure both ways, and failures told apart by where they
 happened (no connection at all, or lost after the request was written).

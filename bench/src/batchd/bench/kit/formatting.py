@@ -8,11 +8,6 @@ import math
 MISSING = "-"
 
 
-def is_missing(value: float | None) -> bool:
-    """None, NaN or infinity: a figure that was not measured (or a time that never came)."""
-    return value is None or not math.isfinite(value)
-
-
 def number(value: float | None, digits: int = 1) -> str:
     """With thousands separators and a fixed number of decimals: `1,234.5`."""
     if value is None or not math.isfinite(value):

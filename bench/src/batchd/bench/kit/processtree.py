@@ -85,8 +85,3 @@ def sample(root: int) -> TreeSample:
 def cpu_between(before: TreeSample, after: TreeSample) -> float:
     """CPU seconds the tree spent between two samples; a process born in between counts whole."""
     return sum(cpu - before.cpu_s.get(pid, 0.0) for pid, cpu in after.cpu_s.items())
-
-
-def tree_cpu_s(root: int) -> float:
-    """User + system seconds of `root` and every live process below it."""
-    return sum(sample(root).cpu_s.values())

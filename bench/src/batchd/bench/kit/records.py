@@ -59,11 +59,6 @@ class RunRecord:
         return cls(date=data["date"], machine=data["machine"], command=data["command"])
 
 
-def run_meta(module: str, argv: Sequence[str]) -> dict[str, Any]:
-    """This run's record as a JSON object, for results that add their own keys beside it."""
-    return dataclasses.asdict(RunRecord.now(module, argv))
-
-
 def to_json(value: Any) -> Any:
     """Dataclasses as objects, tuples as lists, and a missing figure (NaN, infinity) as null."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

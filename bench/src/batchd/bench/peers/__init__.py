@@ -1,9 +1,11 @@
 """Peers benchmark: batchd beside Mosec, LitServe, Ray Serve, BentoML and Triton (PyTriton) on the
-same models, under the same load; and beside two bounds on the trivial adder, bare uvicorn
-(`floor`) and the least a batching server on uvicorn does (`minimal`), and, with
-`--baseline-src`, batchd from another source tree (`baseline`), to measure a change.
+same models, under the same load; beside itself with batches of one (`unbatched`: what batching
+gains); beside two bounds on the trivial adder, bare uvicorn (`floor`) and the least a batching
+server on uvicorn does (`minimal`); and, with `--baseline-src`, beside batchd from another source
+tree (`baseline`), to measure a change.
 
     python -m batchd.bench.peers                          # every peer, every model, 3 x 10 s each
+    python -m batchd.bench.peers --peers batchd unbatched floor   # `make bench`: no peer to install
     python -m batchd.bench.peers --peers batchd mosec --models adder
     python -m batchd.bench.peers --quick                  # smoke-sized: 1 s runs, one repeat
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.stats import median, ratio
-from batchd.bench.peers.catalog import CEILING_GOAL, PEERS
+from batchd.bench.peers.catalog import BATCHING_GAIN_GOAL, CEILING_GOAL, FLOOR_GOAL, IDLE_RSS_GOAL_MB, PEERS
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ class Run:
     rss_mb: float = math.nan  # the tree's, at the end of the window
     pss_mb: float = math.nan
     processes: int = 0
+    idle_rss_mb: float = math.nan  # the tree's after its first answer, before any load
     client_cpu_s: float = math.nan  # the load generator's own
     failure: str = ""
     error_samples: list[str] = field(default_factory=list)
@@ -198,6 +199,14 @@ def goals(results: Results) -> list[Goal]:
             Goal("Trivial adder: throughput >= Mosec's (batchd / Mosec)", rps, _check(rps, at_least=1)),
             Goal("Trivial adder: p99 <= Mosec's (batchd / Mosec)", p99, _check(p99, at_most=1)),
         ]
+        floor = paired(runs, "adder", "batchd", "floor", "rps")
+        found.append(
+            Goal(
+                f"Trivial adder: throughput >= {FLOOR_GOAL:g} of bare uvicorn's (batchd / floor)",
+                floor,
+                _check(floor, at_least=FLOOR_GOAL),
+            )
+        )
     if "minilm" in results.options["models"]:
         others = [
             info.name for info in results.peers if info.name != "batchd" and not PEERS[info.name].reference
@@ -220,6 +229,22 @@ def goals(results: Results) -> list[Goal]:
                 f"MiniLM: throughput >= {CEILING_GOAL:g} of the model's batched ceiling (batchd / ceiling)",
                 share,
                 _check(share, at_least=CEILING_GOAL),
+            )
+        )
+        gain = paired(runs, "minilm", "batchd", "unbatched", "rps")
+        found.append(
+            Goal(
+                f"MiniLM: throughput >= {BATCHING_GAIN_GOAL:g}x unbatched (batchd / max_batch_size 1)",
+                gain,
+                _check(gain, at_least=BATCHING_GAIN_GOAL),
+            )
+        )
+        idle = median([run.idle_rss_mb for run in _measured(runs, "minilm", "batchd").values()])
+        found.append(
+            Goal(
+                f"MiniLM: idle memory < {IDLE_RSS_GOAL_MB:g} MB (batchd's process tree, MB)",
+                idle,
+                _check(idle, at_most=IDLE_RSS_GOAL_MB),
             )
         )
     return found

@@ -56,6 +56,11 @@ class Peer:
     reference: bool = False
 
     @property
+    def serves_manifest(self) -> bool:
+        """Whether the peer is batchd itself, serving a BatchedDeployment's manifest."""
+        return self.name in BATCHD_PEERS
+
+    @property
     def own_env(self) -> bool:
         """Whether the peer runs from a virtual environment of its own (all but batchd and the floor)."""
         return bool(self.module)
@@ -63,6 +68,7 @@ class Peer:
     def path(self, model: Model) -> str:
         return {
             "batchd": f"/v1/models/{model.name}:predict",
+            "unbatched": f"/v1/models/{model.name}:predict",
             "baseline": f"/v1/models/{model.name}:predict",
             "floor": f"/v1/models/{model.name}:predict",  # it answers any path alike
             "minimal": f"/v1/models/{model.name}:predict",  # it answers any path alike
@@ -82,7 +88,7 @@ class Peer:
 
     def command(self, python: Path, model: Model, manifest_path: Path | None = None) -> list[str]:
         """The server's command line, less `--host H --port P` (which every one of them takes)."""
-        if self.name in ("batchd", "baseline"):  # the baseline's tree comes first on its path
+        if self.serves_manifest:  # the baseline's tree comes first on its path
             assert manifest_path is not None
             return [str(python.with_name("batchd")), "serve", str(manifest_path)]
         if self.name == "floor":
@@ -95,6 +101,7 @@ class Peer:
 
 
 SERVERS = "batchd.bench.peers.servers"
+BATCHD_PEERS = ("batchd", "unbatched", "baseline")
 
 PEERS: Mapping[str, Peer] = {
     peer.name: peer
@@ -105,6 +112,13 @@ PEERS: Mapping[str, Peer] = {
             "",
             "uvicorn (httptools), predictions answered in its protocol (the direct path), "
             "model in the same process",
+        ),
+        Peer(
+            "unbatched",
+            "batchd, max_batch_size 1",
+            "",
+            "batchd as above with batches of one: what batching gains, on the same server",
+            reference=True,
         ),
         Peer(
             "floor",
@@ -166,10 +180,17 @@ PEERS: Mapping[str, Peer] = {
 DEFAULT_PEERS = tuple(name for name in PEERS if name != "baseline")
 
 
-def batchd_manifest(model: Model, gpt2_dir: Path | None = None, device: str = "cpu") -> dict[str, Any]:
+def batchd_manifest(
+    model: Model, gpt2_dir: Path | None = None, device: str = "cpu", batched: bool = True
+) -> dict[str, Any]:
     """The BatchedDeployment batchd serves `model` from, with every peer's batching settings (the
-    generator: batchd's own default, token-level scheduling, at as many rows as a peer's batch)."""
-    batching = {"max_batch_size": models.MAX_BATCH_SIZE, "batch_wait_timeout_s": models.BATCH_WAIT_S}
+    generator: batchd's own default, token-level scheduling, at as many rows as a peer's batch);
+    unbatched, batches of one and no wait."""
+    batching = (
+        {"max_batch_size": models.MAX_BATCH_SIZE, "batch_wait_timeout_s": models.BATCH_WAIT_S}
+        if batched
+        else {"max_batch_size": 1, "batch_wait_timeout_s": 0.0}
+    )
     if model.name == "adder":
         block: dict[str, Any] = {"name": model.name, "handler": TRIVIAL_ADDER}
     elif model.name == "minilm":
@@ -208,9 +229,14 @@ class Options:
 QUICK = Options(repeats=1, duration_s=1.0, warmup_s=0.3, ceiling_s=0.5, ready_timeout_s=120.0)
 
 # The goals (ratios in one run), checked and reported; a run that misses one still writes its
-# figures. The trivial adder: batchd's CPU per request, throughput and p99 at least Mosec's.
-# MiniLM: batchd's throughput at least every peer's and this share of the model's own ceiling.
+# figures. The trivial adder: batchd's CPU per request, throughput and p99 at least Mosec's, and
+# this share of bare uvicorn's throughput. MiniLM: batchd's throughput at least every peer's,
+# this share of the model's own ceiling and this multiple of batchd unbatched; idle memory below
+# this bound (the model loaded, before any load).
+FLOOR_GOAL = 0.5
 CEILING_GOAL = 0.95
+BATCHING_GAIN_GOAL = 3.5
+IDLE_RSS_GOAL_MB = 600.0
 
 
 def placement() -> tuple[set[int] | None, set[int] | None]:

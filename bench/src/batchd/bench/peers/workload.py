@@ -123,9 +123,10 @@ def start(
     it started), pinned to `cores`, its output in a log file of its own."""
     port = free_port(HOST)
     manifest_path = None
-    if peer.name in ("batchd", "baseline"):
+    if peer.serves_manifest:
         generator = gpt2_dir(workdir) if model.name == "gpt2" else None
-        manifest_path = write_manifest(workdir, batchd_manifest(model, generator, device))
+        batched = peer.name != "unbatched"
+        manifest_path = write_manifest(workdir, batchd_manifest(model, generator, device, batched))
     command = [*peer.command(python, model, manifest_path), "--host", HOST, "--port", str(port)]
     log_path = workdir / f"{peer.name}-{model.name}-{port}.log"
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
@@ -195,11 +196,13 @@ def measure(
     workdir: Path,
     cores: set[int] | None,
 ) -> Run:
-    """Start, wait for a first answer, warm up, measure one closed loop, stop."""
+    """Start, wait for a first answer (then read its idle memory), warm up, measure one closed
+    loop, stop."""
     path, body = peer.path(model), peer.body(model)
     server = start(peer, model, python, workdir, cores, options.device, options.baseline_src)
     try:
         wait_answering(server, path, body, options.ready_timeout_s)
+        idle = processtree.sample(server.pid)
         request = loadgen.Request.post_json(HOST, server.port, path, body)
         loadgen.run(loadgen.closed_loop(HOST, server.port, request, model.clients, options.warmup_s))
         before = processtree.sample(server.pid)
@@ -226,6 +229,7 @@ def measure(
         cpu_ms_per_request=cpu_s / result.completed * 1000 if result.completed else float("nan"),
         cores_busy=cpu_s / result.duration_s,
         rss_mb=tree.rss_bytes / MB,
+        idle_rss_mb=idle.rss_bytes / MB,
         pss_mb=tree.pss_bytes / MB,
         processes=tree.processes,
         client_cpu_s=result.client_cpu_s,

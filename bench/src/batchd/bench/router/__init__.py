@@ -2,7 +2,7 @@
 requests for a deployment at zero replicas, and what the replicas' keep-alive bound costs.
 
     python -m batchd.bench.router                  # every part, repeated, interleaved
-    python -m batchd.bench.router keepalive        # or some: keepalive, cost, zero, clients, bound
+    python -m batchd.bench.router keepalive        # or some: keepalive, cost, zero, bound
     python -m batchd.bench.router --quick          # smoke-sized: short runs, one repeat
 
 Real processes of this machine: `batchd serve` replicas, the router (`python -m batchd.router`)
@@ -18,8 +18,6 @@ kubernetes` builds it), where the benchmark publishes replicas as EndpointSlices
 - zero: a deployment at zero replicas gets traffic; a stand-in for the operator reads the
   router's `GET /held` and starts a replica; the first request's wait against the replica's own
   load time. Chart: held requests over time.
-- clients: the CPU per request of the client the router could use towards replicas, aiohttp's
-  or a small protocol over httptools (which the router uses).
 - bound: requests/s and connections opened by 32 keep-alive clients against a replica of an
   adder that takes no time, with the keep-alive bound off, at its defaults and ten times tighter.
 Goals are checked and reported, not failed on; a run exits 1 only when it could not measure.

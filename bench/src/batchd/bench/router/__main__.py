@@ -15,7 +15,6 @@ from batchd.bench.kit import records
 from batchd.bench.kit.command import Benchmark, Flag, Run, main
 from batchd.bench.router.analysis import Results
 from batchd.bench.router.bound import run_bound
-from batchd.bench.router.clients import run_clients
 from batchd.bench.router.cost import run_cost
 from batchd.bench.router.keepalive import run_keepalive
 from batchd.bench.router.options import OPERATOR_POLL_S, PARTS, QUICK, Options
@@ -51,8 +50,6 @@ async def _measure(run: Run[Options]) -> Results:
                 new["cost"] = await run_cost(given(options.cost, options), cluster, workdir, meta)
             if "zero" in parts:
                 new["zero"] = await run_zero(given(options.zero, options), cluster, workdir, meta)
-    if "clients" in parts:
-        new["clients"] = await run_clients(given(options.clients, options), workdir, meta)
     if "bound" in parts:
         new["bound"] = await run_bound(given(options.bound, options), workdir, meta)
     before = records.read_sections(Results, run.output_dir / f"{STEM}.json")

@@ -76,16 +76,6 @@ class ZeroRun:
 
 
 @dataclass(frozen=True)
-class ClientRound:
-    """One client's CPU per request towards the trivial adder, at one number in flight."""
-
-    repeat: int
-    client: str  # "aiohttp" | "httptools protocol"
-    in_flight: int
-    cpu_us: float
-
-
-@dataclass(frozen=True)
 class BoundRound:
     """One closed-loop run against one replica setup of the keep-alive bound."""
 
@@ -121,11 +111,6 @@ class ZeroResult(Part):
 
 
 @dataclass(frozen=True)
-class ClientsResult(Part):
-    rounds: list[ClientRound]
-
-
-@dataclass(frozen=True)
 class BoundResult(Part):
     rounds: list[BoundRound]
 
@@ -137,7 +122,6 @@ class Results:
     keepalive: KeepaliveResult | None = None
     cost: CostResult | None = None
     zero: ZeroResult | None = None
-    clients: ClientsResult | None = None
     bound: BoundResult | None = None
 
 

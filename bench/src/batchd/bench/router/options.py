@@ -58,20 +58,13 @@ class ZeroOptions:
 
 
 @dataclass(frozen=True)
-class ClientsOptions:
-    repeats: int = 5
-    requests: int = 3000  # per client, per round, per number in flight
-    in_flight: int = 32
-
-
-@dataclass(frozen=True)
 class BoundOptions:
     repeats: int = 5
     seconds: float = 4.0  # each closed-loop run, after half a second of warm-up
     connections: int = 32  # keep-alive clients
 
 
-PARTS = ("keepalive", "cost", "zero", "clients", "bound")
+PARTS = ("keepalive", "cost", "zero", "bound")
 
 
 @dataclass(frozen=True)
@@ -83,7 +76,6 @@ class Options:
     keepalive: KeepaliveOptions = KeepaliveOptions()
     cost: CostOptions = CostOptions()
     zero: ZeroOptions = ZeroOptions()
-    clients: ClientsOptions = ClientsOptions()
     bound: BoundOptions = BoundOptions()
 
 
@@ -92,7 +84,6 @@ QUICK = Options(
     keepalive=KeepaliveOptions(repeats=1, step_s=6.0, steady_s=4.0, warmup_s=1.0),
     cost=CostOptions(repeats=1, seconds=1.0),
     zero=ZeroOptions(repeats=1, seconds=4.0, poll_s=0.5),
-    clients=ClientsOptions(repeats=1, requests=500),
     bound=QUICK_BOUND,
 )
 

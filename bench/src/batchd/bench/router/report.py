@@ -13,7 +13,6 @@ from batchd.bench.kit.records import ran
 from batchd.bench.kit.stats import median, ratio
 from batchd.bench.router.analysis import (
     BoundResult,
-    ClientsResult,
     CostResult,
     KeepaliveResult,
     Part,
@@ -289,25 +288,6 @@ def zero_markdown(result: ZeroResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def clients_markdown(result: ClientsResult) -> str:
-    o = result.options
-    lines = [
-        *_heading("The router's client towards replicas", result),
-        f"CPU of the client process per request to the trivial adder, {int(o['requests'])} requests a "
-        f"round; medians of {int(o['repeats'])} rounds, the clients taking turns, each round in brackets.",
-        "",
-        f"| client | 1 in flight (us) | {int(o['in_flight'])} in flight (us) |",
-        "|---|---:|---:|",
-    ]
-    for client in dict.fromkeys(r.client for r in result.rounds):
-        cells = []
-        for in_flight in (1, int(o["in_flight"])):
-            values = [r.cpu_us for r in result.rounds if r.client == client and r.in_flight == in_flight]
-            cells.append(_runs(values, number(median(values), 0)))
-        lines.append(f"| {client} | {cells[0]} | {cells[1]} |")
-    return "\n".join(lines) + "\n"
-
-
 def bound_markdown(result: BoundResult) -> str:
     o = result.options
     lines = [
@@ -339,8 +319,6 @@ def to_markdown(results: Results) -> str:
         parts.append(cost_markdown(results.cost))
     if results.zero is not None:
         parts.append(zero_markdown(results.zero))
-    if results.clients is not None:
-        parts.append(clients_markdown(results.clients))
     if results.bound is not None:
         parts.append(bound_markdown(results.bound))
     return "\n".join(parts)
