@@ -7,7 +7,6 @@ capacity; an autoscaled one adds replicas): speed belongs in the benchmark's own
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import math
 import subprocess
@@ -18,7 +17,6 @@ import pytest
 
 from batchd.bench.autoscaling.__main__ import BENCHMARK, measure
 from batchd.bench.autoscaling.analysis import Sample, analyse, held_from
-from batchd.bench.autoscaling.calibration import CALIBRATION_UTILIZATIONS
 from batchd.bench.autoscaling.runner import Cluster
 from batchd.bench.autoscaling.workload import Options, Step
 from batchd.bench.kit.command import main
@@ -94,22 +92,3 @@ def test_quick_step_writes_figures_for_both_subjects_and_a_chart(
     markdown = (tmp_path / "autoscaling.md").read_text()
     assert "| step -> load carried |" in markdown and "autoscaling.png" in markdown
     assert (tmp_path / "autoscaling.png").read_bytes().startswith(b"\x89PNG")
-
-
-@pytest.mark.slow
-def test_quick_calibration_shows_ongoing_items_growing_with_utilization(
-    tmp_path: Path, run_module: RunModule
-) -> None:
-    done = run_module("batchd.bench.autoscaling", "calibrate", "--quick", "--output-dir", str(tmp_path))
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "| 8 @ 0.1 s | 70% |" in done.stdout
-
-    rows = json.loads((tmp_path / "autoscaling.json").read_text())["calibration"]["rows"]
-    assert {row["max_batch_size"] for row in rows} == {8}  # smoke size: the first shape only
-    ratios = [row["ongoing_over_batch"] for row in rows]
-    assert len(ratios) == len(CALIBRATION_UTILIZATIONS)
-    # More load, more items held: from point to point within the noise of a shared machine (a
-    # tenth), and over the range by far.
-    assert all(b > 0.9 * a for a, b in itertools.pairwise(ratios)) and ratios[-1] > 2 * ratios[0], ratios
-    assert 0.6 < ratios[2] < 1.5, ratios  # about one batch's worth at 70%
-    assert all(row["errors"] == 0 for row in rows)

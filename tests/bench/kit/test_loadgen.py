@@ -35,9 +35,9 @@ async def test_an_open_loop_sends_every_request_when_due_and_counts_the_measured
 ) -> None:
     host, port = endpoint
     request = loadgen.Request.post_json(host, port, "/v1/models/floor:predict", b'{"instances": [1]}')
-    steady = await loadgen.open_loop(host, port, request, rate_rps=200, duration_s=0.5)
+    steady = await loadgen.scheduled_loop(host, port, request, [i / 200 for i in range(100)], measured_s=0.5)
     assert (steady.offered, steady.completed, steady.errors) == (100, 100, 0)
-    assert steady.rate_rps == 200 and steady.duration_s >= 0.5
+    assert steady.duration_s >= 0.5
 
     dues = [0.01 * index for index in range(50)]  # the first 20 warm up
     warmed = await loadgen.scheduled_loop(host, port, request, dues, measure_from_s=0.2, measured_s=0.3)
@@ -46,7 +46,9 @@ async def test_an_open_loop_sends_every_request_when_due_and_counts_the_measured
 
 async def test_a_refused_connection_is_an_error_not_a_latency() -> None:
     request = loadgen.Request.get("127.0.0.1", 9, "/")  # the discard port: nothing listens here
-    result = await loadgen.open_loop("127.0.0.1", 9, request, rate_rps=20, duration_s=0.25)
+    result = await loadgen.scheduled_loop(
+        "127.0.0.1", 9, request, [i / 20 for i in range(5)], measured_s=0.25
+    )
     assert result.completed == 0 and result.errors == 5
     assert result.error_samples and "Error" in result.error_samples[0]
 
@@ -58,7 +60,7 @@ async def test_pollers_and_samplers_keep_a_series_while_a_load_runs(endpoint: tu
         loadgen.Poller(host, port, "/metrics", every_s=0.05) as poller,
         procstat.Sampler(os.getpid(), every_s=0.05) as sampler,
     ):
-        await loadgen.open_loop(host, port, request, rate_rps=100, duration_s=0.3)
+        await loadgen.scheduled_loop(host, port, request, [i / 100 for i in range(30)], measured_s=0.3)
     for series in (poller.samples, sampler.samples):
         times = [at for at, _ in series]
         assert len(times) >= 2 and times == sorted(times)  # one on entry, one more on leaving at least

@@ -27,7 +27,7 @@ def test_a_result_dataclass_round_trips_through_json_without_nan(tmp_path: Path)
     assert "NaN" not in text and "Infinity" not in text
     data = json.loads(text)
     assert data["points"][0]["latency"]["p99_ms"] is None and data["points"][0]["rates"] == [1.0, None]
-    assert RunRecord.from_json(data["record"]) == RunRecord("today", "here", "python -m x")
+    assert from_json(RunRecord, data["record"]) == RunRecord("today", "here", "python -m x")
     again = from_json(Point, data["points"][0])
     assert again.label == "batched" and again.rates[0] == 1.0 and math.isnan(again.rates[1])
     assert all(

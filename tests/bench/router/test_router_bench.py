@@ -15,8 +15,6 @@ from batchd.bench.kit.command import publish
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.router.__main__ import BENCHMARK
 from batchd.bench.router.analysis import (
-    BoundResult,
-    BoundRound,
     CostResult,
     CostRound,
     KeepaliveResult,
@@ -31,7 +29,6 @@ from batchd.bench.router.analysis import (
     statuses,
     window_shares,
 )
-from batchd.bench.router.options import QUICK_BOUND
 from batchd.bench.router.report import (
     cost_figures,
     cost_goals,
@@ -130,25 +127,17 @@ def test_a_cold_start_is_judged_against_the_replicas_own_load_time() -> None:
     assert list(zero_goals(_zero(5.1, lost=1)).values()) == [False, False]
 
 
-def _bound() -> BoundResult:
-    rounds = [
-        BoundRound(0, "no bound", 2024.0, 0, 32),
-        BoundRound(0, "tight (100 requests, 1 s)", 1800.0, 0, 160),
-    ]
-    return BoundResult(META, {"seconds": 4, "repeats": 1, "connections": 32}, rounds)
-
-
 def test_the_report_is_written_and_read_back_part_by_part(tmp_path: Path) -> None:
     path = tmp_path / "router.json"
     publish(BENCHMARK, Results(keepalive=_keepalive()), tmp_path, "router")
-    new = Results(cost=_cost(), zero=_zero(4.0), bound=_bound())
+    new = Results(cost=_cost(), zero=_zero(4.0))
     results = records.newer(new, records.read_sections(Results, path))
     assert results.keepalive == _keepalive()  # kept from the earlier run
     publish(BENCHMARK, results, tmp_path, "router")
     assert records.read_sections(Results, path) == results
     text = (tmp_path / "router.md").read_text()
     assert "Keep-alive step" in text and "Router cost" in text and "Scale from zero" in text
-    assert "| tight (100 requests, 1 s) | 1,800 | 160 | 0 |" in text
+    assert "| requests: answered 200 / sent (sum) | 40 / 40 |" in text
     assert "NOT met" not in text and re.search(r"\bnan\b", text, re.IGNORECASE) is None
     assert json.loads(path.read_text())["cost"]["rounds"][0]["router_cpu_us"] == 100.0
     assert (tmp_path / "router-keepalive.png").stat().st_size > 10_000
@@ -156,25 +145,25 @@ def test_the_report_is_written_and_read_back_part_by_part(tmp_path: Path) -> Non
 
 
 def test_a_part_written_in_an_older_shape_is_left_out_and_the_others_read(tmp_path: Path) -> None:
-    publish(BENCHMARK, Results(cost=_cost(), bound=_bound()), tmp_path, "router")
+    publish(BENCHMARK, Results(cost=_cost(), zero=_zero(4.0)), tmp_path, "router")
     written = json.loads((tmp_path / "router.json").read_text())
     written["cost"] = {"rounds": "an older shape"}
     (tmp_path / "router.json").write_text(json.dumps(written))
-    assert records.read_sections(Results, tmp_path / "router.json") == Results(bound=_bound())
+    assert records.read_sections(Results, tmp_path / "router.json") == Results(zero=_zero(4.0))
     assert records.read_sections(Results, tmp_path / "absent.json") == Results()
 
 
 def test_an_unknown_part_is_refused_naming_it(run_module: RunModule) -> None:
     done = run_module("batchd.bench.router", "warmup", timeout_s=60)
     assert done.returncode == 2
-    assert "part: expected one of keepalive, cost, zero, bound, got 'warmup'" in done.stderr
+    assert "part: expected one of keepalive, cost, zero, got 'warmup'" in done.stderr
 
 
 @pytest.mark.slow
-def test_a_smoke_sized_run_measures_the_router_cost_a_cold_start_and_the_keepalive_bound(
+def test_a_smoke_sized_run_measures_the_router_cost_and_a_cold_start(
     run_module: RunModule, tmp_path: Path
 ) -> None:
-    parts = ["cost", "zero", "bound"]
+    parts = ["cost", "zero"]
     done = run_module("batchd.bench.router", *parts, "--quick", "--output-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     results = records.read_sections(Results, tmp_path / "router.json")
@@ -182,10 +171,3 @@ def test_a_smoke_sized_run_measures_the_router_cost_a_cold_start_and_the_keepali
     (run,) = results.zero.runs
     assert run.requests > 0 and run.lost == 0 and run.peak_held > 0
     assert (tmp_path / "router-zero.png").is_file()
-    assert results.bound is not None
-    opened = {r.setup: r.connections_opened for r in results.bound.rounds}
-    assert all(r.rps > 0 and r.errors == 0 for r in results.bound.rounds)
-    # One connection a client with no bound; a bound of one second reopens within the run.
-    assert opened["no bound"] == QUICK_BOUND.connections
-    assert opened["tight (100 requests, 1 s)"] > QUICK_BOUND.connections
-    assert "What the replica's keep-alive bound costs" in (tmp_path / "router.md").read_text()

@@ -43,7 +43,7 @@ class Options:
     max_batch_size: int = 32
     alpha_s: float = 0.020  # the cost curve: alpha + beta * n seconds per batch of n
     beta_s: float = 0.001
-    arrivals: str = "poisson"  # or "uniform" (evenly spaced, as loadgen.open_loop sends)
+    arrivals: str = "poisson"  # or "uniform" (evenly spaced)
     sample_s: float = 0.2  # /metrics sampling during every run
     grace_s: float = 15.0  # answers later than this after the last arrival are given up
     pause_s: float = 0.5  # between runs

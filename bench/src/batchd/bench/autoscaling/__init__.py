@@ -2,7 +2,6 @@
 
     python -m batchd.bench.autoscaling                 # the load step, 3 interleaved repeats
     python -m batchd.bench.autoscaling --quick         # smoke-sized: short phases, one repeat
-    python -m batchd.bench.autoscaling calibrate       # ongoing items vs utilization, one replica
 
 Why it exists: the autoscaling tests say that replicas come and go; this says how fast, and what
 a user's requests see meanwhile. In the same run, taking turns, two subjects get the same load
@@ -22,10 +21,6 @@ replicas and the total queue (the sum of every ready replica's `GET /load` queue
 windowed p99 comes from the traffic's outcomes afterwards. Figures per subject (medians over
 repeats) and one chart (`autoscaling.png`) go to bench/results/. A request that gets no usable
 answer (not a 2xx, nor a 503 with Retry-After) fails the run loudly.
-
-`calibrate` measures what the default `target_ongoing_items` (max_batch_size x
-max_concurrent_batches) stands for: the mean items a replica holds (queued + running, sampled from
-`/load`) at open-loop rates from 25% to 110% of its capacity, for two batch shapes.
 """
 
 from __future__ import annotations

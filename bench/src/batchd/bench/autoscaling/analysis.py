@@ -106,43 +106,10 @@ class StepResult:
 
 
 @dataclass(frozen=True)
-class CalibrationRow:
-    """One batch shape at one utilization: what the replica held, sampled from `/load`."""
-
-    max_batch_size: int
-    batch_s: float
-    capacity_rps: float
-    utilization: float
-    rate_rps: float
-    served_rps: float
-    errors: int
-    samples: int
-    mean_ongoing: float
-    mean_queued: float
-    mean_running: float
-    first_half_ongoing: float  # growing without bound shows as a second half well above the first
-    second_half_ongoing: float
-    p50_ms: float
-    p99_ms: float
-    littles_law_items: float  # items in the system = arrival rate x time in it (a cross-check)
-    ongoing_over_batch: float
-
-
-@dataclass(frozen=True)
-class Calibration:
-    meta: RunRecord
-    duration_s: float
-    warmup_s: float
-    batch_wait_s: float
-    rows: list[CalibrationRow]
-
-
-@dataclass(frozen=True)
 class Results:
-    """autoscaling.json: the two modes run separately but report together."""
+    """autoscaling.json: the load step (None: not run)."""
 
     step: StepResult | None = None
-    calibration: Calibration | None = None
 
 
 @dataclass(frozen=True)

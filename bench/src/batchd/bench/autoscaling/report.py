@@ -1,5 +1,5 @@
-"""autoscaling.md and autoscaling.png: the load step's figures for both subjects and the
-calibration; the chart, load, replicas, queue and windowed p99 on one time axis, both subjects."""
+"""autoscaling.md and autoscaling.png: the load step's figures for both subjects; the chart, load,
+replicas, queue and windowed p99 on one time axis, both subjects."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from batchd.bench.autoscaling.analysis import AUTOSCALING_ONLY, FIGURES, Results, StepResult, SubjectRun
-from batchd.bench.autoscaling.calibration import calibration_markdown
 from batchd.bench.autoscaling.workload import SUBJECTS
 from batchd.bench.kit.charts import panels
 from batchd.bench.kit.formatting import figure, with_unit
@@ -79,8 +78,6 @@ def to_markdown(results: Results) -> str:
             step_markdown(results.step),
             "![load step](autoscaling.png)\n",
         ]
-    if results.calibration is not None:
-        parts += [ran(results.calibration.meta) + "\n", calibration_markdown(results.calibration)]
     return "\n".join(parts)
 
 

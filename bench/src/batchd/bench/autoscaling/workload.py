@@ -56,10 +56,6 @@ class Options:
     sample_s: float = 0.5
     window_s: float = 2.0  # the sliding window of the p99
     carry_factor: float = 2.0  # "carried": windowed p99 under this x the idle p99
-    # `calibrate`: seconds at each rate (after a warm-up), and how many of the shapes it measures.
-    calibration_s: float = 20.0
-    calibration_warmup_s: float = 3.0
-    calibration_shapes: int = 2
 
     @property
     def capacity_rps(self) -> float:
@@ -77,9 +73,6 @@ QUICK = Options(
     upscale_delay_s=1.0,
     downscale_delay_s=3.0,
     step=Step(low_rps=20, high_rps=320, before_s=2, step_s=10, after_s=4),
-    calibration_s=2.0,
-    calibration_warmup_s=1.0,
-    calibration_shapes=1,  # the first shape only: every step of the calibration, once
 )
 
 

@@ -18,17 +18,18 @@ from pathlib import Path
 
 from batchd.bench.demo.report import report
 from batchd.bench.demo.workload import serve_and_load
-from batchd.bench.kit import cli
 from batchd.testing import servers
 from batchd.testing.models import minilm_mirror, minilm_path
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = cli.parser("batchd.bench.demo", __doc__)
+    parser = argparse.ArgumentParser(prog="python -m batchd.bench.demo", description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=480, help="requests per server (default 480)")
     parser.add_argument("--concurrency", type=int, default=32, help="concurrent clients (default 32)")
     args = parser.parse_args(argv)
-    cli.refuse_below_one(parser, args, "requests", "concurrency")
+    for name in ("requests", "concurrency"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}: expected 1 or more, got {getattr(args, name)}")
     return args
 
 

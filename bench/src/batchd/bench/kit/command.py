@@ -13,6 +13,7 @@ A benchmark package declares itself as a `Benchmark` in its `__init__`; its `__m
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import signal
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from batchd.bench.kit import cli, records
+from batchd.bench.kit import RESULTS_DIR, records
 from batchd.bench.kit.records import RunRecord
 
 if TYPE_CHECKING:
@@ -96,14 +97,17 @@ class Benchmark(Generic[OptionsT, ResultsT]):
 
 
 def parse_args(benchmark: Benchmark[Any, Any], argv: Sequence[str]) -> argparse.Namespace:
-    parser = cli.parser(benchmark.module, benchmark.doc)
+    summary = " ".join((benchmark.doc or "").split("\n\n")[0].split())  # its first paragraph
+    parser = argparse.ArgumentParser(prog=f"python -m {benchmark.module}", description=summary)
     parser.add_argument("--quick", action="store_true", help="smoke-sized: short runs, one repeat")
     hints = typing.get_type_hints(type(benchmark.defaults))
     for name, flag in benchmark.flags.items():
         _add_flag(parser, name, hints[name], flag, getattr(benchmark.defaults, name))
     if benchmark.extra_arguments is not None:
         benchmark.extra_arguments(parser)
-    cli.add_output(parser, workdir_help=benchmark.workdir_help)
+    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR, help="results go here")
+    if benchmark.workdir_help is not None:
+        parser.add_argument("--workdir", type=Path, default=None, help=benchmark.workdir_help)
     parser.add_argument(
         "--render", type=Path, default=None, metavar="JSON", help="measure nothing: report this .json again"
     )
@@ -121,8 +125,10 @@ def parse_args(benchmark: Benchmark[Any, Any], argv: Sequence[str]) -> argparse.
 
 
 def options_from(benchmark: Benchmark[OptionsT, Any], args: argparse.Namespace) -> OptionsT:
+    """The defaults (or the smoke size) with every option the command line gave (lists as tuples)."""
     base = benchmark.quick if args.quick else benchmark.defaults
-    return cli.overridden(base, args, *benchmark.flags)
+    given = {name: getattr(args, name) for name in benchmark.flags if getattr(args, name) is not None}
+    return dataclasses.replace(base, **{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
 
 
 def main(
@@ -155,13 +161,18 @@ def main(
         signal.signal(signal.SIGTERM, before)
     stem = benchmark.stem if benchmark.stem_for is None else benchmark.stem_for(options)
     publish(benchmark, results, output, stem)
-    return cli.exit_status(benchmark.failure(results))
+    failure = benchmark.failure(results)
+    if failure is not None:
+        print(f"FAILED: {failure}", file=sys.stderr)
+    return 0 if failure is None else 1
 
 
 def publish(benchmark: Benchmark[Any, ResultsT], results: ResultsT, output: Path, stem: str) -> None:
     """`<stem>.json`, `.md` and the chart, and the report printed."""
     markdown = benchmark.markdown(results)
-    records.publish(output, stem, results, markdown)
+    output.mkdir(parents=True, exist_ok=True)
+    records.write_json(output / f"{stem}.json", results)
+    (output / f"{stem}.md").write_text(markdown)
     if benchmark.chart is not None:
         benchmark.chart(results, output / f"{stem}.png")
     print(markdown)

@@ -103,12 +103,10 @@ class Session:
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
         self.connection: Connection | None = None
-        self.opened = 0  # connections opened so far (a server that closes them makes more)
 
     async def send(self, request: Request) -> tuple[int, bytes]:
         try:
             if self.connection is None or not self.connection.reusable:
-                self.opened += 1
                 self.connection = await Connection.open(self.host, self.port)
             return await self.connection.call(request)
         except (OSError, asyncio.IncompleteReadError, ValueError) as error:

@@ -7,8 +7,8 @@ Two shapes of load:
 - closed loop: `concurrency` clients, each sends its next request when the previous answer
   arrives (throughput at a given number of users; hides queueing, since slow answers slow the
   arrivals);
-- open loop: requests arrive when they are due (at a fixed rate, or at any given times, such as a
-  Poisson process or bursts) whatever the answers do, and latency counts from the moment a
+- open loop: requests arrive when they are due (at any given times, such as a Poisson process,
+  evenly spaced or bursts: `arrivals`) whatever the answers do, and latency counts from the moment a
   request was due, so a server that falls behind shows it (no coordinated omission).
 
 Any HTTP/1.1 endpoint can be driven: `Request` is the bytes sent, nothing here knows batchd.
@@ -35,7 +35,6 @@ __all__ = [
     "RunResult",
     "closed_loop",
     "fixed_count",
-    "open_loop",
     "run",
     "scheduled_loop",
 ]
@@ -55,7 +54,6 @@ class RunResult:
     client_cpu_s: float = 0.0
     offered: int = 0  # requests sent in the measured part (open loop)
     last_answer_s: float = 0.0  # when the last measured answer came, from the start (open loop)
-    connections_opened: int = 0  # by all clients, warm-up included (closed loop)
 
     @property
     def completed(self) -> int:
@@ -102,7 +100,6 @@ async def closed_loop(
             else:
                 result.record_error(f"HTTP {status}: {body[:200]!r}")
         session.close()
-        result.connections_opened += session.opened
 
     cpu_before = time.process_time()
     await asyncio.gather(*(client() for _ in range(concurrency)))
@@ -187,24 +184,6 @@ async def scheduled_loop(
     return result
 
 
-async def open_loop(
-    host: str,
-    port: int,
-    request: Request,
-    rate_rps: float,
-    duration_s: float,
-    max_connections: int = 512,
-    grace_s: float = 10.0,
-) -> RunResult:
-    """Requests due every 1/rate_rps seconds for `duration_s` (see `scheduled_loop`)."""
-    dues_s = [index / rate_rps for index in range(int(rate_rps * duration_s))]
-    result = await scheduled_loop(
-        host, port, request, dues_s, measured_s=duration_s, max_connections=max_connections, grace_s=grace_s
-    )
-    result.rate_rps = rate_rps
-    return result
-
-
 class Poller(Periodic):
     """GET `path` on a connection of its own while a load runs (see `Periodic`); keeps (seconds
     since `start`, body) of every answer 200."""
@@ -265,7 +244,6 @@ async def fixed_count(host: str, port: int, requests: list[Request], concurrency
             else:
                 result.record_error(f"HTTP {status}: {body[:200]!r}")
         session.close()
-        result.connections_opened += session.opened
 
     cpu_before = time.process_time()
     started = time.perf_counter()

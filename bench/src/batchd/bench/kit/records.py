@@ -54,10 +54,6 @@ class RunRecord:
             command=shlex.join(["python", "-m", module, *argv]),
         )
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunRecord:
-        return cls(date=data["date"], machine=data["machine"], command=data["command"])
-
 
 def to_json(value: Any) -> Any:
     """Dataclasses as objects, tuples as lists, and a missing figure (NaN, infinity) as null."""
@@ -127,18 +123,7 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(to_json(data), indent=2) + "\n")
 
 
-def publish(output_dir: Path, stem: str, data: Any, markdown: str) -> Path:
-    """A benchmark's results as `<stem>.json` (the data) and `<stem>.md` (the report) in
-    `output_dir`, made if missing; returns the JSON file's path."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / f"{stem}.json"
-    write_json(path, data)
-    (output_dir / f"{stem}.md").write_text(markdown)
-    return path
-
-
-def ran(meta: RunRecord | dict[str, Any], *details: str) -> str:
+def ran(meta: RunRecord, *details: str) -> str:
     """How a report says where its figures come from: "`command` (date, machine; details)"."""
-    record = meta if isinstance(meta, RunRecord) else RunRecord.from_json(meta)
     extra = "".join(f"; {detail}" for detail in details)
-    return f"`{record.command}` ({record.date}, {record.machine}{extra})"
+    return f"`{meta.command}` ({meta.date}, {meta.machine}{extra})"

@@ -19,10 +19,6 @@ from batchd.bench.peers.catalog import MODELS, PEERS
 FIGURE_NAMES = {"rps": "req/s", "p99_ms": "p99", "cpu_ms_per_request": "server CPU per request"}
 
 
-def _ratio(value: float) -> str:
-    return number(value, 2) if value == value else "-"
-
-
 def _table(results: Results, model: str, table: list[analysis.Row]) -> list[str]:
     spec = MODELS[model]
     lines = [
@@ -44,9 +40,9 @@ def _table(results: Results, model: str, table: list[analysis.Row]) -> list[str]
         lines.append(
             f"| {title} | {figure(m['rps'])} | {number(m['p50_ms'])} | {number(m['p99_ms'])} "
             f"| {number(m['cpu_ms_per_request'], 3)} | {figure(m['rss_mb'])} | {figure(m['pss_mb'])} "
-            f"| {row.processes} | {_ratio(row.vs['mosec']['rps'])} | {_ratio(row.vs['batchd']['rps'])} "
-            f"| {_ratio(row.vs['mosec']['cpu_ms_per_request'])} "
-            f"| {_ratio(row.vs['batchd']['cpu_ms_per_request'])} |"
+            f"| {row.processes} | {number(row.vs['mosec']['rps'], 2)} | {number(row.vs['batchd']['rps'], 2)} "
+            f"| {number(row.vs['mosec']['cpu_ms_per_request'], 2)} "
+            f"| {number(row.vs['batchd']['cpu_ms_per_request'], 2)} |"
         )
     errors = [row for row in table if row.model == model and row.errors]
     for row in errors:
@@ -96,7 +92,7 @@ def to_markdown(results: Results) -> str:
     lines += ["## Goals", "", "| goal | measured | |", "|---|---:|---|"]
     for goal in analysis.goals(results):
         detail = f" ({goal.detail})" if goal.detail else ""
-        lines.append(f"| {goal.text} | {_ratio(goal.measured)}{detail} | {verdict(goal.ok)} |")
+        lines.append(f"| {goal.text} | {number(goal.measured, 2)}{detail} | {verdict(goal.ok)} |")
     leads = analysis.leads(table)
     lines += [
         "",

@@ -1,8 +1,8 @@
 """Router benchmark: what the router does for a keep-alive client, what it costs, how it holds
-requests for a deployment at zero replicas, and what the replicas' keep-alive bound costs.
+requests for a deployment at zero replicas.
 
     python -m batchd.bench.router                  # every part, repeated, interleaved
-    python -m batchd.bench.router keepalive        # or some: keepalive, cost, zero, bound
+    python -m batchd.bench.router keepalive        # or some: keepalive, cost, zero
     python -m batchd.bench.router --quick          # smoke-sized: short runs, one repeat
 
 Real processes of this machine: `batchd serve` replicas, the router (`python -m batchd.router`)
@@ -18,8 +18,6 @@ kubernetes` builds it), where the benchmark publishes replicas as EndpointSlices
 - zero: a deployment at zero replicas gets traffic; a stand-in for the operator reads the
   router's `GET /held` and starts a replica; the first request's wait against the replica's own
   load time. Chart: held requests over time.
-- bound: requests/s and connections opened by 32 keep-alive clients against a replica of an
-  adder that takes no time, with the keep-alive bound off, at its defaults and ten times tighter.
 Goals are checked and reported, not failed on; a run exits 1 only when it could not measure.
 Results: bench/results/router.{md,json}, router-keepalive.png, router-zero.png.
 """

@@ -14,7 +14,6 @@ from batchd.bench import router
 from batchd.bench.kit import records
 from batchd.bench.kit.command import Benchmark, Flag, Run, main
 from batchd.bench.router.analysis import Results
-from batchd.bench.router.bound import run_bound
 from batchd.bench.router.cost import run_cost
 from batchd.bench.router.keepalive import run_keepalive
 from batchd.bench.router.options import OPERATOR_POLL_S, PARTS, QUICK, Options
@@ -23,7 +22,6 @@ from batchd.bench.router.zero import run_zero
 from batchd.testing.kubernetes.started import benchmark_control_plane
 
 STEM = "router"
-ROUTED_PARTS = {"keepalive", "cost", "zero"}  # the parts whose router reads a real API server
 PartT = TypeVar("PartT")
 
 
@@ -40,18 +38,13 @@ def given(part: PartT, options: Options) -> PartT:
 async def _measure(run: Run[Options]) -> Results:
     parts, options, workdir, meta = run.args.parts or PARTS, run.options, run.workdir, run.record
     new: dict[str, object] = {}
-    if ROUTED_PARTS & set(parts):
-        with benchmark_control_plane(workdir / "control-plane") as cluster:
-            if "keepalive" in parts:
-                new["keepalive"] = await run_keepalive(
-                    given(options.keepalive, options), cluster, workdir, meta
-                )
-            if "cost" in parts:
-                new["cost"] = await run_cost(given(options.cost, options), cluster, workdir, meta)
-            if "zero" in parts:
-                new["zero"] = await run_zero(given(options.zero, options), cluster, workdir, meta)
-    if "bound" in parts:
-        new["bound"] = await run_bound(given(options.bound, options), workdir, meta)
+    with benchmark_control_plane(workdir / "control-plane") as cluster:  # the router reads it
+        if "keepalive" in parts:
+            new["keepalive"] = await run_keepalive(given(options.keepalive, options), cluster, workdir, meta)
+        if "cost" in parts:
+            new["cost"] = await run_cost(given(options.cost, options), cluster, workdir, meta)
+        if "zero" in parts:
+            new["zero"] = await run_zero(given(options.zero, options), cluster, workdir, meta)
     before = records.read_sections(Results, run.output_dir / f"{STEM}.json")
     return records.newer(Results(**new), before)  # type: ignore[arg-type]
 

@@ -76,17 +76,6 @@ class ZeroRun:
 
 
 @dataclass(frozen=True)
-class BoundRound:
-    """One closed-loop run against one replica setup of the keep-alive bound."""
-
-    repeat: int
-    setup: str  # "no bound" | "defaults (...)" | "tight (...)"
-    rps: float
-    errors: int
-    connections_opened: int  # by the clients, warm-up included
-
-
-@dataclass(frozen=True)
 class Part:
     """What every part's result starts with: its run and the options it ran with."""
 
@@ -111,18 +100,12 @@ class ZeroResult(Part):
 
 
 @dataclass(frozen=True)
-class BoundResult(Part):
-    rounds: list[BoundRound]
-
-
-@dataclass(frozen=True)
 class Results:
     """router.json: the parts run separately (or together) and report together."""
 
     keepalive: KeepaliveResult | None = None
     cost: CostResult | None = None
     zero: ZeroResult | None = None
-    bound: BoundResult | None = None
 
 
 # A replica "takes its share" once, over one window, it answers at least this fraction of an

@@ -57,14 +57,7 @@ class ZeroOptions:
     max_held: int = 256
 
 
-@dataclass(frozen=True)
-class BoundOptions:
-    repeats: int = 5
-    seconds: float = 4.0  # each closed-loop run, after half a second of warm-up
-    connections: int = 32  # keep-alive clients
-
-
-PARTS = ("keepalive", "cost", "zero", "bound")
+PARTS = ("keepalive", "cost", "zero")
 
 
 @dataclass(frozen=True)
@@ -76,15 +69,12 @@ class Options:
     keepalive: KeepaliveOptions = KeepaliveOptions()
     cost: CostOptions = CostOptions()
     zero: ZeroOptions = ZeroOptions()
-    bound: BoundOptions = BoundOptions()
 
 
-QUICK_BOUND = BoundOptions(repeats=1, seconds=1.0, connections=8)
 QUICK = Options(
     keepalive=KeepaliveOptions(repeats=1, step_s=6.0, steady_s=4.0, warmup_s=1.0),
     cost=CostOptions(repeats=1, seconds=1.0),
     zero=ZeroOptions(repeats=1, seconds=4.0, poll_s=0.5),
-    bound=QUICK_BOUND,
 )
 
 # The goals, checked and reported (a run that misses one still writes its figures).

@@ -12,7 +12,6 @@ from batchd.bench.kit.formatting import figure, number, share, verdict
 from batchd.bench.kit.records import ran
 from batchd.bench.kit.stats import median, ratio
 from batchd.bench.router.analysis import (
-    BoundResult,
     CostResult,
     KeepaliveResult,
     Part,
@@ -32,12 +31,10 @@ from batchd.bench.router.options import (
     SETTLE_GOAL_S,
 )
 
-NEVER = math.inf
-
 
 def _median(values: Sequence[float | None]) -> float:
     """The median, a time that never came (None) counting as never."""
-    return median([NEVER if value is None else value for value in values])
+    return median([math.inf if value is None else value for value in values])
 
 
 def _runs(values: Sequence[float | None], text: str) -> str:
@@ -288,29 +285,6 @@ def zero_markdown(result: ZeroResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bound_markdown(result: BoundResult) -> str:
-    o = result.options
-    lines = [
-        *_heading("What the replica's keep-alive bound costs", result),
-        f"A closed loop of {int(o['connections'])} keep-alive clients for {o['seconds']:g} s against a "
-        f"replica of an adder that takes no time; medians of {int(o['repeats'])} rounds, the setups "
-        "taking turns, each round in brackets.",
-        "",
-        "| setup | requests/s | connections opened | errors |",
-        "|---|---:|---:|---:|",
-    ]
-    for setup in dict.fromkeys(r.setup for r in result.rounds):
-        rounds = [r for r in result.rounds if r.setup == setup]
-        rps = [r.rps for r in rounds]
-        opened = [float(r.connections_opened) for r in rounds]
-        errors = sum(r.errors for r in rounds)
-        lines.append(
-            f"| {setup} | {_runs(rps, number(median(rps), 0))} | "
-            f"{_runs(opened, number(median(opened), 0))} | {errors} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
 def to_markdown(results: Results) -> str:
     parts = ["# Router benchmark\n"]
     if results.keepalive is not None:
@@ -319,8 +293,6 @@ def to_markdown(results: Results) -> str:
         parts.append(cost_markdown(results.cost))
     if results.zero is not None:
         parts.append(zero_markdown(results.zero))
-    if results.bound is not None:
-        parts.append(bound_markdown(results.bound))
     return "\n".join(parts)
 
 
