@@ -13,9 +13,9 @@ transformers 5.23)? It serves GPT-2 correctly on CPU (greedy output identical to
 requests added mid-run, cancellation), but without a flash-attention kernel it packs every
 running sequence into one row and attends with a block-diagonal mask over all of their keys:
 on this machine it made fewer tokens/s than request-level `generate`, and this scheduler about
-twice as many as `generate` (docs/performance/generation.md has the figures). It also cannot give each request its own seed,
-min_new_tokens or stop strings, switches sampling on and off for all requests at once, and sizes
-its cache from free memory.
+twice as many as `generate` (docs/performance/generation.md has the figures). It also cannot give
+each request its own seed, min_new_tokens or stop strings, switches sampling on and off for all
+requests at once, and sizes its cache from free memory.
 """
 
 from __future__ import annotations
