@@ -257,7 +257,9 @@ def measure_ceiling(repeat: int, options: Options, workdir: Path, cores: set[int
         logger.warning("peers: the ceiling failed (%d): %s", done.returncode, done.stderr[-2000:])
         return CeilingRun(repeat, models.MAX_BATCH_SIZE, float("nan"), 0)
     figures = json.loads(done.stdout.splitlines()[-1])
-    return CeilingRun(repeat, models.MAX_BATCH_SIZE, figures["items_per_s"], figures["threads"])
+    return CeilingRun(
+        repeat, models.MAX_BATCH_SIZE, figures["items_per_s"], figures["threads"], figures["rss_mb"]
+    )
 
 
 def run_all(

@@ -36,12 +36,20 @@ from batchd.bench.router.options import (
     KeepaliveOptions,
 )
 from batchd.bench.router.standin import routed
-from batchd.bench.router.traffic import keepalive_load
 from batchd.testing import servers
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import ServerProcess
-from batchd.testing.traffic import Outcome
+from batchd.testing.traffic import Outcome, Traffic
+
+BODY = b'{"instances": [1]}'
+
+
+async def _at(when: float, action: Callable[[], Awaitable[None]]) -> None:
+    """`action` at `when` (time.perf_counter())."""
+    await asyncio.sleep(max(0.0, when - time.perf_counter()))
+    await action()
+
 
 SUBJECTS = ("step: service", "step: router", "steady: one replica", "steady: service", "steady: router")
 
@@ -95,15 +103,19 @@ async def step_run(
     def load(
         url: str, scale_up: Callable[[], Awaitable[None]]
     ) -> Callable[[float], Awaitable[list[Outcome]]]:
-        return lambda start: keepalive_load(
-            url,
-            options.rate_rps,
-            options.step_s,
-            connections=options.connections,
-            timeout_s=options.timeout_s,
-            at=(options.scale_at_s, scale_up),
-            start=start,
-        )
+        """The client's keep-alive pool at the rate, the other replicas added `scale_at_s` in."""
+
+        async def run(start: float) -> list[Outcome]:
+            traffic = Traffic(
+                lambda: [url], "", BODY, options.rate_rps, options.timeout_s, options.connections
+            )
+            scaling = asyncio.ensure_future(_at(start + options.scale_at_s, scale_up))
+            try:
+                return await traffic.run(options.step_s, start)
+            finally:
+                await scaling
+
+        return run
 
     if path == "service":
         async with ConnectionBalancer([(first.host, first.port)]) as balancer:
@@ -154,13 +166,8 @@ async def steady_run(
     rate = options.utilisation * REPLICA_CAPACITY_RPS * len(used)
 
     async def run(url: str) -> list[Outcome]:
-        return await keepalive_load(
-            url,
-            rate,
-            options.warmup_s + options.steady_s,
-            connections=options.connections * len(used),
-            timeout_s=options.timeout_s,
-        )
+        traffic = Traffic(lambda: [url], "", BODY, rate, options.timeout_s, options.connections * len(used))
+        return await traffic.run(options.warmup_s + options.steady_s)
 
     if subject == "one replica":
         outcomes = await run(f"{used[0].url}{SLOW_PATH}")

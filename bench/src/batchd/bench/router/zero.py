@@ -18,12 +18,11 @@ from batchd.bench.kit.records import RunRecord
 from batchd.bench.router.analysis import ZeroResult, ZeroRun, first_at_least
 from batchd.bench.router.options import ZeroOptions
 from batchd.bench.router.standin import Routed, routed
-from batchd.bench.router.traffic import keepalive_load
 from batchd.testing import servers
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import ServerProcess, is_ready
-from batchd.testing.traffic import Outcome
+from batchd.testing.traffic import Outcome, Traffic
 
 MODEL = "cold"
 PATH = f"/v1/models/{MODEL}:predict"
@@ -126,15 +125,12 @@ async def run_zero(options: ZeroOptions, cluster: ControlPlane, workdir: Path, m
             first_poll_s = options.poll_s * (repeat + 0.5) / options.repeats
             waker = asyncio.ensure_future(operator.run(first_poll_s))
             try:
-                outcomes = await keepalive_load(
-                    f"{stand_in.router.url}{PATH}",
-                    options.rate_rps,
-                    options.seconds,
-                    # No bound on connections: what waits is held by the router, not the client.
-                    connections=0,
-                    timeout_s=options.hold_timeout_s + 10,
-                    start=start,
-                )
+                # No bound on connections: what waits is held by the router, not the client.
+                traffic = Traffic(
+                    lambda: [stand_in.router.url], PATH, b'{"instances": [1]}', options.rate_rps,
+                    options.hold_timeout_s + 10,
+                )  # fmt: skip
+                outcomes = await traffic.run(options.seconds, start)
                 await waker
             finally:
                 for task in (sampler, waker):

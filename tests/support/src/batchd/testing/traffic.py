@@ -46,6 +46,9 @@ class Traffic:
     body: bytes
     rate: Rate
     timeout_s: float = 30.0
+    # At most this many connections, kept alive and reused, as a client's pool does (a replica
+    # that becomes ready later gets none of them); 0: a new connection rather than a queue.
+    connections: int = 0
     outcomes: list[Outcome] = field(default_factory=list)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -55,17 +58,18 @@ class Traffic:
     def rate_at(self, elapsed_s: float) -> float:
         return self.rate(elapsed_s) if callable(self.rate) else self.rate
 
-    async def run(self, duration_s: float) -> list[Outcome]:
-        """Send until `duration_s` has passed or `stop()`; then wait (bounded) for every answer."""
+    async def run(self, duration_s: float, start: float | None = None) -> list[Outcome]:
+        """Send until `duration_s` has passed or `stop()`; then wait (bounded) for every answer.
+        Times are from `start` (time.perf_counter(); now when not given)."""
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        connector = aiohttp.TCPConnector(limit=0)  # a new connection rather than a queue in the client
+        connector = aiohttp.TCPConnector(limit=self.connections)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-            started = time.monotonic()
+            started = time.perf_counter() if start is None else start
             turn = itertools.count()
             pending: set[asyncio.Task[None]] = set()
             due = 0.0
             while due < duration_s and not self._stop.is_set():
-                delay = started + due - time.monotonic()
+                delay = started + due - time.perf_counter()
                 if delay > 0:
                     try:
                         await asyncio.wait_for(self._stop.wait(), delay)
@@ -81,7 +85,7 @@ class Traffic:
         return self.outcomes
 
     async def _one(self, session: aiohttp.ClientSession, started: float, turn: int) -> None:
-        sent = time.monotonic()
+        sent = time.perf_counter()
         endpoints = list(self.endpoints())
         if not endpoints:
             self.outcomes.append(Outcome(sent - started, 0.0, "", None, error="no ready endpoint"))
@@ -94,7 +98,7 @@ class Traffic:
                 await response.read()
                 outcome = Outcome(
                     sent - started,
-                    time.monotonic() - sent,
+                    time.perf_counter() - sent,
                     endpoint,
                     response.status,
                     response.headers.get("Retry-After"),
@@ -102,7 +106,7 @@ class Traffic:
         except (aiohttp.ClientError, TimeoutError, OSError) as error:
             outcome = Outcome(
                 sent - started,
-                time.monotonic() - sent,
+                time.perf_counter() - sent,
                 endpoint,
                 None,
                 error=f"{type(error).__name__}: {error}",

@@ -1,6 +1,7 @@
 """The MiniLM ceiling: the embedder every peer serves, called in-process in a tight loop at one
 batch size, no server in the way (run from batchd's environment, which has the model's packages
-too). It prints one JSON object: items a second and torch's threads.
+too). It prints one JSON object: items a second, torch's threads and the process's resident
+memory once warm (the model alone, what a server's own memory is measured against).
 
     python -m batchd.bench.peers.servers.ceiling --batch-size 32 --duration-s 5
 """
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
+from batchd.bench.kit import procstat
 from batchd.bench.peers.servers import models
 from batchd.testing.models import SENTENCE
 
@@ -29,7 +32,9 @@ def main() -> None:
     while (elapsed := time.perf_counter() - started) < args.duration_s or calls < 3:
         embed(batch)
         calls += 1
-    print(json.dumps({"items_per_s": calls * args.batch_size / elapsed, "threads": torch.get_num_threads()}))
+    rss_mb = procstat.sample(os.getpid()).rss_bytes / 2**20
+    figures = {"items_per_s": calls * args.batch_size / elapsed, "threads": torch.get_num_threads()}
+    print(json.dumps({**figures, "rss_mb": rss_mb}))
 
 
 if __name__ == "__main__":
