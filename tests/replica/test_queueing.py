@@ -34,8 +34,8 @@ def queued(queue: PendingQueue[Item], *names: str, lane: str = "batch", caller: 
     return items
 
 
-def names(items: list[Item]) -> list[str]:
-    return [item.name for item in items]
+def names(items: list[Item] | list[tuple[Item, PriorityClass]]) -> list[str]:
+    return [(entry[0] if isinstance(entry, tuple) else entry).name for entry in items]
 
 
 async def test_one_class_and_no_callers_is_first_come_first_served() -> None:

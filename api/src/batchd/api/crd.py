@@ -81,6 +81,17 @@ BATCHING_RULES: list[dict[str, str]] = [
         "fieldPath": ".max_queued_requests",
         "reason": "FieldValueInvalid",
     },
+    # `_the_default_class_is_a_class`. (Unique names: the list is a map keyed by name.)
+    {
+        "rule": "(has(self.priority_classes) && size(self.priority_classes) > 0) "
+        "? self.priority_classes.exists(c, c.name == "
+        "(has(self.default_priority_class) ? self.default_priority_class : 'default')) "
+        ": (!has(self.default_priority_class) || self.default_priority_class == 'default')",
+        "message": "batching.default_priority_class must be one of batching.priority_classes' names "
+        "('default' when there are none)",
+        "fieldPath": ".default_priority_class",
+        "reason": "FieldValueInvalid",
+    },
 ]
 # The model validator `_min_at_most_max` in spec.py, restated in CEL.
 AUTOSCALING_RULES: list[dict[str, str]] = [
@@ -238,6 +249,10 @@ def spec_schema() -> dict[str, Any]:
     # A default `{}` lets the API server fill in every batching default (and the printer column).
     schema["properties"]["batching"]["default"] = {}
     schema["properties"]["batching"]["x-kubernetes-validations"] = copy.deepcopy(BATCHING_RULES)
+    # Keyed by name: the API server refuses two classes of one name, and a patch merges by name.
+    classes = schema["properties"]["batching"]["properties"]["priority_classes"]
+    classes["x-kubernetes-list-type"] = "map"
+    classes["x-kubernetes-list-map-keys"] = ["name"]
     _refuse_ray_serve_names(schema)
     return schema
 

@@ -19,6 +19,12 @@ REFUSED_HEADER = b"batchd-refused"
 # bounds the request by the shorter of this and its `request_timeout_s`.
 TIMEOUT_HEADER = b"batchd-timeout-s"
 
+# The priority class a request asks for: a name from its deployment's batching.priority_classes.
+PRIORITY_HEADER = b"batchd-priority"
+
+# Who sends the request, for fair shares between the callers of one priority class (any string).
+FAIRNESS_HEADER = b"batchd-fairness-id"
+
 
 def parse_timeout_s(value: bytes) -> float:
     """The seconds a `batchd-timeout-s` value names; ValueError naming the header and the value

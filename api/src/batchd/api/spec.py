@@ -266,6 +266,22 @@ RAY_SERVE_NAMES: dict[tuple[str, str], str] = {
 }
 
 
+PRIORITY_CLASS_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DEFAULT_PRIORITY_CLASS = "default"
+
+
+class PriorityClassSpec(_Strict):
+    """A class of requests, named in the batchd-priority header (the OpenAI routes: their
+    `metadata.priority`)."""
+
+    name: Annotated[str, Field(pattern=PRIORITY_CLASS_PATTERN, max_length=63)]
+    priority: Annotated[int, Field(ge=-1000, le=1000)]
+    """Higher goes first: a batch takes every queued item of a higher class before any of a lower
+    one, and a full queue makes room for a higher class by refusing the most recently queued item
+    of the lowest class (503 with Retry-After). Negative: sheddable, admitted only while the queue
+    is under half of max_queued_requests, so it is refused first."""
+
+
 class BatchingSpec(_Strict):
     """How requests are gathered into batches: the knobs of Ray Serve's `@serve.batch`, plus bounds."""
 
@@ -306,6 +322,42 @@ class BatchingSpec(_Strict):
     except when the replica drains or the oldest waiting item's deadline is near (within a tenth
     of request_timeout_s, or twice the recent batch time if longer): then what is queued goes.
     batch_wait_timeout_s then closes no batch. For models that need, or run best on, full batches."""
+
+    priority_classes: Annotated[list[PriorityClassSpec], Field(max_length=16)] = []
+    """The classes a request may name (batchd-priority), each with its priority. Empty: one class,
+    `default`, and every request is in it."""
+
+    default_priority_class: Annotated[str, Field(pattern=PRIORITY_CLASS_PATTERN, max_length=63)] = (
+        DEFAULT_PRIORITY_CLASS
+    )
+    """The class of a request that names none; one of priority_classes when they are given."""
+
+    fair_share: bool = True
+    """Within a class, the callers (the batchd-fairness-id header; the OpenAI routes: `user`) take
+    turns, one item each, so that every caller with work queued gets an equal share of the batch
+    slots and a heavy caller cannot starve a light one. false: first come, first served within a
+    class (with no priority_classes, the replica's order is then first come for everyone)."""
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _class_names_unique(cls, classes: list[PriorityClassSpec]) -> list[PriorityClassSpec]:
+        names = [priority_class.name for priority_class in classes]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(
+                f"priority class names must be unique, got {', '.join(map(repr, repeated))} twice"
+            )
+        return classes
+
+    @model_validator(mode="after")
+    def _the_default_class_is_a_class(self) -> Self:
+        names = [priority_class.name for priority_class in self.priority_classes] or [DEFAULT_PRIORITY_CLASS]
+        if self.default_priority_class not in names:
+            raise ValueError(
+                f"batching.default_priority_class: {self.default_priority_class!r} is none of the priority "
+                f"classes ({', '.join(names)})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _a_full_batch_fits_the_queue(self) -> Self:

@@ -19,8 +19,8 @@ relying on `__del__`, and the model runs off the event loop (the model layer's j
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -29,7 +29,17 @@ from typing import Any, Protocol
 from batchd.api.spec import BatchingSpec
 from batchd.replica import adaptive
 from batchd.replica.batch_deadline import reset_batch_deadline, set_batch_deadline
-from batchd.replica.errors import BatchSizeMismatch, BatchWide, Draining, QueueFull, blamed_on
+from batchd.replica.errors import (
+    BatchSizeMismatch,
+    BatchWide,
+    Displaced,
+    Draining,
+    QueueFull,
+    Shed,
+    UnknownPriorityClass,
+    blamed_on,
+)
+from batchd.replica.queueing import FIRST_COME, NO_CALLER, SHEDDABLE_SHARE, PendingQueue, PriorityClass
 from batchd.replica.waiting import NO_CLIENT, Client, Submitted, Watches
 
 logger = logging.getLogger(__name__)
@@ -82,6 +92,12 @@ class _Pending:
     deadline: float  # loop.time() when its request stops waiting (`waiting`)
 
 
+def priority_classes(config: BatchingSpec) -> list[PriorityClass]:
+    """The classes a batching spec gives its queue, highest first (`default` alone when none)."""
+    given = [PriorityClass(c.name, c.priority) for c in config.priority_classes] or list(FIRST_COME)
+    return sorted(given, key=lambda priority_class: -priority_class.priority)
+
+
 class _DrainRate:
     """Recent batch sizes and durations, for a Retry-After that reflects how fast the queue drains."""
 
@@ -111,7 +127,7 @@ class Batcher:
         self._run_batch: RunBatch | None = None
         self._running_items = 0  # items inside batches the model is computing now
         self._slot_freed = asyncio.Event()
-        self._queue: collections.deque[_Pending] = collections.deque()
+        self._queue: PendingQueue[_Pending] = PendingQueue(priority_classes(config))
         self._arrived = asyncio.Event()
         # The former waits for a first item (no window open): every arrival must wake it.
         self._awaiting_first = False
@@ -183,17 +199,17 @@ class Batcher:
         Returns the items' futures, the request's deadline (loop time) and what set it."""
         if self._draining:
             raise Draining()
-        free = self._config.max_queued_requests - len(self._queue)
-        if len(items) > free:
-            raise QueueFull(len(items), free, self._rate.seconds_to_serve(len(self._queue)))
+        lane = self._lane_of(client.priority)
+        self._make_room(lane, len(items))
         loop = asyncio.get_running_loop()
         now = loop.time()
         self.arrivals.add(len(items), now)
         deadline, late = client.deadline(now, self._config.request_timeout_s)
+        caller = client.caller if self._config.fair_share else NO_CALLER
         futures = []
         for item in items:
             future = loop.create_future()
-            self._queue.append(_Pending(item, future, now, deadline))
+            self._queue.push(_Pending(item, future, now, deadline), lane, caller)
             futures.append(future)
         # A window that is open changes its mind only when the batch is full, or, with a latency
         # objective, at every arrival (it re-plans); waking the former for anything else costs a
@@ -205,6 +221,31 @@ class Batcher:
         ):
             self._arrived.set()
         return futures, deadline, late
+
+    def _lane_of(self, priority: str | None) -> int:
+        """The queue's lane for the class a request names (None: the default class); a 400
+        naming the class when the deployment has none of that name."""
+        name = self._config.default_priority_class if priority is None else priority
+        try:
+            return self._queue.lane(name)
+        except KeyError:
+            raise UnknownPriorityClass.named(name, [c.name for c in self._queue.classes]) from None
+
+    def _make_room(self, lane: int, count: int) -> None:
+        """Room for `count` items of `lane`, or QueueFull (Shed for a sheddable class) with nothing
+        queued. Room made by taking lower classes' items fails their requests (`Displaced`)."""
+        bound = self._config.max_queued_requests
+        made = self._queue.room_for(lane, count, bound)
+        retry_after_s = self._rate.seconds_to_serve(len(self._queue))
+        if made is None:
+            priority_class = self._queue.classes[lane]
+            if priority_class.sheddable:
+                raise Shed(priority_class.name, math.floor(bound * SHEDDABLE_SHARE), retry_after_s)
+            raise QueueFull(count, max(0, bound - len(self._queue)), retry_after_s)
+        by = self._queue.classes[lane].name
+        for pending, displaced_class in made:
+            if not pending.future.done():
+                pending.future.set_exception(Displaced(displaced_class.name, by, retry_after_s))
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -221,6 +262,8 @@ class Batcher:
         `max_queued_requests`), running batches finish, and each request keeps the deadline it
         was admitted with. A larger `max_concurrent_batches` takes effect at once.
         """
+        if priority_classes(config) != self._queue.classes:
+            self._queue = self._queue.regrouped(priority_classes(config), config.default_priority_class)
         self._config = config
         self._slot_freed.set()
         self._arrived.set()  # a window that is open re-reads its size and length
@@ -308,13 +351,13 @@ class Batcher:
         `latency_objective_s`, when the adaptive plan says (at once when waiting cannot pay); or,
         with `allow_small_batch: false`, its oldest item's deadline is near, leaving that item the
         larger of a tenth of `request_timeout_s` and twice the recent batch time to be answered."""
-        oldest = self._queue[0]
+        oldest_arrival = self._queue.oldest_arrival()
         objective_s = self._config.latency_objective_s
         if self._config.allow_small_batch and objective_s is not None:
             decision = adaptive.plan(
                 now=now,
                 queued=len(self._queue),
-                oldest_arrival=oldest.arrived_at,
+                oldest_arrival=oldest_arrival,
                 objective_s=objective_s,
                 max_batch_size=self._config.max_batch_size,
                 running=len(self._running),
@@ -324,25 +367,18 @@ class Batcher:
             self._observer.batch_planned(decision.size, decision.go)
             return now if decision.go else decision.wait_until
         if self._config.allow_small_batch:
-            return oldest.arrived_at + self._config.batch_wait_timeout_s
+            return oldest_arrival + self._config.batch_wait_timeout_s
         reserve = max(SMALL_BATCH_RESERVE * self._config.request_timeout_s, 2 * self._rate.batch_seconds)
-        return oldest.deadline - reserve
+        first = self._queue.first()
+        assert first is not None  # called with a live item first in line
+        return first.deadline - reserve
 
     def _drop_dead_head(self) -> bool:
         """Drop abandoned items at the head of the queue; True when a live item is first in line."""
-        while self._queue:
-            if not self._queue[0].future.done():
-                return True
-            self._queue.popleft()
-        return False
+        return self._queue.drop_dead_first()
 
     def _take_live(self, limit: int) -> list[_Pending]:
-        batch: list[_Pending] = []
-        while self._queue and len(batch) < limit:
-            pending = self._queue.popleft()
-            if not pending.future.done():
-                batch.append(pending)
-        return batch
+        return self._queue.take_live(limit)
 
     async def _execute(self, batch: list[_Pending], alone: bool = True) -> None:
         """Run one batch; every future in it resolves, whatever happens. `alone`: no other batch

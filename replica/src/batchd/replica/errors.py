@@ -26,6 +26,28 @@ class QueueFull(Exception):
         self.retry_after_s = retry_after_s
 
 
+class Shed(QueueFull):
+    """The request's class is sheddable and the queue is past the mark where such work is refused."""
+
+    def __init__(self, priority_class: str, mark: int, retry_after_s: float) -> None:
+        Exception.__init__(
+            self,
+            f"priority class {priority_class!r} is sheddable: refused while {mark} or more items are queued",
+        )
+        self.retry_after_s = retry_after_s
+
+
+class Displaced(Exception):
+    """A request of a higher priority class took this queued request's place in a full queue."""
+
+    def __init__(self, priority_class: str, by: str, retry_after_s: float) -> None:
+        super().__init__(
+            f"the queue was full and a request of priority class {by!r} took the place of this one "
+            f"(class {priority_class!r}); retry later"
+        )
+        self.retry_after_s = retry_after_s
+
+
 class Draining(Exception):
     """The replica is shutting down and admits no new work."""
 
@@ -73,6 +95,14 @@ class InvalidInput(ValueError):
     def param(self) -> str | None:
         """The field the message names (OpenAI's `param`)."""
         return field_named(str(self))
+
+
+class UnknownPriorityClass(InvalidInput):
+    """The request names a priority class its deployment does not have."""
+
+    @classmethod
+    def named(cls, name: str, known: list[str]) -> UnknownPriorityClass:
+        return cls(f"header batchd-priority: expected one of {', '.join(known)}, got {name!r}")
 
 
 class TooLarge(ValueError):
@@ -151,7 +181,11 @@ ERROR_TABLE: tuple[tuple[type[BaseException], ErrorAnswer], ...] = (
     (UnknownModel, ErrorAnswer(404, "invalid", rejection="invalid")),
     (TooLarge, ErrorAnswer(413, "rejected", rejection="too_large")),
     (ItemFailed, ErrorAnswer(422, "invalid")),
+    (Shed, ErrorAnswer(503, "rejected", rejection="shed", retry=True, refused=True)),
     (QueueFull, ErrorAnswer(503, "rejected", rejection="queue_full", retry=True, refused=True)),
+    # Accepted, then refused before the model: a router does not send it again (another item of
+    # the request may have run), its client retries after Retry-After.
+    (Displaced, ErrorAnswer(503, "rejected", rejection="displaced", retry=True)),
     (Draining, ErrorAnswer(503, "rejected", rejection="draining", retry=True, refused=True)),
     (NotReady, ErrorAnswer(503, "rejected", rejection="not_ready", retry=True, refused=True)),
     (Stalled, ErrorAnswer(503, "rejected", rejection="stalled", retry=True, refused=True)),
@@ -247,7 +281,9 @@ def http_error(error: BaseException, body: ErrorBodyMaker = error_body) -> HttpE
     answer = answer_for(error)
     headers = [(b"content-type", b"application/json")]
     if answer.retry:
-        retry_after = error.retry_after_s if isinstance(error, (QueueFull, CalleeOverloaded)) else 1.0
+        retry_after = (
+            error.retry_after_s if isinstance(error, (QueueFull, Displaced, CalleeOverloaded)) else 1.0
+        )
         headers.append((b"retry-after", str(max(1, round(retry_after))).encode()))
     if answer.refused and answer.rejection is not None:
         headers.append((REFUSED_HEADER, answer.rejection.encode()))

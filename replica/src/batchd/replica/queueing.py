@@ -155,10 +155,10 @@ class PendingQueue(Generic[QueuedT]):
             (line[0].arrived_at for lane in self._lanes for line in lane.lines.values()), default=math.inf
         )
 
-    def room_for(self, lane: int, count: int, max_queued: int) -> list[QueuedT] | None:
+    def room_for(self, lane: int, count: int, max_queued: int) -> list[tuple[QueuedT, PriorityClass]] | None:
         """Whether `count` items of `lane` may be queued now: the items that make room for them,
-        taken out of the queue (none when they fit as they are), or None when they are refused
-        (then nothing was taken)."""
+        taken out of the queue, each with its class (none when they fit as they are), or None when
+        they are refused (then nothing was taken)."""
         priority_class = self._lanes[lane].priority_class
         if priority_class.sheddable:
             bound = math.floor(max_queued * SHEDDABLE_SHARE)
@@ -169,10 +169,10 @@ class PendingQueue(Generic[QueuedT]):
         below = self._lanes[lane + 1 :]
         if sum(lower.size for lower in below) < short:
             return None
-        made: list[QueuedT] = []
+        made: list[tuple[QueuedT, PriorityClass]] = []
         for lower in reversed(below):  # the lowest lane first
             while lower.size and len(made) < short:
-                made.append(lower.pop_newest())
+                made.append((lower.pop_newest(), lower.priority_class))
                 self._size -= 1
         return made
 

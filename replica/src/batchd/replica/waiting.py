@@ -32,10 +32,14 @@ _CLIENT_TIMEOUT = TIMEOUT_HEADER.decode()
 @dataclass(frozen=True, slots=True)
 class Client:
     """What the replica knows of a request's client: how it learns that the client has gone
-    (`gone`), and how long the client still waits (`timeout_s`, from `batchd-timeout-s`)."""
+    (`gone`), how long the client still waits (`timeout_s`, from `batchd-timeout-s`), the priority
+    class it asks for (`priority`, from `batchd-priority`; None: the default class) and who it is,
+    for fair shares within its class (`caller`, from `batchd-fairness-id`)."""
 
     gone: Abandoned | None = None
     timeout_s: float | None = None
+    priority: str | None = None
+    caller: str = ""
 
     def deadline(self, admitted: float, request_timeout_s: float) -> tuple[float, str]:
         """The request's one deadline (loop time), the sooner of `request_timeout_s` after

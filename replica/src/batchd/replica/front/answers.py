@@ -12,7 +12,7 @@ import time
 
 import orjson
 
-from batchd.api.headers import TIMEOUT_HEADER, parse_timeout_s
+from batchd.api.headers import FAIRNESS_HEADER, PRIORITY_HEADER, TIMEOUT_HEADER, parse_timeout_s
 from batchd.replica.errors import (
     ErrorAnswer,
     ErrorBodyMaker,
@@ -31,23 +31,37 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 def client_of(headers: list[tuple[bytes, bytes]], gone: Abandoned | None) -> Client:
-    """The request's client: how long it still waits, where it said (`batchd-timeout-s`), and
-    `gone` (see `client_waiting`)."""
+    """The request's client: how long it still waits, its priority class and who it is, where its
+    headers say, and `gone` (see `client_waiting`)."""
+    timeout = priority = caller = None
     for name, value in headers:
         if name == TIMEOUT_HEADER:
-            return client_waiting(value, gone)
-    return client_waiting(None, gone)
+            timeout = value
+        elif name == PRIORITY_HEADER:
+            priority = value
+        elif name == FAIRNESS_HEADER:
+            caller = value
+    return client_waiting(timeout, gone, priority, caller)
 
 
-def client_waiting(timeout: bytes | None, gone: Abandoned | None) -> Client:
+def client_waiting(
+    timeout: bytes | None, gone: Abandoned | None, priority: bytes | None = None, caller: bytes | None = None
+) -> Client:
     """A client that waits `timeout` seconds (the `batchd-timeout-s` value, None where it did not
-    say); InvalidInput (a 400) naming the header and the value when that is no positive number."""
-    if timeout is None:
+    say), in the class `priority` names, as `caller`; InvalidInput (a 400) naming the header and
+    the value when the timeout is no positive number."""
+    if timeout is None and priority is None and caller is None:
         return NO_CLIENT if gone is None else Client(gone)
     try:
-        return Client(gone, parse_timeout_s(timeout))
+        timeout_s = None if timeout is None else parse_timeout_s(timeout)
     except ValueError as error:
         raise InvalidInput(str(error)) from None
+    return Client(
+        gone,
+        timeout_s,
+        None if priority is None else priority.decode("latin-1"),
+        "" if caller is None else caller.decode("latin-1"),
+    )
 
 
 def opened(replica: Replica) -> float:

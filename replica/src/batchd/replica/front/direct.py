@@ -30,7 +30,7 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from batchd.api.headers import TIMEOUT_HEADER
+from batchd.api.headers import FAIRNESS_HEADER, PRIORITY_HEADER, TIMEOUT_HEADER
 from batchd.api.httpserver import HeadWithBody
 from batchd.api.routes import KSERVE_V1_PREDICT, MODEL_NAME
 from batchd.replica.errors import ClientDisconnected, error_body
@@ -86,12 +86,17 @@ class DirectProtocol(BoundedHttpToolsProtocol):
         if replica.batcher.draining or replica.schedules_tokens or self.limit_concurrency is not None:
             return None
         length: bytes | None = None
-        client_timeout: bytes | None = None
+        client: list[bytes | None] = [None, None, None]  # the client's timeout, priority and caller
         for name, value in self.headers:
             if name == b"content-length":
                 length = value
-            elif name == TIMEOUT_HEADER:
-                client_timeout = value
+            elif name.startswith(b"batchd-"):
+                if name == TIMEOUT_HEADER:
+                    client[0] = value
+                elif name == PRIORITY_HEADER:
+                    client[1] = value
+                elif name == FAIRNESS_HEADER:
+                    client[2] = value
             elif name == b"transfer-encoding":
                 return None
         if length is None or not length.isdigit() or int(length) > self.max_body:
@@ -99,7 +104,7 @@ class DirectProtocol(BoundedHttpToolsProtocol):
         keep_alive = self.parser.should_keep_alive()
         if self.counts_last_request():
             keep_alive = False
-        return _Prediction(self, replica, keep_alive, client_timeout)
+        return _Prediction(self, replica, keep_alive, client)
 
     def on_body(self, body: bytes) -> None:
         direct = self._direct
@@ -141,7 +146,7 @@ class _Prediction:
 
     __slots__ = (
         "chunks",
-        "client_timeout",
+        "client",
         "keep_alive",
         "protocol",
         "reading",
@@ -152,10 +157,10 @@ class _Prediction:
     )
 
     def __init__(
-        self, protocol: DirectProtocol, replica: Replica, keep_alive: bool, client_timeout: bytes | None
+        self, protocol: DirectProtocol, replica: Replica, keep_alive: bool, client: list[bytes | None]
     ) -> None:
         self.protocol = protocol
-        self.client_timeout = client_timeout
+        self.client = client  # its batchd- headers: timeout, priority, caller
         self.replica = replica
         self.keep_alive = keep_alive
         self.chunks: list[bytes] = []
@@ -170,7 +175,8 @@ class _Prediction:
         self.reading = False
         try:
             # The client is watched by the protocol (`abandon`), not by a coroutine of its own.
-            client = answers.client_waiting(self.client_timeout, gone=None)
+            timeout, priority, caller = self.client
+            client = answers.client_waiting(timeout, None, priority, caller)
             items = decode_instances(parse_json(b"".join(self.chunks)))
             self.submitted = self.replica.submit(items, "instances", client)
         except Exception as error:

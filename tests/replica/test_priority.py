@@ -1,0 +1,200 @@
+"""Priority classes and fair shares in the batcher (`batching.priority_classes`, `fair_share`): what
+goes into the next batch, who makes room in a full queue, and what each refused request is told."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from batchd.api.spec import BatchingSpec
+from batchd.replica.errors import Displaced, QueueFull, Shed, UnknownPriorityClass, answer_for, http_error
+from batchd.replica.waiting import Client
+from batchd.testing import manifests
+from batchd.testing.servers import ServerProcess, replica_process, wait_until, write_manifest
+from tests.replica.test_batching import RecordingModel, make, occupied, until
+
+CLASSES = [
+    {"name": "search", "priority": 10},
+    {"name": "batch", "priority": 0},
+    {"name": "prefetch", "priority": -1},
+]
+
+
+def asking(priority: str | None = None, caller: str = "") -> Client:
+    return Client(priority=priority, caller=caller)
+
+
+def queued(
+    batcher: Any, count: int, priority: str | None = None, caller: str = "", first: int = 0
+) -> list[Any]:
+    return [asyncio.ensure_future(batcher.infer([first + n], asking(priority, caller))) for n in range(count)]
+
+
+async def test_a_batch_takes_every_higher_class_item_before_any_lower_one() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0, priority_classes=CLASSES,
+                   default_priority_class="batch")  # fmt: skip
+    busy = await occupied(model, batcher)
+    low = queued(batcher, 3, "prefetch", first=100)
+    plain = queued(batcher, 3, first=200)  # the default class
+    high = queued(batcher, 3, "search", first=300)
+    await until(lambda: batcher.queue_depth == 9)
+    model.gate.set()
+    await asyncio.gather(busy, *low, *plain, *high)
+    assert model.batches[1:] == [[300, 301, 302, 200], [201, 202, 100, 101], [102]]
+    await batcher.drain()
+
+
+async def test_callers_of_one_class_share_the_batches_equally_whatever_each_sends() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0)
+    busy = await occupied(model, batcher)
+    heavy = queued(batcher, 40, caller="indexer", first=1000)
+    light = queued(batcher, 4, caller="search-page", first=0)
+    await until(lambda: batcher.queue_depth == 44)
+    model.gate.set()
+    await asyncio.gather(busy, *heavy, *light)
+    # Both backlogged: turns, one item each, so the light caller is done in the first two batches.
+    served = Counter("light" if item < 1000 else "heavy" for batch in model.batches[1:3] for item in batch)
+    assert served == {"light": 4, "heavy": 4}
+    await batcher.drain()
+
+
+async def test_without_fair_share_one_class_is_first_come_first_served() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0, fair_share=False)
+    busy = await occupied(model, batcher)
+    heavy = queued(batcher, 8, caller="indexer", first=1000)
+    light = queued(batcher, 2, caller="search-page", first=0)
+    await until(lambda: batcher.queue_depth == 10)
+    model.gate.set()
+    await asyncio.gather(busy, *heavy, *light)
+    assert model.batches[1:] == [[1000, 1001, 1002, 1003], [1004, 1005, 1006, 1007], [0, 1]]
+    await batcher.drain()
+
+
+async def test_a_full_queue_makes_room_for_a_higher_class_the_displaced_request_told_to_retry() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=2, batch_wait_timeout_s=0, max_queued_requests=3,
+                   priority_classes=CLASSES, default_priority_class="batch")  # fmt: skip
+    busy = await occupied(model, batcher)
+    older, newest = queued(batcher, 2, first=10), queued(batcher, 1, first=12)[0]
+    await until(lambda: batcher.queue_depth == 3)
+    with pytest.raises(QueueFull):  # its equal takes no one's place
+        await batcher.infer([13], asking("batch"))
+    urgent = asyncio.ensure_future(batcher.infer([1], asking("search")))
+    with pytest.raises(Displaced) as displaced:
+        await newest  # the most recently queued item of the lowest class
+    answer = http_error(displaced.value)
+    assert answer.status == 503 and dict(answer.headers)[b"retry-after"] >= b"1"
+    assert answer.body["error"] == (
+        "the queue was full and a request of priority class 'search' took the place of this one "
+        "(class 'batch'); retry later"
+    )
+    assert answer_for(displaced.value).rejection == "displaced"
+    model.gate.set()
+    assert await urgent == [2]
+    assert [await request for request in older] == [[11], [12]]
+    await busy
+    await batcher.drain()
+
+
+async def test_sheddable_work_is_refused_at_half_the_queue_while_the_default_class_still_fits() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=2, batch_wait_timeout_s=0, max_queued_requests=8,
+                   priority_classes=CLASSES, default_priority_class="batch")  # fmt: skip
+    busy = await occupied(model, batcher)
+    kept = queued(batcher, 3, "prefetch") + queued(batcher, 1)
+    await until(lambda: batcher.queue_depth == 4)
+    with pytest.raises(Shed) as shed:
+        await batcher.infer([1], asking("prefetch"))
+    assert "'prefetch' is sheddable: refused while 4 or more items are queued" in str(shed.value)
+    assert answer_for(shed.value).rejection == "shed" and answer_for(shed.value).refused
+    more = queued(batcher, 4)  # the default class fills the rest of the queue
+    model.gate.set()
+    await asyncio.gather(busy, *kept, *more)
+    await batcher.drain()
+
+
+async def test_an_unknown_class_is_a_400_naming_it_and_the_known_ones() -> None:
+    batcher = make(RecordingModel(), priority_classes=CLASSES, default_priority_class="batch")
+    with pytest.raises(UnknownPriorityClass) as unknown:
+        await batcher.infer([1], asking("urgent"))
+    assert http_error(unknown.value).status == 400
+    assert (
+        str(unknown.value) == "header batchd-priority: expected one of search, batch, prefetch, got 'urgent'"
+    )
+    await batcher.drain()
+
+
+async def test_retuned_classes_keep_what_is_queued_and_order_it_by_the_new_priorities() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=8, batch_wait_timeout_s=0, priority_classes=CLASSES,
+                   default_priority_class="batch")  # fmt: skip
+    busy = await occupied(model, batcher)
+    low, high = queued(batcher, 2, "prefetch", first=100), queued(batcher, 2, "search", first=300)
+    await until(lambda: batcher.queue_depth == 4)
+    flipped = [{"name": "search", "priority": -1}, {"name": "prefetch", "priority": 10}]
+    retuned = {"max_batch_size": 8, "batch_wait_timeout_s": 0, "priority_classes": flipped}
+    batcher.reconfigure(BatchingSpec.model_validate({**retuned, "default_priority_class": "prefetch"}))
+    model.gate.set()
+    await asyncio.gather(busy, *low, *high)
+    assert model.batches[1] == [100, 101, 300, 301]
+    await batcher.drain()
+
+
+# -- on a real `batchd serve` process: the headers through both fronts ------------------------------
+
+BATCH_S = 1.0  # one item in the model and one in the queue: two requests fill the replica
+PREDICT = "/v1/models/ranked:predict"  # answered on the direct path
+INFER = "/v2/models/ranked/infer"  # answered by the ASGI front
+
+
+@pytest.fixture(scope="module")
+def ranked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    directory = tmp_path_factory.mktemp("ranked")
+    document = manifests.tight(BATCH_S, "ranked")
+    document["spec"]["batching"] |= {"priority_classes": CLASSES, "default_priority_class": "batch"}
+    with replica_process(write_manifest(directory, document), directory) as server:
+        yield server
+
+
+def v2(item: int) -> dict[str, Any]:
+    return {"inputs": [{"name": "x", "shape": [1], "datatype": "INT64", "data": [item]}]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("path", "body"), [(PREDICT, {"instances": [5]}), (INFER, v2(5))])
+async def test_a_request_naming_a_higher_class_takes_a_queued_ones_place(
+    ranked: ServerProcess, path: str, body: dict[str, Any]
+) -> None:
+    await asyncio.to_thread(wait_until, lambda: ranked.idle(), 10, "ranked idle")
+    async with httpx.AsyncClient(base_url=ranked.url, timeout=30) as client:
+        running = asyncio.ensure_future(client.post(PREDICT, json={"instances": [1]}))
+        await asyncio.to_thread(wait_until, lambda: ranked.load()["running_items"] == 1, 5, "ranked busy")
+        waiting = asyncio.ensure_future(client.post(PREDICT, json={"instances": [2]}))
+        await asyncio.to_thread(wait_until, lambda: ranked.load()["queued_items"] == 1, 5, "ranked full")
+        urgent = await client.post(
+            path, json=body, headers={"batchd-priority": "search", "batchd-fairness-id": "page"}
+        )
+        displaced, ran = await asyncio.gather(waiting, running)
+    assert urgent.status_code == 200, urgent.text
+    assert ran.status_code == 200
+    assert displaced.status_code == 503 and int(displaced.headers["retry-after"]) >= 1
+    assert "a request of priority class 'search' took the place of this one" in displaced.json()["error"]
+    assert "batchd-refused" not in displaced.headers  # it had been accepted: a router does not resend it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("path", "body"), [(PREDICT, {"instances": [5]}), (INFER, v2(5))])
+def test_an_unknown_class_is_refused_naming_it_on_both_fronts(
+    ranked: ServerProcess, path: str, body: dict[str, Any]
+) -> None:
+    refused = httpx.post(f"{ranked.url}{path}", json=body, headers={"batchd-priority": "urgent"}, timeout=30)
+    assert refused.status_code == 400
+    assert "header batchd-priority: expected one of search, batch, prefetch, got 'urgent'" in refused.text
