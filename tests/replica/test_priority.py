@@ -12,7 +12,16 @@ import httpx
 import pytest
 
 from batchd.api.spec import BatchingSpec
-from batchd.replica.errors import Displaced, QueueFull, Shed, UnknownPriorityClass, answer_for, http_error
+from batchd.replica.errors import (
+    Displaced,
+    InvalidInput,
+    QueueFull,
+    Shed,
+    UnknownPriorityClass,
+    answer_for,
+    http_error,
+)
+from batchd.replica.front.protocols.openai.requests import who_asks
 from batchd.replica.waiting import Client
 from batchd.testing import manifests
 from batchd.testing.servers import ServerProcess, replica_process, wait_until, write_manifest
@@ -198,3 +207,16 @@ def test_an_unknown_class_is_refused_naming_it_on_both_fronts(
     refused = httpx.post(f"{ranked.url}{path}", json=body, headers={"batchd-priority": "urgent"}, timeout=30)
     assert refused.status_code == 400
     assert "header batchd-priority: expected one of search, batch, prefetch, got 'urgent'" in refused.text
+
+
+def test_the_openai_routes_take_the_class_from_metadata_and_the_caller_from_user_unless_headers_say() -> None:
+    body = {"model": "m", "input": "x", "metadata": {"priority": "search", "trace": "t1"}, "user": "tenant-a"}
+    assert who_asks(body) == ("search", "tenant-a")
+    assert who_asks({"model": "m", "input": "x"}) == (None, None)
+    assert Client().asking(*who_asks(body)) == Client(priority="search", caller="tenant-a")
+    headers = Client(priority="batch", caller="tenant-b")
+    assert headers.asking(*who_asks(body)) == headers  # the headers win
+    with pytest.raises(InvalidInput, match=r"^metadata: expected an object of at most 16 string values"):
+        who_asks({"metadata": {"priority": 3}})
+    with pytest.raises(InvalidInput, match=r"^user: expected a string, got 7"):
+        who_asks({"user": 7})

@@ -233,3 +233,19 @@ async def test_a_deployment_named_in_the_path_is_reached_whatever_its_model_is_c
             assert response.status == 404
             assert await response.json() == {"error": "deployment team-c/adder: no such BatchedDeployment"}
     assert (mine.received, theirs.received) == (1, 1)
+
+
+async def test_the_priority_and_fairness_headers_reach_the_replica_as_the_client_sent_them(
+    cluster: Any, fakes: Any
+) -> None:
+    replica = fakes("ok")
+    await cluster.deploy("adder", replica.address)
+    sent = {"batchd-priority": "search", "batchd-fairness-id": "tenant-a"}
+    async with (
+        cluster.router() as router,
+        aiohttp.ClientSession() as client,
+        client.post(router.url + PREDICT.format(model="adder"), json={"instances": [1]}, headers=sent) as answer,
+    ):
+        assert answer.status == 200
+    assert replica.headers[-1][b"batchd-priority"] == b"search"
+    assert replica.headers[-1][b"batchd-fairness-id"] == b"tenant-a"

@@ -41,6 +41,16 @@ class Client:
     priority: str | None = None
     caller: str = ""
 
+    def asking(self, priority: str | None, caller: str | None) -> Client:
+        """This client, in class `priority` and as `caller` where its headers said neither (the
+        OpenAI routes' `metadata.priority` and `user`): the headers win."""
+        return Client(
+            self.gone,
+            self.timeout_s,
+            self.priority if self.priority is not None else priority,
+            self.caller or caller or "",
+        )
+
     def deadline(self, admitted: float, request_timeout_s: float) -> tuple[float, str]:
         """The request's one deadline (loop time), the sooner of `request_timeout_s` after
         `admitted` and the client's timeout; and what set it, for the 504's message."""

@@ -25,6 +25,7 @@ from batchd.replica.front.protocols.openai.requests import (
     check_fits,
     read_chat,
     read_completion,
+    who_asks,
 )
 from batchd.replica.generation.params import (
     MAX_SEED,
@@ -42,7 +43,9 @@ if TYPE_CHECKING:  # the generation service imports torch, which only text-gener
 
 
 async def completions(call: Call) -> dict[str, Any] | EventStream:
-    ask = read_completion(call.json())
+    body = call.json()
+    ask = read_completion(body)
+    call.client = call.client.asking(*who_asks(body))
     service, params = _service(call.replica, ask)
     prepare = service.preparer
     prompts = [
@@ -55,7 +58,9 @@ async def completions(call: Call) -> dict[str, Any] | EventStream:
 
 
 async def chat_completions(call: Call) -> dict[str, Any] | EventStream:
-    ask, messages = read_chat(call.json())
+    body = call.json()
+    ask, messages = read_chat(body)
+    call.client = call.client.asking(*who_asks(body))
     service, params = _service(call.replica, ask)
     prompt = service.preparer.prepare_chat(messages, params, "messages")
     return await _answer(call, service, ask, [prompt], answers.Header.new(answers.CHAT, ask.model))

@@ -19,7 +19,7 @@ import numpy as np
 from batchd.replica.errors import InvalidInput, UnknownModel
 from batchd.replica.front.endpoints import Call
 from batchd.replica.front.protocols.openai.models import check_model
-from batchd.replica.front.protocols.openai.requests import read_embedding
+from batchd.replica.front.protocols.openai.requests import read_embedding, who_asks
 from batchd.replica.replica import Replica
 
 EMBEDDING_TASK = "feature-extraction"
@@ -28,7 +28,9 @@ _TOKENIZERS: weakref.WeakKeyDictionary[Replica, asyncio.Future[Any]] = weakref.W
 
 
 async def embeddings(call: Call) -> dict[str, Any]:
-    ask = read_embedding(call.json())
+    body = call.json()
+    ask = read_embedding(body)
+    call.client = call.client.asking(*who_asks(body))
     replica = call.replica
     check_model(replica, ask.model)
     if replica.manifest.spec.model.task != EMBEDDING_TASK:

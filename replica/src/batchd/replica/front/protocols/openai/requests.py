@@ -34,10 +34,13 @@ NEUTRAL: dict[str, tuple[Any, ...]] = {
     "store": (False,),
     "stream_options": ({},),
 }
-COMMON = ("model", "n", "stream", "stream_options", "user", "max_tokens", *SAMPLING)
+COMMON = ("model", "n", "stream", "stream_options", "user", "metadata", "max_tokens", *SAMPLING)
 COMPLETION_FIELDS = (*COMMON, "prompt", "logprobs", "best_of")
 CHAT_FIELDS = (*COMMON, "messages", "max_completion_tokens", "logprobs", "top_logprobs")
-EMBEDDING_FIELDS = ("model", "input", "encoding_format", "dimensions", "user")
+EMBEDDING_FIELDS = ("model", "input", "encoding_format", "dimensions", "user", "metadata")
+# The key of `metadata` that names the request's priority class (as the batchd-priority header).
+PRIORITY_KEY = "priority"
+MAX_METADATA_KEYS = 16  # as OpenAI bounds it
 CHAT_ROLES = ("system", "developer", "user", "assistant")
 MAX_CHOICES = 16  # `n`: sequences one request may ask for per prompt
 # Most likely alternatives per token at most, as OpenAI bounds them: completions' `logprobs`, chat's
@@ -119,6 +122,25 @@ def read_embedding(body: Any) -> EmbeddingAsk:
     )
 
 
+def who_asks(body: Any) -> tuple[str | None, str | None]:
+    """The priority class a request's `metadata` names and its `user` (either None where not
+    given): the class and the caller where the batchd-priority and batchd-fairness-id headers
+    say nothing. InvalidInput naming the field unless they are strings."""
+    metadata = body.get("metadata") if isinstance(body, dict) else None
+    if metadata is not None and not (
+        isinstance(metadata, dict)
+        and len(metadata) <= MAX_METADATA_KEYS
+        and all(isinstance(value, str) for value in metadata.values())
+    ):
+        raise InvalidInput(
+            f"metadata: expected an object of at most {MAX_METADATA_KEYS} string values, got {metadata!r:.60}"
+        )
+    user = body.get("user") if isinstance(body, dict) else None
+    if user is not None and not isinstance(user, str):
+        raise InvalidInput(f"user: expected a string, got {user!r:.60}")
+    return (metadata or {}).get(PRIORITY_KEY), user
+
+
 def _object(body: Any, known: tuple[str, ...]) -> dict[str, Any]:
     """The body's fields that ask for something; the unknown ones refused by name."""
     if not isinstance(body, dict):
@@ -171,9 +193,7 @@ def _generation(
         raise InvalidInput(f"stream_options.include_usage: expected true or false, got {include_usage!r:.60}")
     if options and not stream:
         raise InvalidInput("stream_options: only with stream: true")
-    user = body.get("user")
-    if user is not None and not isinstance(user, str):
-        raise InvalidInput(f"user: expected a string, got {user!r:.60}")
+    who_asks(body)
     length_field = given[0] if given else "max_tokens"
     return GenerationAsk(
         body["model"], prompts, parameters, choices, stream, include_usage, None, length_field

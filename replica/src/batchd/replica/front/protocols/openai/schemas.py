@@ -59,7 +59,15 @@ class _Sampling(BaseModel):
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED, description="Choice i samples with seed + i.")
     stream: bool | None = Field(default=None, description="Answer Server-Sent Events, ending data: [DONE].")
     stream_options: StreamOptions | None = None
-    user: str | None = Field(default=None, description="Accepted and ignored.")
+    user: str | None = Field(
+        default=None,
+        description="The caller, for fair shares within its priority class (batchd-fairness-id wins).",
+    )
+    metadata: dict[str, str] | None = Field(
+        default=None,
+        max_length=16,
+        description="`priority` names the request's priority class (the batchd-priority header wins).",
+    )
 
 
 class CompletionRequest(_Sampling):
@@ -163,7 +171,15 @@ class EmbeddingRequest(BaseModel):
     dimensions: int | None = Field(
         default=None, ge=1, description="Only the model's own dimension is served."
     )
-    user: str | None = Field(default=None, description="Accepted and ignored.")
+    user: str | None = Field(
+        default=None,
+        description="The caller, for fair shares within its priority class (batchd-fairness-id wins).",
+    )
+    metadata: dict[str, str] | None = Field(
+        default=None,
+        max_length=16,
+        description="`priority` names the request's priority class (the batchd-priority header wins).",
+    )
 
 
 class Embedding(BaseModel):
