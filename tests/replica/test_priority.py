@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from batchd.api.spec import BatchingSpec
 from batchd.replica.errors import (
@@ -22,6 +24,7 @@ from batchd.replica.errors import (
     http_error,
 )
 from batchd.replica.front.protocols.openai.requests import who_asks
+from batchd.replica.metrics import MAX_CALLER_SERIES, ClassFigures
 from batchd.replica.waiting import Client
 from batchd.testing import manifests
 from batchd.testing.servers import ServerProcess, replica_process, wait_until, write_manifest
@@ -220,3 +223,44 @@ def test_the_openai_routes_take_the_class_from_metadata_and_the_caller_from_user
         who_asks({"metadata": {"priority": 3}})
     with pytest.raises(InvalidInput, match=r"^user: expected a string, got 7"):
         who_asks({"user": 7})
+
+
+def test_class_figures_count_by_class_and_bound_the_callers_to_a_fixed_number_of_series() -> None:
+    registry = CollectorRegistry()
+    figures = ClassFigures(registry, ("deployment", "model"), ("d", "m"))
+    figures.track(lambda: [("search", 0), ("batch", 3)])
+    figures.refused("batch", "displaced", 1)
+    figures.refused("prefetch", "shed", 4)
+    for n in range(MAX_CALLER_SERIES + 5):
+        figures.served("batch", f"tenant-{n}", 0.002)
+    figures.served("search", "", 0.5)
+    families = {
+        family.name: family for family in text_string_to_metric_families(generate_latest(registry).decode())
+    }
+
+    def value(family: str, sample: str, **labels: str) -> float:
+        (found,) = [
+            s.value
+            for s in families[family].samples
+            if s.name == sample and labels.items() <= s.labels.items()
+        ]
+        return found
+
+    assert value("batchd_class_queue_depth", "batchd_class_queue_depth", priority_class="batch") == 3
+    assert (
+        value(
+            "batchd_class_refusals", "batchd_class_refusals_total", priority_class="prefetch", reason="shed"
+        )
+        == 4
+    )
+    assert (
+        value(
+            "batchd_class_queue_wait_seconds", "batchd_class_queue_wait_seconds_count", priority_class="batch"
+        )
+        == 21
+    )
+    callers = {s.labels["fairness_id"] for s in families["batchd_caller_items"].samples}
+    assert len(callers) == MAX_CALLER_SERIES + 1  # the first ones seen, and "other" for the rest
+    # Five later ids, and a request with none (seen after the bound was reached), count as "other".
+    assert value("batchd_caller_items", "batchd_caller_items_total", fairness_id="other") == 6
+    assert "none" not in callers

@@ -64,6 +64,10 @@ class BatchObserver(Protocol):
 
     def objective_checked(self, items: int, late: int) -> None: ...
 
+    def class_refused(self, priority_class: str, reason: str, items: int) -> None: ...
+
+    def class_served(self, priority_class: str, caller: str, waited_s: float) -> None: ...
+
 
 class NullBatchObserver:
     """Reports nowhere: a batcher without metrics (tests, tools)."""
@@ -83,6 +87,12 @@ class NullBatchObserver:
     def objective_checked(self, items: int, late: int) -> None:
         pass
 
+    def class_refused(self, priority_class: str, reason: str, items: int) -> None:
+        pass
+
+    def class_served(self, priority_class: str, caller: str, waited_s: float) -> None:
+        pass
+
 
 @dataclass(eq=False, slots=True)
 class _Pending:
@@ -90,6 +100,8 @@ class _Pending:
     future: asyncio.Future[Any]
     arrived_at: float  # loop.time()
     deadline: float  # loop.time() when its request stops waiting (`waiting`)
+    priority_class: str = ""
+    caller: str = ""
 
 
 def priority_classes(config: BatchingSpec) -> list[PriorityClass]:
@@ -145,6 +157,10 @@ class Batcher:
     @property
     def queue_depth(self) -> int:
         return len(self._queue)
+
+    def class_depths(self) -> list[tuple[str, int]]:
+        """Items waiting, by priority class."""
+        return [(c.name, self._queue.depth(lane)) for lane, c in enumerate(self._queue.classes)]
 
     @property
     def running_items(self) -> int:
@@ -206,10 +222,11 @@ class Batcher:
         self.arrivals.add(len(items), now)
         deadline, late = client.deadline(now, self._config.request_timeout_s)
         caller = client.caller if self._config.fair_share else NO_CALLER
+        class_name = self._queue.classes[lane].name
         futures = []
         for item in items:
             future = loop.create_future()
-            self._queue.push(_Pending(item, future, now, deadline), lane, caller)
+            self._queue.push(_Pending(item, future, now, deadline, class_name, caller), lane, caller)
             futures.append(future)
         # A window that is open changes its mind only when the batch is full, or, with a latency
         # objective, at every arrival (it re-plans); waking the former for anything else costs a
@@ -237,15 +254,19 @@ class Batcher:
         bound = self._config.max_queued_requests
         made = self._queue.room_for(lane, count, bound)
         retry_after_s = self._rate.seconds_to_serve(len(self._queue))
+        priority_class = self._queue.classes[lane]
         if made is None:
-            priority_class = self._queue.classes[lane]
             if priority_class.sheddable:
+                self._observer.class_refused(priority_class.name, "shed", count)
                 raise Shed(priority_class.name, math.floor(bound * SHEDDABLE_SHARE), retry_after_s)
+            self._observer.class_refused(priority_class.name, "queue_full", count)
             raise QueueFull(count, max(0, bound - len(self._queue)), retry_after_s)
-        by = self._queue.classes[lane].name
         for pending, displaced_class in made:
             if not pending.future.done():
-                pending.future.set_exception(Displaced(displaced_class.name, by, retry_after_s))
+                self._observer.class_refused(displaced_class.name, "displaced", 1)
+                pending.future.set_exception(
+                    Displaced(displaced_class.name, priority_class.name, retry_after_s)
+                )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -262,7 +283,7 @@ class Batcher:
         `max_queued_requests`), running batches finish, and each request keeps the deadline it
         was admitted with. A larger `max_concurrent_batches` takes effect at once.
         """
-        if priority_classes(config) != self._queue.classes:
+        if tuple(priority_classes(config)) != self._queue.classes:
             self._queue = self._queue.regrouped(priority_classes(config), config.default_priority_class)
         self._config = config
         self._slot_freed.set()
@@ -331,7 +352,12 @@ class Batcher:
 
             batch = self._take_live(self._config.max_batch_size)
             if batch:  # else everything in the window went away: start over
-                self._observer.batch_dispatched(len(batch), loop.time() - batch[0].arrived_at)
+                now = loop.time()
+                self._observer.batch_dispatched(len(batch), now - batch[0].arrived_at)
+                for pending in batch:
+                    self._observer.class_served(
+                        pending.priority_class, pending.caller, now - pending.arrived_at
+                    )
                 return batch
 
     def _full(self) -> bool:

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -115,6 +120,7 @@ class ReplicaMetrics:
         # Children are made up front: every series exists (at zero) from the first scrape,
         # so rate() and dashboards work before the first error ever happens.
         self._rejections = {r: rejections.labels(*values, r) for r in REJECTION_REASONS}
+        self.classes = ClassFigures(self.registry, labels, values)
         self._reloads = {o: reloads.labels(*values, o) for o in RELOAD_OUTCOMES}
 
     def track(
@@ -161,6 +167,12 @@ class ReplicaMetrics:
         self.objective_items.inc(items)
         self.objective_missed.inc(late)
 
+    def class_refused(self, priority_class: str, reason: str, items: int) -> None:
+        self.classes.refused(priority_class, reason, items)
+
+    def class_served(self, priority_class: str, caller: str, waited_s: float) -> None:
+        self.classes.served(priority_class, caller, waited_s)
+
     def batch_finished(self, size: int, duration_s: float, failed: bool) -> None:
         self.batch_execution.observe(duration_s)
         if failed:
@@ -201,11 +213,8 @@ class AnsweredRequests(Collector):
         )
         for outcome in OUTCOMES:
             values = [*self._values, outcome]
-            counts = list(self._buckets[outcome])  # a copy: requests may land meanwhile
-            cumulative, running = [], 0
-            for bound, count in zip((*map(floatToGoString, self._bounds), "+Inf"), counts, strict=True):
-                running += count
-                cumulative.append((bound, float(running)))
+            cumulative = cumulative_buckets(self._bounds, self._buckets[outcome])
+            running = int(cumulative[-1][1])
             requests.add_metric(values, running, created=self._created)
             durations.add_metric(values, cumulative, self._sums[outcome])
             durations.add_sample(
@@ -215,6 +224,90 @@ class AnsweredRequests(Collector):
             )
         yield requests
         yield durations
+
+
+def cumulative_buckets(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, float]]:
+    """A histogram's buckets as Prometheus exposes them (each counts every value up to its bound,
+    the last +Inf), from counts per bucket (`counts` is copied first: values may land meanwhile)."""
+    cumulative, running = [], 0
+    for bound, count in zip((*map(floatToGoString, bounds), "+Inf"), list(counts), strict=True):
+        running += count
+        cumulative.append((bound, float(running)))
+    return cumulative
+
+
+# Fairness ids with a series of their own, the first ones seen; every later one counts as "other".
+MAX_CALLER_SERIES = 16
+OTHER_CALLERS = "other"
+NO_CALLER = "none"
+
+
+class ClassFigures(Collector):
+    """Priority classes and callers (`batching.priority_classes`, batchd-fairness-id): queue depth,
+    refusals and queue wait by class, and items served by caller, made when the registry is read.
+    Callers are bounded to MAX_CALLER_SERIES series, so a client cannot grow the replica's metrics
+    by sending new ids."""
+
+    def __init__(self, registry: CollectorRegistry, labels: Sequence[str], values: Sequence[str]) -> None:
+        self._labels, self._values = tuple(labels), tuple(values)
+        self._depths: Callable[[], Iterable[tuple[str, int]]] = lambda: ()
+        self._refused: dict[tuple[str, str], int] = {}
+        self._waits: dict[str, list[int]] = {}
+        self._wait_sums: dict[str, float] = {}
+        self._served: dict[str, int] = {}
+        registry.register(self)
+
+    def track(self, depths: Callable[[], Iterable[tuple[str, int]]]) -> None:
+        self._depths = depths
+
+    def refused(self, priority_class: str, reason: str, items: int) -> None:
+        key = (priority_class, reason)
+        self._refused[key] = self._refused.get(key, 0) + items
+
+    def served(self, priority_class: str, caller: str, waited_s: float) -> None:
+        waits = self._waits.get(priority_class)
+        if waits is None:
+            waits = self._waits[priority_class] = [0] * (len(SECONDS_BUCKETS) + 1)
+            self._wait_sums[priority_class] = 0.0
+        waits[bisect_left(SECONDS_BUCKETS, waited_s)] += 1
+        self._wait_sums[priority_class] += waited_s
+        name = caller or NO_CALLER
+        if name not in self._served and len(self._served) >= MAX_CALLER_SERIES:
+            name = OTHER_CALLERS
+        self._served[name] = self._served.get(name, 0) + 1
+
+    def collect(self) -> Iterator[Metric]:
+        by_class = (*self._labels, "priority_class")
+        depth = GaugeMetricFamily(
+            "batchd_class_queue_depth", "Items waiting to join a batch, by priority class.", labels=by_class
+        )
+        for priority_class, items in self._depths():
+            depth.add_metric([*self._values, priority_class], items)
+        refused = CounterMetricFamily(
+            "batchd_class_refusals",
+            "Items refused by priority class and reason: queue_full, shed (a sheddable class past its "
+            "mark) or displaced (its place taken by a higher class).",
+            labels=(*by_class, "reason"),
+        )
+        for (priority_class, reason), items in dict(self._refused).items():
+            refused.add_metric([*self._values, priority_class, reason], items)
+        waits = HistogramMetricFamily(
+            "batchd_class_queue_wait_seconds",
+            "From an item arriving to its batch leaving for the model, by priority class.",
+            labels=by_class,
+        )
+        for priority_class, counts in dict(self._waits).items():
+            buckets = cumulative_buckets(SECONDS_BUCKETS, counts)
+            waits.add_metric([*self._values, priority_class], buckets, self._wait_sums[priority_class])
+        served = CounterMetricFamily(
+            "batchd_caller_items",
+            f"Items sent to the model, by fairness id (the first {MAX_CALLER_SERIES} seen; later ones as "
+            f"{OTHER_CALLERS!r}, requests without one as {NO_CALLER!r}).",
+            labels=(*self._labels, "fairness_id"),
+        )
+        for caller, items in dict(self._served).items():
+            served.add_metric([*self._values, caller], items)
+        yield from (depth, refused, waits, served)
 
 
 # Per-token latencies: from a few milliseconds (a decoding step on a GPU) to seconds (a CPU under load).

@@ -90,6 +90,7 @@ class PendingQueue(Generic[QueuedT]):
         ordered = sorted(classes, key=lambda priority_class: -priority_class.priority)
         self._lanes: list[_Lane[QueuedT]] = [_Lane(priority_class) for priority_class in ordered]
         self._lane_of = {lane.priority_class.name: index for index, lane in enumerate(self._lanes)}
+        self.classes = tuple(ordered)  # highest priority first: lane i holds classes[i]
         self._size = 0
 
     def __len__(self) -> int:
@@ -100,11 +101,6 @@ class PendingQueue(Generic[QueuedT]):
         for lane in self._lanes:
             for line in lane.lines.values():
                 yield from line
-
-    @property
-    def classes(self) -> list[PriorityClass]:
-        """Highest priority first."""
-        return [lane.priority_class for lane in self._lanes]
 
     def lane(self, class_name: str) -> int:
         """The lane of a priority class; KeyError when there is none of that name."""

@@ -57,6 +57,7 @@ class Replica:
             running_items=lambda: self.batcher.running_items + self._sequences()[1],
             inflight=lambda: self.inflight,
         )
+        self.metrics.classes.track(self.batcher.class_depths)
         self.metrics.track_adaptive(
             cost=lambda: self.batcher.cost.fitted,
             arrival_rate=lambda: self.batcher.arrivals.at(asyncio.get_running_loop().time()),
