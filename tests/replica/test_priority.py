@@ -264,3 +264,21 @@ def test_class_figures_count_by_class_and_bound_the_callers_to_a_fixed_number_of
     # Five later ids, and a request with none (seen after the bound was reached), count as "other".
     assert value("batchd_caller_items", "batchd_caller_items_total", fairness_id="other") == 6
     assert "none" not in callers
+
+
+async def test_first_come_order_serves_every_class_in_arrival_order_and_takes_no_ones_place() -> None:
+    model = RecordingModel()
+    ranked = {"priority_classes": CLASSES, "default_priority_class": "batch", "queue_order": "first_come"}
+    batcher = make(model, max_batch_size=4, batch_wait_timeout_s=0, max_queued_requests=6, **ranked)
+    busy = await occupied(model, batcher)
+    low = queued(batcher, 3, "prefetch", first=100)
+    plain = queued(batcher, 2, first=200)
+    high = queued(batcher, 1, "search", first=300)
+    await until(lambda: batcher.queue_depth == 6)
+    with pytest.raises(QueueFull):  # full: a higher class waits its turn like everyone else
+        await batcher.infer([301], asking("search"))
+    assert batcher.class_depths() == [("all", 6)]
+    model.gate.set()
+    await asyncio.gather(busy, *low, *plain, *high)
+    assert model.batches[1:] == [[100, 101, 102, 200], [201, 300]]
+    await batcher.drain()

@@ -338,6 +338,12 @@ class BatchingSpec(_Strict):
     slots and a heavy caller cannot starve a light one. false: first come, first served within a
     class (with no priority_classes, the replica's order is then first come for everyone)."""
 
+    queue_order: Literal["priority", "first_come"] = "priority"
+    """priority: a batch takes the higher classes first, and callers take turns (fair_share).
+    first_come: one queue in arrival order for every class and caller, where no request takes
+    another's place and none is shed early; the classes are still names a request may give, and
+    the order is the one from before priority classes, to compare with."""
+
     @field_validator("priority_classes")
     @classmethod
     def _class_names_unique(cls, classes: list[PriorityClassSpec]) -> list[PriorityClassSpec]:

@@ -104,6 +104,10 @@ class _Pending:
     caller: str = ""
 
 
+def first_come(config: BatchingSpec) -> bool:
+    return config.queue_order == "first_come"
+
+
 def priority_classes(config: BatchingSpec) -> list[PriorityClass]:
     """The classes a batching spec gives its queue, highest first (`default` alone when none)."""
     given = [PriorityClass(c.name, c.priority) for c in config.priority_classes] or list(FIRST_COME)
@@ -139,7 +143,7 @@ class Batcher:
         self._run_batch: RunBatch | None = None
         self._running_items = 0  # items inside batches the model is computing now
         self._slot_freed = asyncio.Event()
-        self._queue: PendingQueue[_Pending] = PendingQueue(priority_classes(config))
+        self._queue: PendingQueue[_Pending] = PendingQueue(priority_classes(config), first_come(config))
         self._arrived = asyncio.Event()
         # The former waits for a first item (no window open): every arrival must wake it.
         self._awaiting_first = False
@@ -160,7 +164,7 @@ class Batcher:
 
     def class_depths(self) -> list[tuple[str, int]]:
         """Items waiting, by priority class."""
-        return [(c.name, self._queue.depth(lane)) for lane, c in enumerate(self._queue.classes)]
+        return self._queue.depths()
 
     @property
     def running_items(self) -> int:
@@ -222,7 +226,7 @@ class Batcher:
         self.arrivals.add(len(items), now)
         deadline, late = client.deadline(now, self._config.request_timeout_s)
         caller = client.caller if self._config.fair_share else NO_CALLER
-        class_name = self._queue.classes[lane].name
+        class_name = self._config.default_priority_class if client.priority is None else client.priority
         futures = []
         for item in items:
             future = loop.create_future()
@@ -254,7 +258,7 @@ class Batcher:
         bound = self._config.max_queued_requests
         made = self._queue.room_for(lane, count, bound)
         retry_after_s = self._rate.seconds_to_serve(len(self._queue))
-        priority_class = self._queue.classes[lane]
+        priority_class = self._queue.lane_class(lane)
         if made is None:
             if priority_class.sheddable:
                 self._observer.class_refused(priority_class.name, "shed", count)
@@ -283,8 +287,9 @@ class Batcher:
         `max_queued_requests`), running batches finish, and each request keeps the deadline it
         was admitted with. A larger `max_concurrent_batches` takes effect at once.
         """
-        if tuple(priority_classes(config)) != self._queue.classes:
-            self._queue = self._queue.regrouped(priority_classes(config), config.default_priority_class)
+        classes = priority_classes(config)
+        if tuple(classes) != self._queue.classes or first_come(config) != self._queue.first_come:
+            self._queue = self._queue.regrouped(classes, config.default_priority_class, first_come(config))
         self._config = config
         self._slot_freed.set()
         self._arrived.set()  # a window that is open re-reads its size and length

@@ -40,6 +40,7 @@ class PriorityClass:
 
 
 FIRST_COME = (PriorityClass("default", 0),)
+ALL_CLASSES = PriorityClass("all", 0)  # the one lane of a first-come queue
 
 
 class Queued(Protocol):
@@ -86,11 +87,15 @@ class _Lane(Generic[QueuedT]):
 class PendingQueue(Generic[QueuedT]):
     """The waiting items of one replica, in lanes by priority class and lines by caller."""
 
-    def __init__(self, classes: Sequence[PriorityClass] = FIRST_COME) -> None:
+    def __init__(self, classes: Sequence[PriorityClass] = FIRST_COME, first_come: bool = False) -> None:
+        """`first_come`: one lane for every class, in arrival order; no item takes another's place
+        and none is shed early (the order before priority classes, to compare with)."""
         ordered = sorted(classes, key=lambda priority_class: -priority_class.priority)
-        self._lanes: list[_Lane[QueuedT]] = [_Lane(priority_class) for priority_class in ordered]
-        self._lane_of = {lane.priority_class.name: index for index, lane in enumerate(self._lanes)}
-        self.classes = tuple(ordered)  # highest priority first: lane i holds classes[i]
+        self.classes = tuple(ordered)  # highest priority first
+        self.first_come = first_come
+        lanes = [ALL_CLASSES] if first_come else ordered
+        self._lanes: list[_Lane[QueuedT]] = [_Lane(priority_class) for priority_class in lanes]
+        self._lane_of = {c.name: 0 if first_come else index for index, c in enumerate(ordered)}
         self._size = 0
 
     def __len__(self) -> int:
@@ -102,12 +107,16 @@ class PendingQueue(Generic[QueuedT]):
             for line in lane.lines.values():
                 yield from line
 
+    def lane_class(self, lane: int) -> PriorityClass:
+        return self._lanes[lane].priority_class
+
     def lane(self, class_name: str) -> int:
         """The lane of a priority class; KeyError when there is none of that name."""
         return self._lane_of[class_name]
 
-    def depth(self, lane: int) -> int:
-        return self._lanes[lane].size
+    def depths(self) -> list[tuple[str, int]]:
+        """Items waiting, by class (first come: every class together, as `all`)."""
+        return [(lane.priority_class.name, lane.size) for lane in self._lanes]
 
     def push(self, pending: QueuedT, lane: int = 0, caller: str = NO_CALLER) -> None:
         line = self._lanes[lane].lines.get(caller)
@@ -172,10 +181,12 @@ class PendingQueue(Generic[QueuedT]):
                 self._size -= 1
         return made
 
-    def regrouped(self, classes: Sequence[PriorityClass], default: str) -> PendingQueue[QueuedT]:
+    def regrouped(
+        self, classes: Sequence[PriorityClass], default: str, first_come: bool = False
+    ) -> PendingQueue[QueuedT]:
         """This queue's items under new classes (live retuning): an item keeps its class and caller
         where its class remains, else it joins `default`; each line keeps its order."""
-        queue: PendingQueue[QueuedT] = PendingQueue(classes)
+        queue: PendingQueue[QueuedT] = PendingQueue(classes, first_come)
         for lane in self._lanes:
             target = queue._lane_of.get(lane.priority_class.name, queue._lane_of[default])
             for caller, line in lane.lines.items():
