@@ -19,10 +19,13 @@ class Request:
     raw: bytes
 
     @classmethod
-    def post_json(cls, host: str, port: int, path: str, body: bytes) -> Request:
+    def post_json(
+        cls, host: str, port: int, path: str, body: bytes, headers: dict[str, str] | None = None
+    ) -> Request:
+        extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
         head = (
             f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
+            f"{extra}Content-Length: {len(body)}\r\n\r\n"
         )
         return cls(head.encode("latin-1") + body)
 

@@ -54,6 +54,8 @@ class RunResult:
     client_cpu_s: float = 0.0
     offered: int = 0  # requests sent in the measured part (open loop)
     last_answer_s: float = 0.0  # when the last measured answer came, from the start (open loop)
+    answered_due_s: list[float] = field(default_factory=list)  # when each of latencies_s was due (open loop)
+    refused: int = 0  # of the errors, the 503s (open loop)
 
     @property
     def completed(self) -> int:
@@ -159,8 +161,10 @@ async def scheduled_loop(
             return
         if status == 200:
             result.latencies_s.append(done_s - due_s)
+            result.answered_due_s.append(due_s)
             result.last_answer_s = max(result.last_answer_s, done_s)
         else:
+            result.refused += status == 503
             result.record_error(f"HTTP {status}: {body[:200]!r}")
 
     cpu_before = time.process_time()

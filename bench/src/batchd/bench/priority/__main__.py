@@ -1,0 +1,38 @@
+"""`python -m batchd.bench.priority`: the command (what it runs: the package's docstring)."""
+
+from __future__ import annotations
+
+import sys
+
+from batchd.bench import priority
+from batchd.bench.kit.command import Benchmark, Flag, main
+from batchd.bench.priority import runner
+from batchd.bench.priority.analysis import Results
+from batchd.bench.priority.report import draw_chart, to_markdown
+from batchd.bench.priority.workload import QUICK, Options
+
+
+def failure(results: Results) -> str | None:
+    answered = [run.high.answered + run.low.answered for runs in results.priority.values() for run in runs]
+    return None if all(answered) else "a priority load got no answer at all"
+
+
+BENCHMARK = Benchmark(
+    module="batchd.bench.priority",
+    doc=priority.__doc__,
+    stem="priority",
+    defaults=Options(),
+    quick=QUICK,
+    flags={
+        "repeats": Flag("interleaved repeats", minimum=1),
+        "duration_s": Flag("seconds of each load", above=0),
+    },
+    measure=lambda run: runner.measure(run.options, run.workdir, run.record),
+    markdown=to_markdown,
+    results=Results,
+    chart=draw_chart,
+    failure=failure,
+)
+
+if __name__ == "__main__":
+    sys.exit(main(BENCHMARK))
