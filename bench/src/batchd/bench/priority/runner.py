@@ -15,7 +15,7 @@ from batchd.bench.kit.arrivals import poisson
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.priority.analysis import ClassRun, FairnessRun, PriorityRun, Results, class_run
-from batchd.bench.priority.workload import CAPACITY_RPS, PATH, SUBJECTS, Options, subject_manifest
+from batchd.bench.priority.workload import CAPACITY_RPS, PATH, SUBJECTS, Options, model_name, subject_manifest
 from batchd.testing import servers
 
 logger = logging.getLogger("batchd.bench.priority")
@@ -23,7 +23,8 @@ BODY = b'{"instances": [1]}'
 
 
 def request(server: servers.ServerProcess, subject: str, headers: dict[str, str]) -> loadgen.Request:
-    return loadgen.Request.post_json(server.host, server.port, PATH.format(subject=subject), BODY, headers)
+    path = PATH.format(model=model_name(subject))
+    return loadgen.Request.post_json(server.host, server.port, path, BODY, headers)
 
 
 async def open_class(

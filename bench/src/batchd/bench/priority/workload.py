@@ -12,7 +12,7 @@ MAX_BATCH = 8
 CAPACITY_RPS = MAX_BATCH / BATCH_S  # items a second, whatever the CPU does
 SUBJECTS = ("priority", "first_come")
 CLASSES = [{"name": "high", "priority": 10}, {"name": "low", "priority": 0}]
-PATH = "/v1/models/{subject}:predict"
+PATH = "/v1/models/{model}:predict"
 # Room for every client of the fairness load (176), so that none is refused and spins; 2.5 s of work.
 QUEUE = 400
 
@@ -33,6 +33,11 @@ class Options:
 QUICK = Options(repeats=1, duration_s=4.0)
 
 
+def model_name(subject: str) -> str:
+    """The subject's deployment and model name (a DNS label: no underscore)."""
+    return subject.replace("_", "-")
+
+
 def subject_manifest(subject: str) -> dict[str, Any]:
     model = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": BATCH_S}}
     batching = {
@@ -43,4 +48,4 @@ def subject_manifest(subject: str) -> dict[str, Any]:
         "default_priority_class": "low",
         "queue_order": "priority" if subject == "priority" else "first_come",
     }
-    return manifest(subject, model, batching=batching)
+    return manifest(model_name(subject), model, batching=batching)
