@@ -130,3 +130,11 @@ async def test_retuned_classes_keep_each_items_class_and_callers_order_else_the_
 async def test_an_unknown_class_has_no_lane() -> None:
     with pytest.raises(KeyError):
         PendingQueue(CLASSES).lane("urgent")
+
+
+async def test_first_come_is_one_line_in_arrival_order_whatever_the_class_or_caller() -> None:
+    queue: PendingQueue[Item] = PendingQueue(CLASSES, first_come=True)
+    queued(queue, "h1", "h2", "h3", caller="heavy")
+    queued(queue, "s1", lane="search", caller="light")
+    queued(queue, "h4", caller="heavy")
+    assert names(queue.take_live(5)) == ["h1", "h2", "h3", "s1", "h4"]

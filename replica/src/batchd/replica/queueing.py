@@ -119,6 +119,8 @@ class PendingQueue(Generic[QueuedT]):
         return [(lane.priority_class.name, lane.size) for lane in self._lanes]
 
     def push(self, pending: QueuedT, lane: int = 0, caller: str = NO_CALLER) -> None:
+        if self.first_come:
+            caller = NO_CALLER  # one line, in arrival order, whoever sends
         line = self._lanes[lane].lines.get(caller)
         if line is None:
             line = self._lanes[lane].lines[caller] = collections.deque()
