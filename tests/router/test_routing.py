@@ -241,10 +241,11 @@ async def test_the_priority_and_fairness_headers_reach_the_replica_as_the_client
     replica = fakes("ok")
     await cluster.deploy("adder", replica.address)
     sent = {"batchd-priority": "search", "batchd-fairness-id": "tenant-a"}
+    url = PREDICT.format(model="adder")
     async with (
         cluster.router() as router,
         aiohttp.ClientSession() as client,
-        client.post(router.url + PREDICT.format(model="adder"), json={"instances": [1]}, headers=sent) as answer,
+        client.post(router.url + url, json={"instances": [1]}, headers=sent) as answer,
     ):
         assert answer.status == 200
     assert replica.headers[-1][b"batchd-priority"] == b"search"
