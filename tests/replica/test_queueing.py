@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from batchd.replica.queueing import SHEDDABLE_SHARE, PendingQueue, PriorityClass
+from batchd.api.spec import SHEDDABLE_SHARE
+from batchd.replica.queueing import PendingQueue, PriorityClass
 
 CLASSES = (PriorityClass("batch", 0), PriorityClass("search", 10), PriorityClass("prefetch", -5))
 _clock = itertools.count()

@@ -9,7 +9,13 @@ import pytest
 
 from batchd.router.app import DirectoryEvents
 from batchd.router.client_deadline import answer_bound_s
-from batchd.router.directory import DeploymentRef, Directory, ready_replicas, request_timeout_of
+from batchd.router.directory import (
+    DeploymentRef,
+    Directory,
+    priority_class_of,
+    ready_replicas,
+    request_timeout_of,
+)
 from batchd.router.errors import AmbiguousModel, UnknownModel
 from batchd.router.holding import Holds
 from batchd.router.metrics import RouterMetrics
@@ -173,3 +179,21 @@ def test_a_replicas_answer_is_waited_for_request_timeout_and_a_margin_or_the_tim
     assert answer_bound_s(30.0, settings, None) == 31.0
     assert answer_bound_s(30.0, settings, time.monotonic() + 5) == pytest.approx(5, abs=0.5)
     assert answer_bound_s(30.0, settings, time.monotonic() - 1) == 0.0
+
+
+def test_a_requests_priority_is_its_class_at_its_deployment_or_the_default_class() -> None:
+    directory = Directory()
+    search = bd("search")
+    search["spec"]["batching"] = {
+        "priority_classes": [{"name": "page", "priority": 10}, {"name": "batch", "priority": -5}],
+        "default_priority_class": "batch",
+    }
+    directory.put_deployment(search)
+    directory.put_deployment(bd("plain"))
+    ref = DeploymentRef("default", "search")
+    assert directory.priority_of(ref, "page") == 10
+    assert directory.priority_of(ref, None) == -5  # the default class
+    assert directory.priority_of(ref, "nightly") == -5  # unknown here: its replica answers 400
+    assert directory.priority_of(DeploymentRef("default", "plain"), "page") == 0
+    assert priority_class_of([(b"Batchd-Priority", b"page")]) == "page"
+    assert priority_class_of([(b"batchd-timeout-s", b"3")]) is None

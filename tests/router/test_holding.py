@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from batchd.router.directory import DeploymentRef
-from batchd.router.errors import HoldRefused, UnknownModel
+from batchd.router.errors import HoldDisplaced, HoldRefused, UnknownModel
 from batchd.router.holding import Holds
 from batchd.router.metrics import RouterMetrics
 
@@ -82,3 +82,44 @@ async def test_other_deployments_are_not_released() -> None:
     assert not waiter.done()
     holds.release(REF)
     await waiter
+
+
+async def test_a_full_hold_makes_room_for_a_higher_class_and_releases_higher_classes_first() -> None:
+    metrics = RouterMetrics()
+    holds = Holds(3, metrics)
+    order: list[str] = []
+
+    async def one(name: str, priority: int) -> None:
+        await holds.wait(REF, "adder", 5, priority)
+        order.append(name)
+
+    low_first = asyncio.create_task(one("low, first", 0))
+    await held(holds, 1)
+    low_last = asyncio.create_task(one("low, last", 0))
+    middle = asyncio.create_task(one("middle", 5))
+    await held(holds, 3)
+    high = asyncio.create_task(one("high", 10))
+    with pytest.raises(HoldDisplaced, match=r"'adder': a request of a higher priority class took its place"):
+        await low_last  # the most recently held of the lowest class
+    await held(holds, 3)
+    with pytest.raises(HoldRefused, match=r"3 requests already wait"):
+        await holds.wait(REF, "adder", 5, 0)  # no class below it to make room from
+    holds.release(REF)
+    await asyncio.gather(low_first, middle, high)
+    assert order == ["high", "middle", "low, first"]
+    assert sample(metrics, "batchd_router_holds_total", outcome="displaced") == 1
+    assert sample(metrics, "batchd_router_holds_total", outcome="full") == 1
+
+
+async def test_a_sheddable_class_is_held_only_under_half_the_bound() -> None:
+    metrics = RouterMetrics()
+    holds = Holds(4, metrics)
+    waiters = [asyncio.create_task(holds.wait(REF, "adder", 5, -1)) for _ in range(2)]
+    await held(holds, 2)
+    with pytest.raises(HoldRefused, match=r"sheddable class is held only while fewer than 2 do"):
+        await holds.wait(REF, "adder", 5, -1)
+    waiters += [asyncio.create_task(holds.wait(REF, "adder", 5, 0)) for _ in range(2)]  # the default: held
+    await held(holds, 4)
+    holds.release(REF)
+    await asyncio.gather(*waiters)
+    assert sample(metrics, "batchd_router_holds_total", outcome="shed") == 1

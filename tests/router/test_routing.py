@@ -19,13 +19,15 @@ from batchd.router.rbac import rbac_rules
 PREDICT = "/v1/models/{model}:predict"
 
 
-async def post_many(url: str, count: int, *, connections: int = 8) -> list[tuple[int, bytes]]:
+async def post_many(
+    url: str, count: int, *, connections: int = 8, headers: dict[str, str] | None = None
+) -> list[tuple[int, bytes]]:
     """`count` predictions over a keep-alive pool of `connections`, all at once."""
     connector = aiohttp.TCPConnector(limit=connections)
     async with aiohttp.ClientSession(connector=connector) as client:
 
         async def one(n: int) -> tuple[int, bytes]:
-            async with client.post(url, json={"instances": [n]}) as response:
+            async with client.post(url, json={"instances": [n]}, headers=headers) as response:
                 return response.status, await response.read()
 
         return await asyncio.gather(*(one(n) for n in range(count)))
@@ -69,6 +71,21 @@ async def test_a_refused_request_goes_to_another_replica(cluster: Any, fakes: An
     assert accepting.received == 40
     assert refusing.received > 0  # about half were tried there first
     assert f'reason="refused"}} {float(refusing.received)}' in metrics
+
+
+async def test_a_sheddable_request_refused_by_a_replica_is_not_sent_to_another(
+    cluster: Any, fakes: Any
+) -> None:
+    refusing, accepting = fakes("refuse"), fakes("ok")
+    classes = [{"name": "default", "priority": 0}, {"name": "bulk", "priority": -1}]
+    await cluster.deploy("adder", refusing.address, accepting.address, batching={"priority_classes": classes})
+    async with cluster.router() as router:
+        url = router.url + PREDICT.format(model="adder")
+        shed = await post_many(url, 40, headers={"batchd-priority": "bulk"})
+    statuses = [status for status, _ in shed]
+    # Each went to one replica only: the refusing one's refusals are the answers.
+    assert statuses.count(503) == refusing.received > 0
+    assert statuses.count(200) == accepting.received == 40 - refusing.received
 
 
 async def test_an_unreachable_replica_is_passed_over(cluster: Any, fakes: Any) -> None:

@@ -268,6 +268,9 @@ RAY_SERVE_NAMES: dict[tuple[str, str], str] = {
 
 PRIORITY_CLASS_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DEFAULT_PRIORITY_CLASS = "default"
+# Sheddable requests (a class of negative priority) are admitted while a queue (a replica's, or the
+# router's hold) holds less than this share of its bound: the rest stays for what must be served.
+SHEDDABLE_SHARE = 0.5
 
 
 class PriorityClassSpec(_Strict):

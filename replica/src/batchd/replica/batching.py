@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from batchd.api.spec import BatchingSpec
+from batchd.api.spec import SHEDDABLE_SHARE, BatchingSpec
 from batchd.replica import adaptive
 from batchd.replica.batch_deadline import reset_batch_deadline, set_batch_deadline
 from batchd.replica.errors import (
@@ -39,7 +39,7 @@ from batchd.replica.errors import (
     UnknownPriorityClass,
     blamed_on,
 )
-from batchd.replica.queueing import FIRST_COME, NO_CALLER, SHEDDABLE_SHARE, PendingQueue, PriorityClass
+from batchd.replica.queueing import FIRST_COME, NO_CALLER, PendingQueue, PriorityClass
 from batchd.replica.waiting import NO_CLIENT, Client, Submitted, Watches
 
 logger = logging.getLogger(__name__)

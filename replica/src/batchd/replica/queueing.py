@@ -23,9 +23,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-# Sheddable items are admitted while the queue holds less than this share of max_queued_requests:
-# the other half stays for the classes that must be served.
-SHEDDABLE_SHARE = 0.5
+from batchd.api.spec import SHEDDABLE_SHARE
+
 NO_CALLER = ""
 
 

@@ -52,6 +52,10 @@ class HoldTimedOut(HoldRefused):
     """A held request waited the time it was given and no replica became ready."""
 
 
+class HoldDisplaced(HoldRefused):
+    """The hold was full and a request of a higher priority class took this one's place."""
+
+
 class Unreachable(RouterError):
     """No replica could be reached; nothing was sent, so the client may retry."""
 

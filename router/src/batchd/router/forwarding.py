@@ -34,6 +34,7 @@ class Outbound:
     body: Body
     deadline: float | None  # time.monotonic() by which the client wants its answer
     watch: ClientWatch | None
+    priority: int = 0  # of its class at the deployment; negative: sheddable, never retried
 
     def client_left(self) -> bool:
         return self.watch is not None and self.watch.left
@@ -73,7 +74,9 @@ class Forwarder:
                     f"model {model!r}: no replica of {ref} could be reached (tried {', '.join(tried)})"
                 )
             tried.append(replica)
-            last_chance = len(tried) > 1 or not request.body.replayable
+            # A sheddable request's refusal is its answer: retried, it would take a place elsewhere
+            # that the replicas keep for the classes that must be served.
+            last_chance = len(tried) > 1 or not request.body.replayable or request.priority < 0
             self.loads.begin(replica)
             try:
                 return await self._attempt(request, replica, send, last_chance, tried)

@@ -4,16 +4,23 @@ A deployment at zero replicas (or whose replicas all went) still gets requests. 
 them, the router holds each until a first replica is ready, bounded in count per deployment
 and in time; what is held is what the operator reads (`GET /held`) to start a replica. When the
 deployment is deleted, its held requests fail with an error naming the model.
+
+The hold keeps the replica's order between priority classes: a full hold makes room for a
+request of a higher class by refusing the most recently held request of the lowest class (503
+with Retry-After); a sheddable class (negative priority) is held only while the hold is under
+`SHEDDABLE_SHARE` of its bound; a first replica gets the held requests higher classes first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field
 
+from batchd.api.spec import SHEDDABLE_SHARE
 from batchd.router.directory import DeploymentRef
-from batchd.router.errors import HoldRefused, HoldTimedOut, UnknownModel
+from batchd.router.errors import HoldDisplaced, HoldRefused, HoldTimedOut, UnknownModel
 from batchd.router.metrics import RouterMetrics
 
 
@@ -22,6 +29,11 @@ class _Waiting:
     model: str
     futures: set[asyncio.Future[None]] = field(default_factory=set)
     since: dict[asyncio.Future[None], float] = field(default_factory=dict)
+    priority: dict[asyncio.Future[None], int] = field(default_factory=dict)
+
+    def by_class(self) -> list[asyncio.Future[None]]:
+        """Higher classes first, and within a class the longest held first."""
+        return sorted(self.futures, key=lambda future: (-self.priority[future], self.since[future]))
 
 
 class Holds:
@@ -32,21 +44,29 @@ class Holds:
         self.metrics = metrics
         self._waiting: dict[DeploymentRef, _Waiting] = {}
 
-    async def wait(self, ref: DeploymentRef, model: str, timeout_s: float) -> None:
-        """Return once `ref` has a ready replica; HoldRefused when the hold is full, HoldTimedOut
-        when `timeout_s` passed, UnknownModel when the deployment is deleted meanwhile."""
+    async def wait(self, ref: DeploymentRef, model: str, timeout_s: float, priority: int = 0) -> None:
+        """Return once `ref` has a ready replica; HoldRefused when the hold is full (or, for a
+        sheddable `priority`, past its share) or a higher class took this request's place,
+        HoldTimedOut when `timeout_s` passed, UnknownModel when the deployment is deleted meanwhile."""
         labels = (ref.namespace, ref.name)
         waiting = self._waiting.setdefault(ref, _Waiting(model))
-        if len(waiting.futures) >= self.max_per_deployment:
+        bound = self.max_per_deployment
+        if priority < 0 and len(waiting.futures) >= math.floor(bound * SHEDDABLE_SHARE):
+            self.metrics.holds.labels(*labels, "shed").inc()
+            raise HoldRefused(
+                f"model {model!r}: no replica is ready and {len(waiting.futures)} requests already wait; "
+                f"a sheddable class is held only while fewer than {math.floor(bound * SHEDDABLE_SHARE)} do"
+            )
+        if len(waiting.futures) >= bound and not self._make_room(waiting, priority):
             self.metrics.holds.labels(*labels, "full").inc()
             raise HoldRefused(
-                f"model {model!r}: no replica is ready and {self.max_per_deployment} requests already "
-                "wait for one; retry later"
+                f"model {model!r}: no replica is ready and {bound} requests already wait for one; retry later"
             )
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         started = time.monotonic()
         waiting.futures.add(future)
         waiting.since[future] = started
+        waiting.priority[future] = priority
         self.metrics.held.labels(*labels).inc()
         outcome = "released"
         try:
@@ -60,6 +80,9 @@ class Holds:
         except UnknownModel:
             outcome = "deleted"
             raise
+        except HoldDisplaced:
+            outcome = "displaced"
+            raise
         except HoldRefused:
             outcome = "shutdown"  # refused before its time: the router's drain bound passed
             raise
@@ -69,6 +92,7 @@ class Holds:
         finally:
             waiting.futures.discard(future)
             waiting.since.pop(future, None)
+            waiting.priority.pop(future, None)
             if not waiting.futures and self._waiting.get(ref) is waiting:
                 del self._waiting[ref]
             self.metrics.held.labels(*labels).dec()
@@ -76,10 +100,25 @@ class Holds:
             self.metrics.holds.labels(*labels, outcome).inc()
         self.metrics.cold_starts.labels(*labels).inc()
 
+    @staticmethod
+    def _make_room(waiting: _Waiting, priority: int) -> bool:
+        """Refuse the most recently held request of the lowest class, if that class is below
+        `priority`; whether there is room now."""
+        lowest = min(waiting.futures, key=lambda f: (waiting.priority[f], -waiting.since[f]), default=None)
+        if lowest is None or waiting.priority[lowest] >= priority or lowest.done():
+            return False
+        lowest.set_exception(
+            HoldDisplaced(
+                f"model {waiting.model!r}: a request of a higher priority class took its place; retry"
+            )
+        )
+        waiting.futures.discard(lowest)  # its own wait() clears the rest as it ends
+        return True
+
     def release(self, ref: DeploymentRef) -> None:
-        """A replica is ready: every request held for `ref` goes."""
+        """A replica is ready: every request held for `ref` goes, higher classes first."""
         waiting = self._waiting.get(ref)
-        for future in waiting.futures if waiting else ():
+        for future in waiting.by_class() if waiting else ():
             if not future.done():
                 future.set_result(None)
 

@@ -52,8 +52,10 @@ class RouterMetrics:
         )
         self.holds = Counter(
             "batchd_router_holds",
-            "How holds ended: `released` (a replica came), `timeout`, `full` (none held), `deleted`, "
-            "`cancelled` (the client left or its deadline passed), `shutdown` (the router's drain ended).",
+            "How holds ended: `released` (a replica came), `timeout`, `full` (none held), `shed` (a "
+            "sheddable class past its share, not held), `displaced` (a higher class took its place), "
+            "`deleted`, `cancelled` (the client left or its deadline passed), `shutdown` (the router's "
+            "drain ended).",
             [*DEPLOYMENT, "outcome"],
             registry=r,
         )

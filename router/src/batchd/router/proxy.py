@@ -27,7 +27,7 @@ from batchd.router.client_request import (
     read_ahead,
     until_gone,
 )
-from batchd.router.directory import DeploymentRef, Directory
+from batchd.router.directory import DeploymentRef, Directory, priority_class_of
 from batchd.router.errors import (
     BadRequest,
     DeadlineExceeded,
@@ -160,8 +160,9 @@ class Router:
     ) -> int:
         """`received`: what was read of the request so far (the body, when the model is named in it)."""
         deadline = deadline_of(scope["headers"])
+        priority = self.directory.priority_of(ref, priority_class_of(scope["headers"]))
         if not self.directory.replicas(ref):
-            await self._hold(ref, model, receive, deadline, received)
+            await self._hold(ref, model, receive, deadline, received, priority)
         if not received:
             received.append(await receive())
         if received[-1]["type"] == "http.disconnect":
@@ -171,9 +172,8 @@ class Router:
         if scope["query_string"]:
             target = f"{target}?{scope['query_string'].decode('latin-1')}"
         watch = ClientWatch(receive) if body.complete else None
-        request = Outbound(
-            ref, model, scope["method"], target, request_headers(scope["headers"]), body, deadline, watch
-        )
+        headers = request_headers(scope["headers"])
+        request = Outbound(ref, model, scope["method"], target, headers, body, deadline, watch, priority)
         try:
             return await self.forwarder.forward(request, send)
         except SendFailed:
@@ -191,15 +191,16 @@ class Router:
         receive: Receive,
         deadline: float | None,
         received: list[Message],
+        priority: int,
     ) -> None:
-        """Wait for a first replica of `ref`, reading the body meanwhile into `received` (up to
-        what a retry may keep) so that a client that leaves stops waiting."""
+        """Wait for a first replica of `ref` (in the hold's class order), reading the body meanwhile
+        into `received` (up to what a retry may keep) so that a client that leaves stops waiting."""
         # Which bound ends the hold is decided here, not by reading the clock after it: the event
         # loop's timers may fire a millisecond before time.monotonic() reaches the deadline.
         client_left_s = math.inf if deadline is None else deadline - time.monotonic()
         client_bound = client_left_s < self.settings.hold_timeout_s
         timeout_s = min(client_left_s, self.settings.hold_timeout_s)
-        held = asyncio.ensure_future(self.holds.wait(ref, model, timeout_s))
+        held = asyncio.ensure_future(self.holds.wait(ref, model, timeout_s, priority))
         watching = asyncio.ensure_future(until_gone(receive, received, self.settings.retry_body_max_bytes))
         try:
             await asyncio.wait((held, watching), return_when=asyncio.FIRST_COMPLETED)

@@ -175,10 +175,10 @@ class RouterNamespaces:
             document["spec"]["model"]["name"] = model
         self._post(DEPLOYMENTS_PATH.format(ns=namespace or self.namespace), document)
 
-    async def deploy(self, name: str, *replicas: str) -> None:
-        """A BatchedDeployment `name` whose Service has these ready replicas (`host:port`), each in
-        a slice of its own (a slice has one port)."""
-        await self.create_deployment(name)
+    async def deploy(self, name: str, *replicas: str, **fields: Any) -> None:
+        """A BatchedDeployment `name` (`fields`: `manifest`'s keyword arguments) whose Service has
+        these ready replicas (`host:port`), each in a slice of its own (a slice has one port)."""
+        await self.create_deployment(name, **fields)
         for n, replica in enumerate(replicas):
             await self.put_slice(self.slice(name, [replica], name=f"{name}-{n}"))
 
