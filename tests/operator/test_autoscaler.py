@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from batchd.api.manifest import parse_manifest
 from batchd.operator.autoscaler import Autoscaler, Held, Policy, desired_replicas
+from batchd.operator.replicas import ReplicaLoad, ReplicaPod
 from batchd.testing.manifests import manifest
 
 POLICY = Policy(
@@ -205,3 +207,21 @@ def test_busy_replicas_scale_down_to_one_not_zero_through_the_downscale_window()
 def test_held_requests_count_as_load_while_replicas_run() -> None:
     decision = Autoscaler().decide(TO_ZERO, 1, 8, 1, 0.0, Held(16, 1.0))
     assert decision.recommended == 3  # (8 + 16) / 8
+
+
+def test_sheddable_items_add_no_replica_unless_counted_yet_keep_a_deployment_from_idling() -> None:
+    # 64 items on one replica, 60 of them of a sheddable class: 4 counted, under one replica's 8.
+    pod = ReplicaPod("r0", "198.18.0.9", 8000, True, False, None)
+    replica = ReplicaLoad(pod, 64, 1, sheddable_items=60)
+    assert (replica.counted(count_sheddable=False), replica.counted(count_sheddable=True)) == (4, 64)
+    counts = []
+    current, autoscaler = 1, Autoscaler()
+    for now in range(0, 400, 5):
+        load = replica.counted(TO_ZERO.count_sheddable)
+        current = autoscaler.decide(TO_ZERO, current, load, 1, now, uncounted=replica.items - load).replicas
+        counts.append(current)
+    assert set(counts) == {1}  # neither up for the sheddable backlog nor down to zero beneath it
+    counting = dataclasses.replace(TO_ZERO, count_sheddable=True)
+    assert run(Autoscaler(), 1, [(t, 64) for t in range(0, 30, 5)], counting)[-1] == 4  # 64 / 8, at most 4
+    spec = parse_manifest(manifest("m", autoscaling={"max_replicas": 2})).spec.autoscaling
+    assert spec is not None and spec.count_sheddable is False

@@ -133,6 +133,20 @@ async def test_sheddable_work_is_refused_at_half_the_queue_while_the_default_cla
     await batcher.drain()
 
 
+async def test_the_sheddable_items_queued_or_running_are_counted_apart_for_autoscaling() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=2, batch_wait_timeout_s=0, priority_classes=CLASSES,
+                   default_priority_class="prefetch")  # fmt: skip
+    busy = await occupied(model, batcher)  # the default class here is the sheddable one
+    waiting = queued(batcher, 3, "prefetch") + queued(batcher, 2, "search")
+    await until(lambda: batcher.queue_depth == 5)
+    assert batcher.sheddable_items == 1 + 3  # the running item and the three queued
+    model.gate.set()
+    await asyncio.gather(busy, *waiting)
+    assert batcher.sheddable_items == 0
+    await batcher.drain()
+
+
 async def test_an_unknown_class_is_a_400_naming_it_and_the_known_ones() -> None:
     batcher = make(RecordingModel(), priority_classes=CLASSES, default_priority_class="batch")
     with pytest.raises(UnknownPriorityClass) as unknown:

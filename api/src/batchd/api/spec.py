@@ -417,6 +417,13 @@ class AutoscalingSpec(_Strict):
     `downscale_delay_s`, as Ray Serve's `downscale_to_zero_delay_s` does by default; Knative's
     shorter 60 s window suits containers that start in seconds."""
 
+    count_sheddable: bool = False
+    """Whether items of sheddable priority classes (negative priority) count as load. By default
+    they do not: a class marked sheddable is served with the capacity the other classes leave,
+    and refused first when there is none, so it never adds replicas of its own (it still keeps
+    the deployment from scaling to zero while it is served). True scales for it like any other
+    class."""
+
     @model_validator(mode="after")
     def _min_at_most_max(self) -> Self:
         if self.min_replicas > self.max_replicas:

@@ -40,6 +40,7 @@ class Policy:
     upscale_delay_s: float
     downscale_delay_s: float
     scale_to_zero_delay_s: float = 300.0
+    count_sheddable: bool = False  # whether items of sheddable classes count as load
 
     @classmethod
     def of(cls, bd: BatchedDeployment) -> Policy | None:
@@ -53,6 +54,7 @@ class Policy:
             autoscaling.upscale_delay_s,
             autoscaling.downscale_delay_s,
             autoscaling.scale_to_zero_delay_s,
+            autoscaling.count_sheddable,
         )
 
     def bounded(self, replicas: int) -> int:
@@ -99,10 +101,18 @@ class Autoscaler:
         self._idle_since: float | None = None  # since when no item and no held request was seen
 
     def decide(
-        self, policy: Policy, current: int, load: int, ready: int, now: float, held: Held = NOTHING_HELD
+        self,
+        policy: Policy,
+        current: int,
+        load: int,
+        ready: int,
+        now: float,
+        held: Held = NOTHING_HELD,
+        uncounted: int = 0,
     ) -> Decision:
         """The count for `load` items over `ready` replicas, and the requests the routers `held`,
-        observed at `now` (seconds, monotonic).
+        observed at `now` (seconds, monotonic); `uncounted`: items on the replicas left out of
+        `load` (sheddable ones), which add no replica but keep the deployment from being idle.
 
         Held requests count as load: each is at least one item waiting for a replica."""
         demand = load + held.requests
@@ -115,7 +125,7 @@ class Autoscaler:
         # Keep the ask in force when the longest window opens: the last one made at or before it.
         while len(self._asks) > 1 and self._asks[1][0] <= now - longest:
             self._asks.popleft()
-        if demand:
+        if demand or uncounted:
             self._idle_since = None
         elif self._idle_since is None:
             self._idle_since = now

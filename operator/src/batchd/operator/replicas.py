@@ -40,6 +40,11 @@ class ReplicaLoad:
     pod: ReplicaPod
     items: int  # queued plus in the model
     batching_revision: int
+    sheddable_items: int = 0  # of `items`, those of sheddable priority classes
+
+    def counted(self, count_sheddable: bool) -> int:
+        """The items autoscaling counts: every one, or all but the sheddable ones."""
+        return self.items if count_sheddable else self.items - self.sheddable_items
 
 
 def replica_pod(
@@ -78,9 +83,8 @@ async def _read(session: aiohttp.ClientSession, pod: ReplicaPod, timeout_s: floa
     try:
         if body is None or not body.get("ready"):
             return None
-        return ReplicaLoad(
-            pod, int(body["queued_items"]) + int(body["running_items"]), int(body["batching_revision"])
-        )
+        items = int(body["queued_items"]) + int(body["running_items"])
+        return ReplicaLoad(pod, items, int(body["batching_revision"]), int(body.get("sheddable_items", 0)))
     except (ValueError, KeyError, TypeError):
         return None  # a replica that cannot say is not counted; the next poll asks again
 

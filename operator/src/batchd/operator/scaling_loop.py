@@ -202,10 +202,11 @@ class ScalingLoop:
         held: Held,
         updates: dict[str, Any],
     ) -> Decision:
-        load = sum(replica.items for replica in loads)
+        load = sum(replica.counted(policy.count_sheddable) for replica in loads)
+        uncounted = sum(replica.items for replica in loads) - load
         old = body.get("status") or {}
         autoscaler = self.autoscalers.setdefault((namespace, name), Autoscaler())
-        decision = autoscaler.decide(policy, current, load, len(loads), time.monotonic(), held)
+        decision = autoscaler.decide(policy, current, load, len(loads), time.monotonic(), held, uncounted)
         record_load(namespace, name, load, decision.recommended)
 
         seen = {

@@ -142,6 +142,7 @@ class Batcher:
         self._observer: BatchObserver = observer or NullBatchObserver()
         self._run_batch: RunBatch | None = None
         self._running_items = 0  # items inside batches the model is computing now
+        self._running_sheddable = 0  # of those, the items of sheddable classes
         self._slot_freed = asyncio.Event()
         self._queue: PendingQueue[_Pending] = PendingQueue(priority_classes(config), first_come(config))
         self._arrived = asyncio.Event()
@@ -161,6 +162,16 @@ class Batcher:
     @property
     def queue_depth(self) -> int:
         return len(self._queue)
+
+    @property
+    def sheddable_items(self) -> int:
+        """Items of sheddable classes, queued or in the model (autoscaling leaves them out unless
+        its spec counts them)."""
+        sheddable = {c.name for c in self._queue.classes if c.sheddable}
+        if not sheddable:
+            return 0
+        queued = sum(1 for pending in self._queue if pending.priority_class in sheddable)
+        return queued + self._running_sheddable
 
     def class_depths(self) -> list[tuple[str, int]]:
         """Items waiting, by priority class."""
@@ -417,7 +428,10 @@ class Batcher:
         waited for the device too, which would bend the cost line adaptive batching learns)."""
         started = time.perf_counter()
         failed = True
+        sheddable = {c.name for c in self._queue.classes if c.sheddable}
+        shed_count = sum(1 for pending in batch if pending.priority_class in sheddable) if sheddable else 0
         self._running_items += len(batch)
+        self._running_sheddable += shed_count
         try:
             await self._resolve(batch)
             failed = False
@@ -434,6 +448,7 @@ class Batcher:
                 _fail(batch, blamed_on(batch[0].item, error))
         finally:
             self._running_items -= len(batch)
+            self._running_sheddable -= shed_count
             duration = time.perf_counter() - started
             self._rate.record(len(batch), duration)
             if not failed:

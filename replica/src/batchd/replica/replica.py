@@ -87,6 +87,7 @@ class Replica:
             "ready": self.ready,
             "queued_items": self.batcher.queue_depth + waiting,
             "running_items": self.batcher.running_items + running,
+            "sheddable_items": self.batcher.sheddable_items,
             "inflight_requests": self.inflight,
             "batching_revision": self.manifest.batching_revision,
         }
