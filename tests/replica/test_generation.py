@@ -394,3 +394,43 @@ async def test_request_level_scheduling_gives_the_same_tokens_in_one_piece(
                 streamed = [event async for _, event in events]
     assert answer.json()["token_ids"] == generate(PROMPTS[1], 30)
     assert len(streamed) == 1 and streamed[0]["done"] and streamed[0]["generated_tokens"] == LONG
+
+
+async def test_a_free_row_goes_to_the_higher_class_whatever_came_first(gpt2_dir: Path) -> None:
+    classes = [{"name": "search", "priority": 10}, {"name": "bulk", "priority": 0}]
+    document = gpt2_manifest(
+        gpt2_dir, name="tg", max_batch_size=1, priority_classes=classes, default_priority_class="bulk"
+    )
+    short = {"temperature": 0, "max_tokens": 4, "min_new_tokens": 4}
+    path = "/v2/models/tg/generate"
+    with uvicorn_in_thread(create_app(parse_manifest(document), ReplicaSettings())) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            hold = sse(
+                client, "/v2/models/tg/generate_stream", {"text_input": PROMPTS[0], "parameters": GREEDY_LONG}
+            )
+            events = await hold.__aenter__()
+            await anext(events)  # the only row is taken
+            done: list[str] = []
+
+            async def one(name: str, headers: dict[str, str]) -> None:
+                answer = await client.post(
+                    path, json={"text_input": PROMPTS[1], "parameters": short}, headers=headers
+                )
+                assert answer.status_code == 200, answer.text
+                done.append(name)
+
+            bulk = asyncio.create_task(one("bulk", {}))
+            await asyncio.to_thread(
+                wait_until, lambda: metric(url, "batchd_waiting_sequences") == 1, 30, "bulk waiting"
+            )
+            search = asyncio.create_task(one("search", {"batchd-priority": "search"}))
+            await asyncio.to_thread(
+                wait_until, lambda: metric(url, "batchd_waiting_sequences") == 2, 30, "both waiting"
+            )
+            await hold.__aexit__(None, None, None)  # the row frees
+            await asyncio.gather(bulk, search)
+            unknown = await client.post(
+                path, json={"text_input": "x"}, headers={"batchd-priority": "nightly"}
+            )
+    assert done == ["search", "bulk"]
+    assert unknown.status_code == 400 and "nightly" in unknown.json()["error"]

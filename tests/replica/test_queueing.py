@@ -27,6 +27,9 @@ class Item:
     def leave(self) -> None:
         self.future.cancel()
 
+    def abandoned(self) -> bool:
+        return self.future.done()
+
 
 def queued(queue: PendingQueue[Item], *names: str, lane: str = "batch", caller: str = "") -> list[Item]:
     items = [Item(name) for name in names]

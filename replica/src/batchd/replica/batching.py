@@ -103,6 +103,19 @@ class _Pending:
     priority_class: str = ""
     caller: str = ""
 
+    def abandoned(self) -> bool:
+        return self.future.done()
+
+
+def lane_of(queue: PendingQueue[Any], config: BatchingSpec, priority: str | None) -> int:
+    """The queue's lane for the class a request names (None: the default class); a 400 naming
+    the class when the deployment has none of that name."""
+    name = config.default_priority_class if priority is None else priority
+    try:
+        return queue.lane(name)
+    except KeyError:
+        raise UnknownPriorityClass.named(name, [c.name for c in queue.classes]) from None
+
 
 def first_come(config: BatchingSpec) -> bool:
     return config.queue_order == "first_come"
@@ -255,13 +268,7 @@ class Batcher:
         return futures, deadline, late
 
     def _lane_of(self, priority: str | None) -> int:
-        """The queue's lane for the class a request names (None: the default class); a 400
-        naming the class when the deployment has none of that name."""
-        name = self._config.default_priority_class if priority is None else priority
-        try:
-            return self._queue.lane(name)
-        except KeyError:
-            raise UnknownPriorityClass.named(name, [c.name for c in self._queue.classes]) from None
+        return lane_of(self._queue, self._config, priority)
 
     def _make_room(self, lane: int, count: int) -> None:
         """Room for `count` items of `lane`, or QueueFull (Shed for a sheddable class) with nothing

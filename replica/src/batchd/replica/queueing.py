@@ -16,12 +16,11 @@ fills, and it never makes room by taking another item's place.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from batchd.api.spec import SHEDDABLE_SHARE
 
@@ -44,7 +43,10 @@ ALL_CLASSES = PriorityClass("all", 0)  # the one lane of a first-come queue
 
 class Queued(Protocol):
     arrived_at: float
-    future: asyncio.Future[Any]  # done once its request stops waiting (answered, left, late)
+
+    def abandoned(self) -> bool:
+        """Whether its request stopped waiting (answered, left, late): it is dropped, not served."""
+        ...
 
 
 QueuedT = TypeVar("QueuedT", bound=Queued)
@@ -138,7 +140,7 @@ class PendingQueue(Generic[QueuedT]):
         """Drop abandoned items from the front; True when a live item goes next."""
         for lane in self._lanes:
             while lane.size:
-                if not lane.first().future.done():
+                if not lane.first().abandoned():
                     return True
                 lane.pop()
                 self._size -= 1
@@ -151,7 +153,7 @@ class PendingQueue(Generic[QueuedT]):
             while lane.size and len(batch) < limit:
                 pending = lane.pop()
                 self._size -= 1
-                if not pending.future.done():
+                if not pending.abandoned():
                     batch.append(pending)
         return batch
 

@@ -2,7 +2,8 @@
 
 Every iteration: sequences the event loop cancelled (client gone, deadline passed) leave;
 waiting sequences join while there is a free row (at most `max_running`, the spec's
-max_batch_size), their prompts in one forward pass (the prefill) that also makes their first
+max_batch_size), in the batcher's order (`queueing`: higher priority classes first, callers of a
+class in turns), their prompts in one forward pass (the prefill) that also makes their first
 token; then one forward pass makes the next token of every running sequence (a decoding step).
 A sequence that is done (its max_new_tokens, the end-of-sequence token, a stop string) leaves
 at once and its row is free for the next iteration. What each step made goes to the event loop
@@ -21,7 +22,6 @@ requests at once, and sizes its cache from free memory.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import threading
@@ -36,6 +36,7 @@ from batchd.replica.generation.cache import SlotCache
 from batchd.replica.generation.params import Chunk, GenerationParams, GenerationRequest
 from batchd.replica.generation.sampling import generator_for, next_tokens, token_logprobs
 from batchd.replica.generation.text import Decoder, TextStream
+from batchd.replica.queueing import FIRST_COME, NO_CALLER, PendingQueue, PriorityClass
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,9 @@ class SequenceState:
     request: GenerationRequest
     deliver: Callable[[Chunk], None]  # called on the event loop, with each chunk in order
     cancelled: bool = False  # set by the event loop; the engine drops the sequence at its next step
+    lane: int = 0  # of the waiting queue: its priority class
+    caller: str = NO_CALLER  # its fairness id, for turns within its class
+    arrived_at: float = field(default_factory=time.monotonic)
     # The engine's own:
     generated: int = 0
     length: int = 0  # tokens in the cache
@@ -62,6 +66,9 @@ class SequenceState:
     @property
     def params(self) -> GenerationParams:
         return self.request.params
+
+    def abandoned(self) -> bool:
+        return self.cancelled
 
 
 class StepObserver(Protocol):
@@ -93,7 +100,8 @@ class GenerationEngine:
         self._pad = pad_id
         self._cache = SlotCache(max_running, context_tokens)
         self.observer = observer  # set once metrics exist
-        self._waiting: collections.deque[SequenceState] = collections.deque()
+        # Shared with the event loop (it submits): read and changed under `_wake`'s lock.
+        self._waiting: PendingQueue[SequenceState] = PendingQueue(FIRST_COME)
         self._rows: list[SequenceState] = []  # row i of the cache is self._rows[i]
         self._wake = threading.Condition()
         self._stopping = False
@@ -123,10 +131,21 @@ class GenerationEngine:
         self._thread = threading.Thread(target=self._run, name="batchd-generation", daemon=True)
         self._thread.start()
 
+    @property
+    def queue(self) -> PendingQueue[SequenceState]:
+        """The waiting sequences' queue, for its lanes (`lane`); its items are the engine's."""
+        return self._waiting
+
     def submit(self, sequence: SequenceState) -> None:
-        self._waiting.append(sequence)
         with self._wake:
+            self._waiting.push(sequence, sequence.lane, sequence.caller)
             self._wake.notify()
+
+    def set_classes(self, classes: Sequence[PriorityClass], default: str, first_come: bool) -> None:
+        """Live retuning: the waiting sequences regrouped under these classes."""
+        with self._wake:
+            if tuple(classes) != self._waiting.classes or first_come != self._waiting.first_come:
+                self._waiting = self._waiting.regrouped(classes, default, first_come)
 
     def cancel(self, sequence: SequenceState) -> None:
         """Free the sequence's row at the next step; it gets no more chunks."""
@@ -155,7 +174,7 @@ class GenerationEngine:
         """Run these sequences on the calling thread, before `start`: every chunk of each."""
         chunks: list[list[Chunk]] = [[] for _ in requests]
         for index, request in enumerate(requests):
-            self._waiting.append(SequenceState(request, chunks[index].append))
+            self._waiting.push(SequenceState(request, chunks[index].append))
         with torch.inference_mode():
             while self._waiting or self._rows:
                 for sequence, chunk in self._iterate():
@@ -196,17 +215,15 @@ class GenerationEngine:
     def _admit(self) -> list[SequenceState]:
         new: list[SequenceState] = []
         longest = 0
-        while self._waiting and len(self._rows) + len(new) < self.max_running:
-            sequence = self._waiting[0]
-            if sequence.cancelled:
-                self._waiting.popleft()
-                continue
-            length = len(sequence.request.prompt_ids)
-            if new and (len(new) + 1) * max(longest, length) > PREFILL_TOKENS:
-                break
-            self._waiting.popleft()
-            new.append(sequence)
-            longest = max(longest, length)
+        with self._wake:
+            while len(self._rows) + len(new) < self.max_running and self._waiting.drop_dead_first():
+                sequence = self._waiting.first()
+                assert sequence is not None
+                length = len(sequence.request.prompt_ids)
+                if new and (len(new) + 1) * max(longest, length) > PREFILL_TOKENS:
+                    break
+                new += self._waiting.take_live(1)
+                longest = max(longest, length)
         return new
 
     def _prefill(self, new: list[SequenceState], events: list[tuple[SequenceState, Chunk]]) -> None:

@@ -10,11 +10,13 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from batchd.api.spec import BatchingSpec
+from batchd.replica.batching import first_come, lane_of, priority_classes
 from batchd.replica.errors import Draining, QueueFull
 from batchd.replica.generation.engine import GenerationEngine, SequenceState
 from batchd.replica.generation.params import Completion, GenerationRequest
 from batchd.replica.generation.preparing import Preparer
 from batchd.replica.generation.streams import Deliver, SequenceObserver, SequenceStream
+from batchd.replica.queueing import NO_CALLER
 from batchd.replica.waiting import NO_CLIENT, Client
 
 
@@ -39,7 +41,7 @@ class TokenLevel:
         self._idle = asyncio.Event()
         self._idle.set()
         self._seconds_per_sequence = 1.0  # recent, for Retry-After
-        engine.set_max_running(config.max_batch_size)
+        self.reconfigure(config)
 
     @property
     def waiting(self) -> int:
@@ -59,15 +61,16 @@ class TokenLevel:
         return 0.0 if started is None else time.monotonic() - started
 
     def open(self, request: GenerationRequest, client: Client = NO_CLIENT) -> SequenceStream:
-        """Admit one sequence (or raise Draining or QueueFull); iterate the stream inside `async with`."""
-        self._admit(1)
+        """Admit one sequence (or raise Draining, QueueFull or UnknownPriorityClass); iterate the
+        stream inside `async with`."""
+        self._admit(1, client)
         return self._stream(request, client)
 
     async def complete(
         self, requests: Sequence[GenerationRequest], client: Client = NO_CLIENT
     ) -> list[Completion]:
         """Whole answers for several prompts (one request's instances): all admitted, or none."""
-        self._admit(len(requests))
+        self._admit(len(requests), client)
         streams = [self._stream(request, client) for request in requests]
 
         async def one(stream: SequenceStream) -> Completion:
@@ -85,6 +88,7 @@ class TokenLevel:
     def reconfigure(self, config: BatchingSpec) -> None:
         self._config = config
         self.engine.set_max_running(config.max_batch_size)
+        self.engine.set_classes(priority_classes(config), config.default_priority_class, first_come(config))
 
     def begin_draining(self) -> None:
         self._draining = True
@@ -95,9 +99,10 @@ class TokenLevel:
         await self._idle.wait()
         await asyncio.to_thread(self.engine.stop)
 
-    def _admit(self, count: int) -> None:
+    def _admit(self, count: int, client: Client) -> None:
         if self._draining:
             raise Draining()
+        lane_of(self.engine.queue, self._config, client.priority)  # a 400 for a class it lacks
         # A sequence waits only when no row is free: those the engine has yet to pick up for a
         # free row are not waiting behind anyone.
         free_rows = max(0, self.engine.max_running - self.engine.running)
@@ -113,8 +118,11 @@ class TokenLevel:
             self._open += 1
             self._idle.clear()
 
+        lane = lane_of(self.engine.queue, self._config, client.priority)
+        caller = client.caller if self._config.fair_share else NO_CALLER
+
         def start(deliver: Deliver) -> Callable[[], None]:
-            sequence = SequenceState(request, deliver)
+            sequence = SequenceState(request, deliver, lane=lane, caller=caller)
             self.engine.submit(sequence)
             return lambda: self.engine.cancel(sequence)
 
