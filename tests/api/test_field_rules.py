@@ -116,3 +116,24 @@ def test_an_alias_may_not_also_be_an_init_kwarg() -> None:
     model = {"handler": "m:C", "calls": {"embedder": "minilm"}, "init_kwargs": {"embedder": "x"}}
     with pytest.raises(ManifestError, match="both name 'embedder'"):
         parse_manifest(manifest("composer", model))
+
+
+def test_priority_classes_are_admitted_and_a_default_or_a_name_twice_is_refused_by_both(
+    control_plane: ControlPlane, module_namespace: str
+) -> None:
+    classes = [{"name": "search", "priority": 10}, {"name": "prefetch", "priority": -1}]
+    ranked = with_spec(batching={"priority_classes": classes, "default_priority_class": "prefetch"})
+    stored = admit(control_plane, module_namespace, ranked).stored
+    assert stored["spec"]["batching"]["priority_classes"] == classes
+    assert stored["spec"]["batching"]["queue_order"] == "priority"  # the server's default, as the model's
+    assert [c.priority for c in parse_manifest(ranked).spec.batching.priority_classes] == [10, -1]
+
+    unknown = with_spec(batching={"priority_classes": classes, "default_priority_class": "nightly"})
+    refusal, message = refusals(control_plane, module_namespace, unknown)
+    assert "spec.batching.default_priority_class" in refusal, refusal
+    assert "'nightly' is none of the priority classes (search, prefetch)" in message
+
+    twice = with_spec(batching={"priority_classes": [*classes, {"name": "search", "priority": 1}]})
+    refusal, message = refusals(control_plane, module_namespace, twice)
+    assert "spec.batching.priority_classes" in refusal and "Duplicate value" in refusal, refusal
+    assert "'search'" in message

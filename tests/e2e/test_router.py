@@ -30,6 +30,7 @@ from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
 from batchd.testing.kubernetes.release import ONE_ROUTER, Release, installed
 from batchd.testing.manifests import manifest
+from batchd.testing.traffic import Traffic, unanswered
 from batchd.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
@@ -42,6 +43,16 @@ HOLD_S = 120
 # One batch of 8 items every 50 ms: 160 items/s a replica.
 SLOW = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 0.05}}
 BATCHING = {"max_batch_size": 8, "batch_wait_timeout_s": 0.005, "max_queued_requests": 1024}
+
+# Priority classes: one batch of 4 items every 100 ms, 40 items/s a replica, a short queue.
+RANKED = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 0.1}}
+RANKED_BATCHING = {
+    "max_batch_size": 4,
+    "batch_wait_timeout_s": 0.005,
+    "max_queued_requests": 16,
+    "priority_classes": [{"name": "search", "priority": 10}, {"name": "indexing", "priority": 0}],
+    "default_priority_class": "indexing",
+}
 
 
 @dataclass(frozen=True)
@@ -284,3 +295,27 @@ async def test_a_replica_killed_mid_load_loses_only_what_it_had_accepted(
     # (the router cannot know whether those were computed); everything else was answered.
     assert set(outcomes) <= {200, 502}, set(outcomes)
     assert outcomes.count(502) <= CONNECTIONS
+
+
+async def test_past_capacity_the_high_class_is_all_answered_and_the_low_class_takes_every_503(
+    stack: Stack,
+) -> None:
+    stack.apply("ranked", RANKED, batching=RANKED_BATCHING, num_replicas=2)
+    await asyncio.to_thread(stack.ready_pods, "ranked", 2)
+    url = stack.url("ranked")
+    async with aiohttp.ClientSession() as client:
+        deadline = time.monotonic() + 30
+        while (await predict(client, url, 1))[0] != 200:  # the router has the replicas
+            assert time.monotonic() < deadline, "the router did not route to the ranked deployment"
+            await asyncio.sleep(0.2)
+    capacity = 2 * 40  # items a second, both replicas
+    path = url.removeprefix(stack.router)
+    body = b'{"instances": [1]}'
+    # Twice the capacity, a fifth of it of the high class.
+    high = Traffic(lambda: [stack.router], path, body, 0.4 * capacity, headers={"batchd-priority": "search"})
+    low = Traffic(lambda: [stack.router], path, body, 1.6 * capacity)
+    await asyncio.gather(high.run(8.0), low.run(8.0))
+    high_statuses = Counter(outcome.status for outcome in high.outcomes)
+    low_statuses = Counter(outcome.status for outcome in low.outcomes)
+    assert high_statuses == {200: len(high.outcomes)}, high_statuses
+    assert unanswered(low.outcomes) == [] and low_statuses[503] > 0 and low_statuses[200] > 0, low_statuses

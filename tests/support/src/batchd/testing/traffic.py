@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -49,6 +49,7 @@ class Traffic:
     # At most this many connections, kept alive and reused, as a client's pool does (a replica
     # that becomes ready later gets none of them); 0: a new connection rather than a queue.
     connections: int = 0
+    headers: Mapping[str, str] = field(default_factory=dict)  # sent with every request
     outcomes: list[Outcome] = field(default_factory=list)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -93,7 +94,9 @@ class Traffic:
         endpoint = endpoints[turn % len(endpoints)]
         try:
             async with session.post(
-                f"{endpoint}{self.path}", data=self.body, headers={"Content-Type": "application/json"}
+                f"{endpoint}{self.path}",
+                data=self.body,
+                headers={"Content-Type": "application/json", **self.headers},
             ) as response:
                 await response.read()
                 outcome = Outcome(
