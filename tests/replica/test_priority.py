@@ -30,6 +30,10 @@ from batchd.testing import manifests
 from batchd.testing.servers import ServerProcess, replica_process, wait_until, write_manifest
 from tests.replica.test_batching import RecordingModel, make, occupied, until
 
+UNKNOWN_URGENT = (
+    "priority class (batchd-priority or metadata.priority): "
+    "expected one of search, batch, prefetch, got 'urgent'"
+)
 CLASSES = [
     {"name": "search", "priority": 10},
     {"name": "batch", "priority": 0},
@@ -152,9 +156,7 @@ async def test_an_unknown_class_is_a_400_naming_it_and_the_known_ones() -> None:
     with pytest.raises(UnknownPriorityClass) as unknown:
         await batcher.infer([1], asking("urgent"))
     assert http_error(unknown.value).status == 400
-    assert (
-        str(unknown.value) == "header batchd-priority: expected one of search, batch, prefetch, got 'urgent'"
-    )
+    assert str(unknown.value) == UNKNOWN_URGENT
     await batcher.drain()
 
 
@@ -223,7 +225,7 @@ def test_an_unknown_class_is_refused_naming_it_on_both_fronts(
 ) -> None:
     refused = httpx.post(f"{ranked.url}{path}", json=body, headers={"batchd-priority": "urgent"}, timeout=30)
     assert refused.status_code == 400
-    assert "header batchd-priority: expected one of search, batch, prefetch, got 'urgent'" in refused.text
+    assert UNKNOWN_URGENT in refused.text
 
 
 def test_the_openai_routes_take_the_class_from_metadata_and_the_caller_from_user_unless_headers_say() -> None:

@@ -102,7 +102,9 @@ class UnknownPriorityClass(InvalidInput):
 
     @classmethod
     def named(cls, name: str, known: list[str]) -> UnknownPriorityClass:
-        return cls(f"header batchd-priority: expected one of {', '.join(known)}, got {name!r}")
+        # Named by the batchd-priority header, or on the OpenAI routes by metadata.priority.
+        where = "priority class (batchd-priority or metadata.priority)"
+        return cls(f"{where}: expected one of {', '.join(known)}, got {name!r}")
 
 
 class TooLarge(ValueError):
