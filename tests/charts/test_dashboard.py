@@ -71,6 +71,8 @@ def test_the_dashboard_is_well_formed() -> None:
         "kv cache",
         "adaptive batching",
         "latency objective",
+        "priority classes",
+        "fairness",
     ):
         assert wanted in titles
     assert all(not re.search(r"\$\w", expr) for _, expr in panel_queries()), "an unsubstituted variable"

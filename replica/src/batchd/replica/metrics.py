@@ -242,6 +242,9 @@ OTHER_CALLERS = "other"
 NO_CALLER = "none"
 
 
+CLASS_REFUSALS = ("queue_full", "shed", "displaced")
+
+
 class ClassFigures(Collector):
     """Priority classes and callers (`batching.priority_classes`, batchd-fairness-id): queue depth,
     refusals and queue wait by class, and items served by caller, made when the registry is read.
@@ -281,7 +284,8 @@ class ClassFigures(Collector):
         depth = GaugeMetricFamily(
             "batchd_class_queue_depth", "Items waiting to join a batch, by priority class.", labels=by_class
         )
-        for priority_class, items in self._depths():
+        depths = list(self._depths())
+        for priority_class, items in depths:
             depth.add_metric([*self._values, priority_class], items)
         refused = CounterMetricFamily(
             "batchd_class_refusals",
@@ -289,7 +293,9 @@ class ClassFigures(Collector):
             "mark) or displaced (its place taken by a higher class).",
             labels=(*by_class, "reason"),
         )
-        for (priority_class, reason), items in dict(self._refused).items():
+        # Every class's series from the start (zero until a refusal), so that a rate reads 0, not nothing.
+        counts = {(name, reason): 0 for name, _ in depths for reason in CLASS_REFUSALS} | self._refused
+        for (priority_class, reason), items in counts.items():
             refused.add_metric([*self._values, priority_class, reason], items)
         waits = HistogramMetricFamily(
             "batchd_class_queue_wait_seconds",
