@@ -294,8 +294,8 @@ class ClassFigures(Collector):
             labels=(*by_class, "reason"),
         )
         # Every class's series from the start (zero until a refusal), so that a rate reads 0, not nothing.
-        counts = {(name, reason): 0 for name, _ in depths for reason in CLASS_REFUSALS} | self._refused
-        for (priority_class, reason), items in counts.items():
+        refusals = {(name, reason): 0 for name, _ in depths for reason in CLASS_REFUSALS} | self._refused
+        for (priority_class, reason), items in refusals.items():
             refused.add_metric([*self._values, priority_class, reason], items)
         waits = HistogramMetricFamily(
             "batchd_class_queue_wait_seconds",
