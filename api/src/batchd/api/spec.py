@@ -278,6 +278,8 @@ class PriorityClassSpec(_Strict):
     `metadata.priority`)."""
 
     name: Annotated[str, Field(pattern=PRIORITY_CLASS_PATTERN, max_length=63)]
+    """What requests call the class by (a DNS label): the batchd-priority header's value."""
+
     priority: Annotated[int, Field(ge=-1000, le=1000)]
     """Higher goes first: a batch takes every queued item of a higher class before any of a lower
     one, and a full queue makes room for a higher class by refusing the most recently queued item
