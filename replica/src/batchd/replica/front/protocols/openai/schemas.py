@@ -47,7 +47,21 @@ class StreamOptions(BaseModel):
     include_usage: bool | None = Field(default=None, description="A last event with the usage, no choices.")
 
 
-class _Sampling(BaseModel):
+class _Asking(BaseModel):
+    """Who asks, and at which priority: what every request of these routes may say."""
+
+    user: str | None = Field(
+        default=None,
+        description="The caller, for fair shares within its priority class (batchd-fairness-id wins).",
+    )
+    metadata: dict[str, str] | None = Field(
+        default=None,
+        max_length=16,
+        description="`priority` names the request's priority class (the batchd-priority header wins).",
+    )
+
+
+class _Sampling(_Asking):
     model: str = Field(min_length=1, description="The served model name (GET /v1/models).")
     max_tokens: int | None = Field(
         default=None, ge=1, description="New tokens at most (model.generation.max_new_tokens bounds it)."
@@ -59,15 +73,6 @@ class _Sampling(BaseModel):
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED, description="Choice i samples with seed + i.")
     stream: bool | None = Field(default=None, description="Answer Server-Sent Events, ending data: [DONE].")
     stream_options: StreamOptions | None = None
-    user: str | None = Field(
-        default=None,
-        description="The caller, for fair shares within its priority class (batchd-fairness-id wins).",
-    )
-    metadata: dict[str, str] | None = Field(
-        default=None,
-        max_length=16,
-        description="`priority` names the request's priority class (the batchd-priority header wins).",
-    )
 
 
 class CompletionRequest(_Sampling):
@@ -158,7 +163,7 @@ class ChatCompletionResponse(_Answer):
     choices: list[ChatChoice]
 
 
-class EmbeddingRequest(BaseModel):
+class EmbeddingRequest(_Asking):
     model_config = _request_config()
 
     model: str = Field(min_length=1, description="The served model name (GET /v1/models).")
@@ -170,15 +175,6 @@ class EmbeddingRequest(BaseModel):
     )
     dimensions: int | None = Field(
         default=None, ge=1, description="Only the model's own dimension is served."
-    )
-    user: str | None = Field(
-        default=None,
-        description="The caller, for fair shares within its priority class (batchd-fairness-id wins).",
-    )
-    metadata: dict[str, str] | None = Field(
-        default=None,
-        max_length=16,
-        description="`priority` names the request's priority class (the batchd-priority header wins).",
     )
 
 
