@@ -44,12 +44,13 @@ HOLD_S = 120
 SLOW = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 0.05}}
 BATCHING = {"max_batch_size": 8, "batch_wait_timeout_s": 0.005, "max_queued_requests": 1024}
 
-# Priority classes: one batch of 4 items every 100 ms, 40 items/s a replica, a short queue.
-RANKED = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 0.1}}
+# Priority classes: one batch of 4 items every 200 ms, 20 items/s a replica, a short queue (few
+# requests a second, so that the node's CPU, shared with other tests, is not what refuses them).
+RANKED = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 0.2}}
 RANKED_BATCHING = {
     "max_batch_size": 4,
     "batch_wait_timeout_s": 0.005,
-    "max_queued_requests": 16,
+    "max_queued_requests": 8,
     "priority_classes": [{"name": "search", "priority": 10}, {"name": "indexing", "priority": 0}],
     "default_priority_class": "indexing",
 }
@@ -308,14 +309,20 @@ async def test_past_capacity_the_high_class_is_all_answered_and_the_low_class_ta
         while (await predict(client, url, 1))[0] != 200:  # the router has the replicas
             assert time.monotonic() < deadline, "the router did not route to the ranked deployment"
             await asyncio.sleep(0.2)
-    capacity = 2 * 40  # items a second, both replicas
+    capacity = 2 * 20  # items a second, both replicas
     path = url.removeprefix(stack.router)
     body = b'{"instances": [1]}'
     # Twice the capacity, a fifth of it of the high class.
     high = Traffic(lambda: [stack.router], path, body, 0.4 * capacity, headers={"batchd-priority": "search"})
     low = Traffic(lambda: [stack.router], path, body, 1.6 * capacity)
-    await asyncio.gather(high.run(8.0), low.run(8.0))
+    await asyncio.gather(high.run(10.0), low.run(10.0))
     high_statuses = Counter(outcome.status for outcome in high.outcomes)
     low_statuses = Counter(outcome.status for outcome in low.outcomes)
-    assert high_statuses == {200: len(high.outcomes)}, high_statuses
+    pods = await asyncio.to_thread(stack.ready_pods, "ranked", 2)
+    seen = {}  # what the replicas and the router say of it
+    async with aiohttp.ClientSession() as client:
+        for where, wanted in [*((pod, "batchd_rejections_total") for pod in pods), (stack.router, "retries")]:
+            async with client.get(f"{where}/metrics") as response:
+                seen[where] = [line for line in (await response.text()).splitlines() if wanted in line]
+    assert high_statuses == {200: len(high.outcomes)}, (high_statuses, seen)
     assert unanswered(low.outcomes) == [] and low_statuses[503] > 0 and low_statuses[200] > 0, low_statuses
