@@ -180,7 +180,7 @@ class Batcher:
     def sheddable_items(self) -> int:
         """Items of sheddable classes, queued or in the model (autoscaling leaves them out unless
         its spec counts them)."""
-        sheddable = {c.name for c in self._queue.classes if c.sheddable}
+        sheddable = self._queue.sheddable
         if not sheddable:
             return 0
         queued = sum(1 for pending in self._queue if pending.priority_class in sheddable)
@@ -275,6 +275,8 @@ class Batcher:
         queued. Room made by taking lower classes' items fails their requests (`Displaced`)."""
         bound = self._config.max_queued_requests
         made = self._queue.room_for(lane, count, bound)
+        if not made and made is not None:  # it fits as it is: the usual case, nothing more to do
+            return
         retry_after_s = self._rate.seconds_to_serve(len(self._queue))
         priority_class = self._queue.lane_class(lane)
         if made is None:
@@ -435,7 +437,7 @@ class Batcher:
         waited for the device too, which would bend the cost line adaptive batching learns)."""
         started = time.perf_counter()
         failed = True
-        sheddable = {c.name for c in self._queue.classes if c.sheddable}
+        sheddable = self._queue.sheddable
         shed_count = sum(1 for pending in batch if pending.priority_class in sheddable) if sheddable else 0
         self._running_items += len(batch)
         self._running_sheddable += shed_count

@@ -93,6 +93,7 @@ class PendingQueue(Generic[QueuedT]):
         and none is shed early (the order before priority classes, to compare with)."""
         ordered = sorted(classes, key=lambda priority_class: -priority_class.priority)
         self.classes = tuple(ordered)  # highest priority first
+        self.sheddable = frozenset(c.name for c in ordered if c.sheddable)  # class names
         self.first_come = first_come
         lanes = [ALL_CLASSES] if first_come else ordered
         self._lanes: list[_Lane[QueuedT]] = [_Lane(priority_class) for priority_class in lanes]

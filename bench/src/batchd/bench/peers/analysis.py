@@ -183,10 +183,14 @@ class Lead:
     factor: float  # how many times better than batchd (> 1)
 
 
-def _check(value: float, at_most: float | None = None, at_least: float | None = None) -> bool | None:
-    if math.isnan(value):
-        return None
-    return value <= at_most if at_most is not None else value >= (at_least or 0.0)
+def _goal(
+    text: str, value: float, *, at_most: float | None = None, at_least: float | None = None, detail: str = ""
+) -> Goal:
+    """A goal judged on `value`: not measured when it is NaN."""
+    ok = (
+        None if math.isnan(value) else value <= at_most if at_most is not None else value >= (at_least or 0.0)
+    )
+    return Goal(text, value, ok, detail)
 
 
 def goals(results: Results) -> list[Goal]:
@@ -197,23 +201,17 @@ def goals(results: Results) -> list[Goal]:
         cpu = paired(runs, "adder", "batchd", "mosec", "cpu_ms_per_request")
         rps = paired(runs, "adder", "batchd", "mosec", "rps")
         p99 = paired(runs, "adder", "batchd", "mosec", "p99_ms")
-        found += [
-            Goal(
-                "Trivial adder: server CPU per request <= Mosec's (batchd / Mosec)",
-                cpu,
-                _check(cpu, at_most=1),
-            ),
-            Goal("Trivial adder: throughput >= Mosec's (batchd / Mosec)", rps, _check(rps, at_least=1)),
-            Goal("Trivial adder: p99 <= Mosec's (batchd / Mosec)", p99, _check(p99, at_most=1)),
-        ]
         floor = paired(runs, "adder", "batchd", "floor", "rps")
-        found.append(
-            Goal(
+        found += [
+            _goal("Trivial adder: server CPU per request <= Mosec's (batchd / Mosec)", cpu, at_most=1),
+            _goal("Trivial adder: throughput >= Mosec's (batchd / Mosec)", rps, at_least=1),
+            _goal("Trivial adder: p99 <= Mosec's (batchd / Mosec)", p99, at_most=1),
+            _goal(
                 f"Trivial adder: throughput >= {FLOOR_GOAL:g} of bare uvicorn's (batchd / floor)",
                 floor,
-                _check(floor, at_least=FLOOR_GOAL),
-            )
-        )
+                at_least=FLOOR_GOAL,
+            ),
+        ]
     if "minilm" in results.options["models"]:
         others = [
             info.name for info in results.peers if info.name != "batchd" and not PEERS[info.name].reference
@@ -222,41 +220,35 @@ def goals(results: Results) -> list[Goal]:
         measured = {peer: value for peer, value in versus.items() if not math.isnan(value)}
         lowest = min(measured.values(), default=math.nan)
         closest = min(measured, key=measured.__getitem__, default="")
-        found.append(
-            Goal(
-                "MiniLM: throughput >= every peer's (batchd / the closest peer)",
-                lowest,
-                _check(lowest, at_least=1),
-                f"closest: {closest}" if closest else "no peer measured",
-            )
-        )
         share = ceiling_share(runs, results.ceilings, "batchd")
-        found.append(
-            Goal(
-                f"MiniLM: throughput >= {CEILING_GOAL:g} of the model's batched ceiling (batchd / ceiling)",
-                share,
-                _check(share, at_least=CEILING_GOAL),
-            )
-        )
         gain = paired(runs, "minilm", "batchd", "unbatched", "rps")
-        found.append(
-            Goal(
-                f"MiniLM: throughput >= {BATCHING_GAIN_GOAL:g}x unbatched (batchd / max_batch_size 1)",
-                gain,
-                _check(gain, at_least=BATCHING_GAIN_GOAL),
-            )
-        )
         idle = median([run.idle_rss_mb for run in _measured(runs, "minilm", "batchd").values()])
         alone = median([ceiling.rss_mb for ceiling in results.ceilings])
-        found.append(
-            Goal(
+        found += [
+            _goal(
+                "MiniLM: throughput >= every peer's (batchd / the closest peer)",
+                lowest,
+                at_least=1,
+                detail=f"closest: {closest}" if closest else "no peer measured",
+            ),
+            _goal(
+                f"MiniLM: throughput >= {CEILING_GOAL:g} of the model's batched ceiling (batchd / ceiling)",
+                share,
+                at_least=CEILING_GOAL,
+            ),
+            _goal(
+                f"MiniLM: throughput >= {BATCHING_GAIN_GOAL:g}x unbatched (batchd / max_batch_size 1)",
+                gain,
+                at_least=BATCHING_GAIN_GOAL,
+            ),
+            _goal(
                 f"MiniLM: idle memory within {IDLE_OVERHEAD_GOAL_MB:g} MB of the model alone in a process "
                 "(batchd - ceiling, MB)",
                 idle - alone,
-                _check(idle - alone, at_most=IDLE_OVERHEAD_GOAL_MB),
-                f"batchd {idle:.0f} MB, the model alone {alone:.0f} MB",
-            )
-        )
+                at_most=IDLE_OVERHEAD_GOAL_MB,
+                detail=f"batchd {idle:.0f} MB, the model alone {alone:.0f} MB",
+            ),
+        ]
     return found
 
 

@@ -63,15 +63,15 @@ class TokenLevel:
     def open(self, request: GenerationRequest, client: Client = NO_CLIENT) -> SequenceStream:
         """Admit one sequence (or raise Draining, QueueFull or UnknownPriorityClass); iterate the
         stream inside `async with`."""
-        self._admit(1, client)
-        return self._stream(request, client)
+        lane = self._admit(1, client)
+        return self._stream(request, client, lane)
 
     async def complete(
         self, requests: Sequence[GenerationRequest], client: Client = NO_CLIENT
     ) -> list[Completion]:
         """Whole answers for several prompts (one request's instances): all admitted, or none."""
-        self._admit(len(requests), client)
-        streams = [self._stream(request, client) for request in requests]
+        lane = self._admit(len(requests), client)
+        streams = [self._stream(request, client, lane) for request in requests]
 
         async def one(stream: SequenceStream) -> Completion:
             async with stream:
@@ -99,10 +99,12 @@ class TokenLevel:
         await self._idle.wait()
         await asyncio.to_thread(self.engine.stop)
 
-    def _admit(self, count: int, client: Client) -> None:
+    def _admit(self, count: int, client: Client) -> int:
+        """Room for `count` sequences, or Draining, QueueFull or UnknownPriorityClass (a 400);
+        returns the lane of the waiting queue they join."""
         if self._draining:
             raise Draining()
-        lane_of(self.engine.queue, self._config, client.priority)  # a 400 for a class it lacks
+        lane = lane_of(self.engine.queue, self._config, client.priority)
         # A sequence waits only when no row is free: those the engine has yet to pick up for a
         # free row are not waiting behind anyone.
         free_rows = max(0, self.engine.max_running - self.engine.running)
@@ -110,15 +112,15 @@ class TokenLevel:
         if count > free:
             batches_ahead = self.engine.waiting / max(1, self._config.max_batch_size) + 1
             raise QueueFull(count, max(0, free), batches_ahead * self._seconds_per_sequence)
+        return lane
 
-    def _stream(self, request: GenerationRequest, client: Client) -> SequenceStream:
+    def _stream(self, request: GenerationRequest, client: Client, lane: int) -> SequenceStream:
         started = time.perf_counter()
 
         def opened() -> None:
             self._open += 1
             self._idle.clear()
 
-        lane = lane_of(self.engine.queue, self._config, client.priority)
         caller = client.caller if self._config.fair_share else NO_CALLER
 
         def start(deliver: Deliver) -> Callable[[], None]:
