@@ -102,6 +102,15 @@ AUTOSCALING_RULES: list[dict[str, str]] = [
         "reason": "FieldValueInvalid",
     },
 ]
+ROLLOUT_RULES: list[dict[str, str]] = [
+    {
+        "rule": "!has(self.steps) || (self.steps.map(s, s.traffic_percent).isSorted() && "
+        "self.steps.all(a, self.steps.filter(b, b.traffic_percent == a.traffic_percent).size() == 1))",
+        "message": "rollout.steps: each step's traffic_percent must be above the one before",
+        "fieldPath": ".steps",
+        "reason": "FieldValueInvalid",
+    },
+]
 # The API server already holds names to DNS-1123 subdomains; a label also has no dots and at most
 # 63 characters. Two linear checks keep the rule cheap in the API server's CEL cost estimate.
 ROOT_RULES: list[dict[str, str]] = [
@@ -253,6 +262,8 @@ def spec_schema() -> dict[str, Any]:
     classes = schema["properties"]["batching"]["properties"]["priority_classes"]
     classes["x-kubernetes-list-type"] = "map"
     classes["x-kubernetes-list-map-keys"] = ["name"]
+    schema["properties"]["rollout"]["default"] = {}
+    schema["properties"]["rollout"]["x-kubernetes-validations"] = copy.deepcopy(ROLLOUT_RULES)
     _refuse_ray_serve_names(schema)
     return schema
 

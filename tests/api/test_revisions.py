@@ -1,0 +1,42 @@
+"""A deployment's revision: a new one for a change to what decides the answers, none for a retune."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from batchd.api.manifest import parse_manifest
+from batchd.api.revisions import REVISION_LENGTH, revision_of
+from batchd.testing.manifests import manifest
+
+
+def revision(document: dict[str, Any]) -> str:
+    return revision_of(parse_manifest(document).spec)
+
+
+def changed(document: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    copied = copy.deepcopy(document)
+    node = copied["spec"]
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    return copied
+
+
+def test_the_model_or_the_image_makes_a_new_revision_and_batching_or_scale_does_not() -> None:
+    base = manifest("adder")
+    first = revision(base)
+    assert len(first) == REVISION_LENGTH and first == revision(copy.deepcopy(base))
+    for path, value in [
+        (("model", "handler"), "examples.adder:BatchAdder.handle_batch_v2"),
+        (("model", "init_kwargs"), {"offset": 1}),
+        (("model", "device"), "cuda"),
+        (("image",), "registry.example/batchd-replica:2"),
+    ]:
+        assert revision(changed(base, path, value)) != first, path
+    for path, value in [
+        (("batching", "max_batch_size"), 8),
+        (("num_replicas",), 3),
+        (("rollout", "strategy"), "canary"),
+    ]:
+        assert revision(changed(base, path, value)) == first, path
