@@ -27,16 +27,18 @@ def test_the_model_or_the_image_makes_a_new_revision_and_batching_or_scale_does_
     base = manifest("adder")
     first = revision(base)
     assert len(first) == REVISION_LENGTH and first == revision(copy.deepcopy(base))
-    for path, value in [
+    new: list[tuple[tuple[str, ...], Any]] = [
         (("model", "handler"), "examples.adder:BatchAdder.handle_batch_v2"),
         (("model", "init_kwargs"), {"offset": 1}),
         (("model", "device"), "cuda"),
         (("image",), "registry.example/batchd-replica:2"),
-    ]:
-        assert revision(changed(base, path, value)) != first, path
-    for path, value in [
+    ]
+    same: list[tuple[tuple[str, ...], Any]] = [
         (("batching", "max_batch_size"), 8),
         (("num_replicas",), 3),
         (("rollout", "strategy"), "canary"),
-    ]:
+    ]
+    for path, value in new:
+        assert revision(changed(base, path, value)) != first, path
+    for path, value in same:
         assert revision(changed(base, path, value)) == first, path
