@@ -10,8 +10,9 @@ from batchd.api.revisions import REVISION_LENGTH, revision_of
 from batchd.testing.manifests import manifest
 
 
-def revision(document: dict[str, Any]) -> str:
-    return revision_of(parse_manifest(document).spec)
+def revision(document: dict[str, Any], image: str = "batchd-replica:1") -> str:
+    spec = parse_manifest(document).spec
+    return revision_of(spec, spec.image or image)
 
 
 def changed(document: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
@@ -42,3 +43,4 @@ def test_the_model_or_the_image_makes_a_new_revision_and_batching_or_scale_does_
         assert revision(changed(base, path, value)) != first, path
     for path, value in same:
         assert revision(changed(base, path, value)) == first, path
+    assert revision(base, image="batchd-replica:2") != first  # the operator's default image moved

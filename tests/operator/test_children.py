@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from batchd.api.manifest import load_manifest, parse_manifest
+from batchd.api.revisions import REVISION_LABEL, revision_of
 from batchd.api.spec import BatchedDeployment
 from batchd.operator import children
 from batchd.operator.settings import Settings
@@ -195,6 +196,21 @@ def test_scaling_autoscaling_and_batching_changes_never_roll_the_pods() -> None:
     )
     assert (retuned.spec.batching.max_batch_size, retuned.batching_revision) == (64, 5)
     assert retuned.spec.autoscaling is None  # the replica never sees what only the operator acts on
+
+
+def test_pods_are_labelled_by_revision_and_a_rollout_change_rolls_nothing() -> None:
+    def revision(spec: BatchedDeployment, settings: Settings = SETTINGS) -> str:
+        template = children.deployment(spec, settings)["spec"]["template"]["metadata"]
+        return str(template["labels"][REVISION_LABEL])
+
+    base = bd(num_replicas=1)
+    assert revision(base) == revision_of(base.spec, SETTINGS.replica_image)
+    assert revision(bd(model={"task": "fill-mask", "source": "hf://x/y"})) != revision(base)
+    assert revision(base, Settings(replica_image="other:1")) != revision(base)
+    canary = bd(num_replicas=1, rollout={"strategy": "canary"})
+    assert revision(canary) == revision(base) and _template_hash(canary) == _template_hash(base)
+    assert children.config_map(canary) == children.config_map(base)  # replicas never read it
+    assert REVISION_LABEL not in children.deployment(base, SETTINGS)["spec"]["selector"]["matchLabels"]
 
 
 def test_scale_patch_touches_only_the_replicas() -> None:

@@ -1,9 +1,10 @@
 """A BatchedDeployment's revision: what decides the answers its replicas give.
 
-A change to `spec.model` (the model, its handler, init_kwargs, device, dtype, ...) or to
-`spec.image` makes a new revision, which `spec.rollout` brings to the replicas; a change to
-anything else (batching, scale, autoscaling) is retuned live and keeps the revision. The revision
-is a short hash, so the operator and the router name the same one from the same spec.
+A change to `spec.model` (the model, its handler, init_kwargs, device, dtype, ...) or to the
+replica image (`spec.image`, or the operator's default) makes a new revision, which
+`spec.rollout` brings to the replicas; a change to anything else (batching, scale, autoscaling)
+is retuned live and keeps the revision. The operator labels each replica pod with its revision,
+so that the router can tell the revisions of one deployment apart.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import json
 from batchd.api.spec import BatchedDeploymentSpec
 
 REVISION_LENGTH = 10
+# On a replica pod: the revision it serves (the router splits a canary's traffic by it).
+REVISION_LABEL = "serving.batchd.dev/revision"
 
 
-def revision_of(spec: BatchedDeploymentSpec) -> str:
-    """The revision of `spec`: a hash of its model block and image, as the API server stores them."""
-    decides = {
-        "model": spec.model.model_dump(mode="json", by_alias=True, exclude_none=True),
-        "image": spec.image,
-    }
+def revision_of(spec: BatchedDeploymentSpec, image: str) -> str:
+    """The revision of `spec` run from `image` (its own, or the operator's default): a hash of
+    its model block and the image."""
+    decides = {"model": spec.model.model_dump(mode="json", by_alias=True, exclude_none=True), "image": image}
     canonical = json.dumps(decides, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:REVISION_LENGTH]

@@ -23,6 +23,7 @@ from batchd.api.pod import (
     REPLICA_PORT,
     RUNTIME_UID,
 )
+from batchd.api.revisions import REVISION_LABEL, revision_of
 from batchd.api.spec import BATCHING_REVISION_ANNOTATION, BatchedDeployment
 from batchd.operator.settings import Settings
 
@@ -32,7 +33,7 @@ PVC_ROOT = "/models"
 CACHE_DIR = "/var/cache/batchd"
 CONFIG_HASH_ANNOTATION = "serving.batchd.dev/config-hash"
 # Fields of the spec that only the operator acts on.
-NOT_FOR_REPLICAS = {"num_replicas", "autoscaling"}
+NOT_FOR_REPLICAS = {"num_replicas", "autoscaling", "rollout"}
 
 
 def config_map_name(name: str) -> str:
@@ -244,7 +245,10 @@ def deployment(bd: BatchedDeployment, settings: Settings, replicas: int | None =
             # A rollout counts as stuck only after a full model load had its chance.
             "progressDeadlineSeconds": settings.model_load_timeout_s + 300,
             "template": {
-                "metadata": {"labels": labels(name), "annotations": template_annotations},
+                "metadata": {
+                    "labels": {**labels(name), REVISION_LABEL: revision_of(bd.spec, image)},
+                    "annotations": template_annotations,
+                },
                 "spec": pod_spec,
             },
         },
