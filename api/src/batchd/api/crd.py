@@ -153,6 +153,11 @@ STATUS_SCHEMA: dict[str, Any] = {
             "name in the path picks this deployment), else the deployment's own Service.",
         },
         "model": {"type": "string", "description": "What is served: the source or the handler."},
+        "revision": {
+            "type": "string",
+            "description": "The revision the replicas serve: a hash of spec.model and the replica image "
+            "(the pods' serving.batchd.dev/revision label).",
+        },
         "desired_replicas": _integer(
             "int32", "Replicas asked of the Deployment: num_replicas, or the autoscaler's count."
         ),
@@ -200,6 +205,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Model", "type": "string", "jsonPath": ".status.model"},
     {"name": "Desired", "type": "integer", "jsonPath": ".status.desired_replicas"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.ready_replicas"},
+    {"name": "Revision", "type": "string", "jsonPath": ".status.revision"},
     {"name": "Max-Batch", "type": "integer", "jsonPath": ".spec.batching.max_batch_size"},
     {"name": "Load", "type": "integer", "jsonPath": ".status.autoscaling.load", "priority": 1},
     {"name": "Status", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},

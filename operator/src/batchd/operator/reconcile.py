@@ -21,6 +21,7 @@ import kopf
 
 from batchd.api.kube_connection import ApiError, resource_path
 from batchd.api.manifest import ManifestError, parse_manifest
+from batchd.api.revisions import revision_of
 from batchd.api.spec import API_VERSION, PLURAL, BatchedDeployment
 from batchd.operator import children, status
 from batchd.operator.autoscaler import desired_replicas
@@ -182,6 +183,7 @@ class Reconciler:
             url=children.service_url(bd, namespace, self.settings) if bd else "",
             model=(bd.spec.model.source or bd.spec.model.handler or "") if bd else "",
             now=datetime.datetime.now(datetime.UTC),
+            revision=revision_of(bd.spec, children.replica_image(bd, self.settings)) if bd else "",
             desired_replicas=desired if bd else None,
             batching=batching if bd else None,
         )

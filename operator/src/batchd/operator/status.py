@@ -210,6 +210,7 @@ def build_status(
     url: str,
     model: str,
     now: datetime.datetime,
+    revision: str = "",
     desired_replicas: int | None = None,
     batching: dict[str, Any] | None = None,
 ) -> Status:
@@ -232,6 +233,7 @@ def build_status(
             "selector": selector,
             "url": url,
             "model": model,
+            "revision": revision,
             "conditions": merge_conditions(old.get("conditions", []), conditions, now),
         }
     )
