@@ -155,8 +155,8 @@ STATUS_SCHEMA: dict[str, Any] = {
         "model": {"type": "string", "description": "What is served: the source or the handler."},
         "revision": {
             "type": "string",
-            "description": "The revision the replicas serve: a hash of spec.model and the replica image "
-            "(the pods' serving.batchd.dev/revision label).",
+            "description": "The revision the spec asks for: a hash of spec.model and the replica image; "
+            "the pods that serve it carry it as their serving.batchd.dev/revision label.",
         },
         "desired_replicas": _integer(
             "int32", "Replicas asked of the Deployment: num_replicas, or the autoscaler's count."
