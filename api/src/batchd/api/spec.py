@@ -482,6 +482,7 @@ class RolloutSpec(_Strict):
     """The canary's steps, their traffic_percent rising. Empty: 10%, then 50%, 60 s each."""
 
     analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis)
+    """How each canary step is judged."""
 
     @field_validator("steps")
     @classmethod
@@ -526,7 +527,9 @@ class BatchedDeploymentSpec(_Strict):
     env: list[KubeObject] = Field(default_factory=list)
     volumes: list[KubeObject] = Field(default_factory=list)
     volume_mounts: list[KubeObject] = Field(default_factory=list, alias="volumeMounts")
-    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec, description="How a new revision (model or image) is rolled out."
+    )
 
 
 class ObjectMeta(BaseModel):
