@@ -278,3 +278,23 @@ def test_with_the_router_a_composer_calls_its_callees_through_it_and_clients_are
         "embedder": "http://batchd-router.batchd-system.svc/deployments/ml/minilm"
     }
     assert children.service_url(composer, "ml", routed) == "http://batchd-router.batchd-system.svc"
+
+
+def test_a_canarys_pods_are_never_selected_by_the_stable_service_nor_its_disruption_budget() -> None:
+    stable = children.deployment(GPU, SETTINGS)
+    canary, service = children.canary_children(GPU, SETTINGS, 1)[1:]
+    canary_labels = canary["spec"]["template"]["metadata"]["labels"]
+    for selector in (children.service(GPU)["spec"]["selector"], stable["spec"]["selector"]["matchLabels"]):
+        assert not selector.items() <= canary_labels.items()
+    assert service["spec"]["selector"].items() <= canary_labels.items()
+    assert (canary["metadata"]["name"], service["metadata"]["name"]) == ("minilm-canary", "minilm-canary")
+    volumes = canary["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "config", "configMap": {"name": "minilm-canary-config"}} in volumes
+    # The same deployment's pods: the operator's pod watch and the router know them by instance.
+    assert canary_labels["app.kubernetes.io/instance"] == "minilm"
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_a_canarys_children_are_valid_for_every_supported_kubernetes(version: str) -> None:
+    for child in children.canary_children(GPU, SETTINGS, 2):
+        kubernetes_validate.validate(child, version, strict=True)

@@ -155,8 +155,9 @@ STATUS_SCHEMA: dict[str, Any] = {
         "model": {"type": "string", "description": "What is served: the source or the handler."},
         "revision": {
             "type": "string",
-            "description": "The revision the spec asks for: a hash of spec.model and the replica image; "
-            "the pods that serve it carry it as their serving.batchd.dev/revision label.",
+            "description": "The stable revision: a hash of spec.model and the replica image (during a "
+            "canary rollout, those of the revision before it); the pods that serve it carry it as "
+            "their serving.batchd.dev/revision label.",
         },
         "desired_replicas": _integer(
             "int32", "Replicas asked of the Deployment: num_replicas, or the autoscaler's count."
@@ -193,6 +194,36 @@ STATUS_SCHEMA: dict[str, Any] = {
                 },
             },
         },
+        "rollout": {
+            "type": "object",
+            "description": "Where a canary rollout stands (spec.rollout.strategy: canary), and what "
+            "the stable revision runs; the router reads canary_percent.",
+            "properties": {
+                "phase": {
+                    "type": "string",
+                    "description": "Progressing, Paused, Promoting, Promoted, RolledBack or Aborted; "
+                    "empty when no canary rollout was ever made.",
+                },
+                "canary_revision": {"type": "string", "description": "The revision being rolled out."},
+                "step": _integer("int32", "The step being judged, from 0."),
+                "canary_percent": _integer("int32", "The canary's share of the requests now, in percent."),
+                # No date-time format: empty when no step is being judged.
+                "step_started_at": {
+                    "type": "string",
+                    "description": "When the step being judged began (RFC 3339); empty when none is.",
+                },
+                "message": {"type": "string", "description": "What the rollout did last, with the figures."},
+                "stable_image": {
+                    "type": "string",
+                    "description": "spec.image of the stable revision (empty: the operator's default).",
+                },
+                "stable_model": {
+                    "type": "object",
+                    "description": "spec.model of the stable revision.",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                },
+            },
+        },
         "conditions": {
             "type": "array",
             "items": CONDITION_SCHEMA,
@@ -206,6 +237,8 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Desired", "type": "integer", "jsonPath": ".status.desired_replicas"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.ready_replicas"},
     {"name": "Revision", "type": "string", "jsonPath": ".status.revision"},
+    {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout.phase"},
+    {"name": "Canary", "type": "integer", "jsonPath": ".status.rollout.canary_percent"},
     {"name": "Max-Batch", "type": "integer", "jsonPath": ".spec.batching.max_batch_size"},
     {"name": "Load", "type": "integer", "jsonPath": ".status.autoscaling.load", "priority": 1},
     {"name": "Status", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},

@@ -450,8 +450,9 @@ class CanaryStep(_Strict):
 
 
 class CanaryAnalysis(_Strict):
-    """How a canary step is judged, from the figures the router measures per revision, over the
-    step so far: the new revision against the stable one in the same window."""
+    """How a canary step is judged, from the figures the replicas of each revision measure (their
+    answers by outcome and duration), over the step so far: the new revision against the stable
+    one in the same window."""
 
     min_requests: Annotated[int, Field(ge=1, le=1_000_000)] = 100
     """Requests the new revision must have answered in the step before it can pass."""
@@ -483,6 +484,14 @@ class RolloutSpec(_Strict):
 
     analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis)
     """How each canary step is judged."""
+
+    paused: bool = False
+    """true: the rollout stays at its step (the analysis still judges it, and still rolls a bad
+    revision back); false again: it goes on."""
+
+    abort: bool = False
+    """true: every request goes back to the stable revision and the new one is scaled to zero,
+    until this is false again (then the rollout starts over from its first step)."""
 
     @field_validator("steps")
     @classmethod

@@ -9,8 +9,11 @@ knows.
 from __future__ import annotations
 
 import contextlib
+import math
 
 from prometheus_client import Counter, Gauge, Histogram
+
+from batchd.operator.analysis import Answers
 
 OUTCOMES = ("success", "invalid", "refused", "error")
 
@@ -63,6 +66,42 @@ for _direction in ("up", "down"):
     SCALES.labels(direction=_direction)
 
 
+CANARY_PERCENT = _per_resource(
+    "batchd_operator_canary_traffic_percent",
+    "The canary revision's share of a BatchedDeployment's requests now, in percent (0: none).",
+)
+TRACKS = ("stable", "canary")
+WINDOW_ANSWERED = Gauge(
+    "batchd_operator_canary_window_answers",
+    "Requests each revision answered in the canary step being judged, by track (stable, canary).",
+    ["namespace", "deployment", "track"],
+)
+WINDOW_ERROR_RATIO = Gauge(
+    "batchd_operator_canary_window_error_ratio",
+    "Share of each revision's answers in the step that were errors or timeouts, by track.",
+    ["namespace", "deployment", "track"],
+)
+WINDOW_P99 = Gauge(
+    "batchd_operator_canary_window_p99_seconds",
+    "Each revision's p99 latency in the step, from its replicas' histograms, by track (NaN: none).",
+    ["namespace", "deployment", "track"],
+)
+
+
+def record_rollout(namespace: str, deployment: str, percent: int, canary: Answers, stable: Answers) -> None:
+    """What the canary's judge last saw of a rollout."""
+    CANARY_PERCENT.labels(namespace, deployment).set(percent)
+    for track, answers in zip(TRACKS, (stable, canary), strict=True):
+        p99 = answers.p99()
+        WINDOW_ANSWERED.labels(namespace, deployment, track).set(answers.answered)
+        WINDOW_ERROR_RATIO.labels(namespace, deployment, track).set(answers.error_rate)
+        WINDOW_P99.labels(namespace, deployment, track).set(math.nan if p99 is None else p99)
+
+
+def record_canary_percent(namespace: str, deployment: str, percent: int) -> None:
+    CANARY_PERCENT.labels(namespace, deployment).set(percent)
+
+
 def _set(namespace: str, deployment: str, *values: tuple[Gauge, float]) -> None:
     for gauge, value in values:
         gauge.labels(namespace, deployment).set(value)
@@ -88,4 +127,16 @@ def record_replicas(namespace: str, deployment: str, desired: int, ready: int) -
 
 def forget(namespace: str, deployment: str) -> None:
     """Drop a deleted resource's series, so dashboards do not show it forever."""
-    _remove(namespace, deployment, DESIRED_REPLICAS, READY_REPLICAS, REPLICA_LOAD, RECOMMENDED_REPLICAS)
+    _remove(
+        namespace,
+        deployment,
+        DESIRED_REPLICAS,
+        READY_REPLICAS,
+        REPLICA_LOAD,
+        RECOMMENDED_REPLICAS,
+        CANARY_PERCENT,
+    )
+    for track in TRACKS:
+        for gauge in (WINDOW_ANSWERED, WINDOW_ERROR_RATIO, WINDOW_P99):
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, deployment, track)
