@@ -14,6 +14,7 @@ import math
 from prometheus_client import Counter, Gauge, Histogram
 
 from batchd.operator.analysis import Answers
+from batchd.operator.rollout import EVENT_REASONS
 
 OUTCOMES = ("success", "invalid", "refused", "error")
 
@@ -71,6 +72,7 @@ CANARY_PERCENT = _per_resource(
     "The canary revision's share of a BatchedDeployment's requests now, in percent (0: none).",
 )
 TRACKS = ("stable", "canary")
+PHASES = ("none", *EVENT_REASONS)
 WINDOW_ANSWERED = Gauge(
     "batchd_operator_canary_window_answers",
     "Requests each revision answered in the canary step being judged, by track (stable, canary).",
@@ -98,8 +100,22 @@ def record_rollout(namespace: str, deployment: str, percent: int, canary: Answer
         WINDOW_P99.labels(namespace, deployment, track).set(math.nan if p99 is None else p99)
 
 
-def record_canary_percent(namespace: str, deployment: str, percent: int) -> None:
+ROLLOUT_PHASE = Gauge(
+    "batchd_operator_rollout_phase",
+    "1 for the phase a BatchedDeployment's rollout is in (status.rollout.phase; `none` before its "
+    "first canary rollout), 0 for the others.",
+    ["namespace", "deployment", "phase"],
+)
+
+
+def record_rollout_state(namespace: str, deployment: str, phase: str, percent: int, judged: bool) -> None:
+    """A rollout's phase and share, from converge; the step's figures read zero (p99: NaN) while
+    no step is being judged, so that their panels say so rather than nothing."""
     CANARY_PERCENT.labels(namespace, deployment).set(percent)
+    for name in PHASES:
+        ROLLOUT_PHASE.labels(namespace, deployment, name).set(1 if name == (phase or "none") else 0)
+    if not judged:
+        record_rollout(namespace, deployment, percent, Answers(), Answers())
 
 
 def _set(namespace: str, deployment: str, *values: tuple[Gauge, float]) -> None:
@@ -136,7 +152,10 @@ def forget(namespace: str, deployment: str) -> None:
         RECOMMENDED_REPLICAS,
         CANARY_PERCENT,
     )
-    for track in TRACKS:
-        for gauge in (WINDOW_ANSWERED, WINDOW_ERROR_RATIO, WINDOW_P99):
+    for gauge, labels in [
+        *((gauge, TRACKS) for gauge in (WINDOW_ANSWERED, WINDOW_ERROR_RATIO, WINDOW_P99)),
+        (ROLLOUT_PHASE, PHASES),
+    ]:
+        for label in labels:
             with contextlib.suppress(KeyError):
-                gauge.remove(namespace, deployment, track)
+                gauge.remove(namespace, deployment, label)

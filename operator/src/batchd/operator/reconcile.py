@@ -30,8 +30,8 @@ from batchd.operator.metrics import (
     RECONCILE_DURATION,
     RECONCILES,
     forget,
-    record_canary_percent,
     record_replicas,
+    record_rollout_state,
 )
 from batchd.operator.settings import Settings
 
@@ -221,7 +221,9 @@ class Reconciler:
         )
         if bd is not None:
             record_replicas(namespace, name, desired, int(new_status.get("ready_replicas") or 0))
-            record_canary_percent(namespace, name, after.canary_percent)
+            record_rollout_state(
+                namespace, name, after.phase, after.canary_percent, after.phase in rollout.JUDGED
+            )
         if new_status != old_status:
             await self.api.merge_patch(self.parent_path(namespace, name, "status"), {"status": new_status})
         for change in status.transitions(old_status.get("conditions", []), new_status["conditions"]):
