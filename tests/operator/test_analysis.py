@@ -24,7 +24,12 @@ def exposed(**answers: list[float]) -> analysis.Answers:
 
 def test_a_replicas_answers_are_read_from_its_metrics_leaving_out_what_it_did_not_answer() -> None:
     answers = exposed(
-        success=[0.02] * 90, error=[0.01] * 6, timeout=[30.0] * 4, rejected=[0.0] * 50, invalid=[0.0] * 7
+        success=[0.02] * 90,
+        error=[0.01] * 3,
+        invalid=[0.01] * 3,  # the model raised on an item alone
+        timeout=[30.0] * 4,
+        rejected=[0.0] * 50,
+        cancelled=[0.0] * 7,
     )
     assert (answers.answered, answers.failed) == (100, 10)
     assert answers.error_rate == pytest.approx(0.1)
@@ -65,8 +70,18 @@ def test_a_canary_failing_more_than_allowed_fails_with_the_figures() -> None:
     canary = exposed(success=[0.02] * 70, error=[0.02] * 30)
     verdict = analysis.judge(canary, exposed(success=[0.02] * 900), ANALYSIS)
     assert verdict.failure is not None
-    assert "error rate 30.0% is above max_error_rate 5.0%" in verdict.failure
+    assert "error rate 30.0% is 30.0% above the stable revision's, more than max_error_rate 5.0%" in (
+        verdict.failure
+    )
     assert "canary 30/100 failed" in verdict.failure
+
+
+def test_inputs_that_fail_on_both_revisions_alike_are_not_the_canarys_fault() -> None:
+    canary = exposed(success=[0.02] * 80, invalid=[0.02] * 20)
+    stable = exposed(success=[0.02] * 820, invalid=[0.02] * 180)
+    assert analysis.judge(canary, stable, ANALYSIS).failure is None
+    worse = exposed(success=[0.02] * 70, invalid=[0.02] * 30)
+    assert analysis.judge(worse, stable, ANALYSIS).failure is not None
 
 
 def test_a_canary_three_times_slower_than_stable_fails_and_one_as_fast_passes() -> None:

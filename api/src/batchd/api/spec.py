@@ -458,8 +458,9 @@ class CanaryAnalysis(_Strict):
     """Requests the new revision must have answered in the step before it can pass."""
 
     max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
-    """The highest share of the new revision's requests answered with an error (5xx, or no
-    answer) before it is rolled back."""
+    """The highest share of the new revision's answers that failed (the model raised, on a batch
+    or on an item alone, or did not answer in time), beyond the stable revision's share in the
+    same window, before it is rolled back."""
 
     max_p99_ratio: Annotated[float, Field(ge=1, le=100)] = 1.5
     """The highest p99 latency of the new revision, as a multiple of the stable revision's p99

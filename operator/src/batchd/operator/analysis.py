@@ -19,11 +19,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from batchd.api.spec import CanaryAnalysis
 
 DURATIONS = "batchd_request_duration_seconds"
-# Outcomes the revision answered for: a success, or a failure of its own (the model raised, or
-# it did not answer in time). Refusals before queueing, bad input and clients that left are not
-# the revision's doing.
-ANSWERED = ("success", "error", "timeout")
-FAILED = ("error", "timeout")
+# Outcomes the revision answered for: a success, or a failure: the model raised on a batch (500)
+# or on an item alone (422, `invalid`: an input it cannot take), or did not answer in time.
+# Refusals before queueing and clients that left are not the revision's doing. Inputs bad for
+# every revision fail on the stable one as often (the split is random), so the canary is judged
+# on the failures beyond the stable revision's share.
+ANSWERED = ("success", "error", "timeout", "invalid")
+FAILED = ("error", "timeout", "invalid")
 # The p99 of fewer answers than this is their slowest one or two: latency is judged only once
 # both revisions have answered this many in the window (the stable one none at a step of 100%).
 MIN_LATENCY_ANSWERS = 50
@@ -135,10 +137,11 @@ def judge(canary: Answers, stable: Answers, analysis: CanaryAnalysis) -> Verdict
     )
     if canary.answered < analysis.min_requests:
         return Verdict(None, False, figures)
-    if canary.error_rate > analysis.max_error_rate:
+    excess = canary.error_rate - (stable.error_rate if stable.answered else 0.0)
+    if excess > analysis.max_error_rate:
         return Verdict(
-            f"error rate {canary.error_rate:.1%} is above max_error_rate {analysis.max_error_rate:.1%} "
-            f"({figures})",
+            f"error rate {canary.error_rate:.1%} is {excess:.1%} above the stable revision's, more than "
+            f"max_error_rate {analysis.max_error_rate:.1%} ({figures})",
             True,
             figures,
         )

@@ -173,8 +173,8 @@ class Reconciler:
             try:
                 for manifest in manifests:
                     applied = await self.apply_child(manifest, namespace)
-                    if manifest["kind"] == "Deployment":
-                        deployment = applied
+                    if manifest["kind"] == "Deployment" and manifest["metadata"]["name"] == name:
+                        deployment = applied  # the stable one: the canary's has its own status
             except ApiError as error:
                 if error.status not in REFUSED:
                     raise

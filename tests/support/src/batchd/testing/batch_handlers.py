@@ -128,5 +128,5 @@ class Revision:
         before, self.seen = self.seen, self.seen + len(numbers)
         # Items seen so far that should have failed, before and after this batch: a step fails it.
         if self.seen * self.fail_percent // 100 > before * self.fail_percent // 100:
-            raise ValueError(f"revision {self.version} fails {self.fail_percent}% of its items")
+            raise RuntimeError(f"revision {self.version} fails {self.fail_percent}% of its items")
         return [n + 1 for n in numbers]
