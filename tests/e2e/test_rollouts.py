@@ -10,6 +10,7 @@ the resource mid-rollout takes both revisions away.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections import Counter
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from batchd.api.revisions import REVISION_LABEL
+from batchd.operator.children import CANARY
 from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
@@ -43,13 +45,21 @@ ROLLOUT: dict[str, Any] = {
 # One item a batch: an item that fails is its batch, and a slow batch is a slow request.
 BATCHING = {"max_batch_size": 1, "batch_wait_timeout_s": 0, "max_queued_requests": 64}
 STABLE_DELAY_S = 0.01  # the revisions' own default
-OPERATOR_ENV = {"BATCHD_REPLICA_POLL_INTERVAL_S": "0.5", "BATCHD_DRAIN_DELAY_S": "1"}
+# Nothing that changes the pods the operator makes: the chart's operator pod, which takes over
+# mid-rollout, must make the same ones.
+OPERATOR_ENV = {"BATCHD_REPLICA_POLL_INTERVAL_S": "0.5"}
 VALUES = {"router": {**ONE_ROUTER["router"], "hold": {"timeoutSeconds": 120}}}
 
 
 @dataclass(frozen=True)
 class Stack:
     release: Release
+    operator: contextlib.ExitStack  # the operator as a process of this machine, while it runs
+
+    def hand_over_operator(self) -> None:
+        """Stop this machine's operator: the chart's operator pod starts in its place, a new
+        process that knows of the rollout only what the status and the labels say."""
+        self.operator.close()
 
     def ship(self, model: dict[str, Any], **analysis: Any) -> None:
         """`kubectl apply` of the resource with this model (a new revision), and `analysis` over
@@ -68,13 +78,18 @@ class Stack:
         url = self.release.service_url(f"{self.release.name}-router", 80)
         return Traffic(lambda: [url], f"/v1/models/{NAME}:predict", b'{"instances": [1]}', RATE)
 
-    async def while_sending(self, until: Any, what: str, timeout_s: float) -> tuple[list[Outcome], float]:
+    async def while_sending(
+        self, until: Any, what: str, timeout_s: float, meanwhile: Any = None
+    ) -> tuple[list[Outcome], float]:
         """Traffic through the router until `until()` holds (polled), then 5 s more; the outcomes,
-        and when (on their clock) `until()` first held."""
+        and when (on their clock) `until()` first held. `meanwhile()` runs once the traffic has
+        begun."""
         traffic = self.traffic()
         started = time.perf_counter()
         running = asyncio.create_task(traffic.run(timeout_s + 10, start=started))
         try:
+            if meanwhile is not None:
+                await asyncio.to_thread(meanwhile)
             await asyncio.to_thread(eventually, until, timeout_s=timeout_s, what=what)
             held_s = time.perf_counter() - started
             await asyncio.sleep(5)  # what clients see after it, too
@@ -91,8 +106,9 @@ def stack(
     logs = tmp_path_factory.mktemp("rollouts")
     with installed(control_plane, logs, VALUES, wait=True) as release:
         release.apply(handlers.config_map())
-        with release.operator(logs / "operator.log", env=OPERATOR_ENV):
-            stack = Stack(release)
+        with contextlib.ExitStack() as operator:
+            operator.enter_context(release.operator(logs / "operator.log", env=OPERATOR_ENV))
+            stack = Stack(release, operator)
             stack.ship(revision(1))
             eventually(lambda: release.pods(NAME, ready=True), timeout_s=START_S, what="the stable replica")
             yield stack
@@ -138,14 +154,35 @@ async def test_a_revision_three_times_slower_is_rolled_back(stack: Stack) -> Non
     assert condition["status"] == "True" and "times the stable revision's" in condition["message"]
 
 
-@pytest.mark.timeout(2 * START_S + 120)
-async def test_a_good_revision_is_promoted_losing_nothing_and_its_canary_goes(stack: Stack) -> None:
+@pytest.mark.timeout(3 * START_S + 120)
+async def test_a_good_revision_is_promoted_losing_nothing_and_its_canary_goes_across_an_operator_restart(
+    stack: Stack,
+) -> None:
     stable_before = (stack.release.get("bd", NAME) or {})["status"]["revision"]
     # A p99 ratio a CPU shared with the rest of the suite cannot push a good revision past.
     stack.ship(revision(4), max_p99_ratio=5)
+    steps_seen: list[int] = []
+
+    def restart_in_the_first_step() -> None:
+        eventually(
+            lambda: (
+                stack.rollout().get("step_started_at") and stack.release.pods(NAME, ready=True, track=CANARY)
+            ),
+            timeout_s=START_S,
+            what="the canary serving its first step",
+        )
+        steps_seen.append(int(stack.rollout()["step"]))
+        stack.hand_over_operator()
+
     outcomes, _ = await stack.while_sending(
-        lambda: stack.rollout().get("phase") == "Promoted", "the promotion", 2 * START_S + 60
+        lambda: stack.rollout().get("phase") == "Promoted",
+        "the promotion",
+        3 * START_S,
+        meanwhile=restart_in_the_first_step,
     )
+    assert steps_seen == [0]
+    # The operator that took over took the next step, from the status alone.
+    assert any("step 2 of 2" in message for message in stack.release.events("CanaryStep", about=NAME))
     assert set(statuses(outcomes)) == {200}, statuses(outcomes)
     status = (stack.release.get("bd", NAME) or {})["status"]
     assert status["revision"] != stable_before and status["rollout"]["canary_percent"] == 0

@@ -105,8 +105,11 @@ def test_the_state_survives_the_status() -> None:
     assert Rollout.from_status({}) == Rollout()
 
 
-def test_a_steps_hold_is_counted_from_its_start() -> None:
+def test_the_first_steps_hold_is_counted_from_when_a_canary_replica_serves() -> None:
     _, plan = started()
     steps = bd(2).spec.rollout.canary_steps
-    assert not rollout.step_elapsed(plan, steps, NOW + datetime.timedelta(seconds=29))
-    assert rollout.step_elapsed(plan, steps, NOW + datetime.timedelta(seconds=30))
+    assert not rollout.step_elapsed(plan, steps, NOW + datetime.timedelta(hours=1))  # still starting
+    begun = rollout.serving(plan, NOW + datetime.timedelta(seconds=40))
+    assert rollout.serving(begun, NOW + datetime.timedelta(seconds=50)) == begun  # once
+    assert not rollout.step_elapsed(begun, steps, NOW + datetime.timedelta(seconds=69))
+    assert rollout.step_elapsed(begun, steps, NOW + datetime.timedelta(seconds=70))

@@ -65,9 +65,9 @@ def labels(name: str, track: str = STABLE) -> dict[str, str]:
     return {**selector_labels(name, track), **MANAGED_BY}
 
 
-def selector_string(name: str) -> str:
+def selector_string(name: str, track: str = STABLE) -> str:
     """The selector in `kubectl get -l` form, for the scale subresource and HPAs."""
-    return ",".join(f"{key}={value}" for key, value in sorted(selector_labels(name).items()))
+    return ",".join(f"{key}={value}" for key, value in sorted(selector_labels(name, track).items()))
 
 
 def replica_manifest(bd: BatchedDeployment, batching_revision: int = 0) -> str:

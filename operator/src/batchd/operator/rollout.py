@@ -110,7 +110,7 @@ def plan(
         canary_revision=spec_revision,
         step=0,
         canary_percent=steps[0].traffic_percent,
-        step_started_at=stamp(now),
+        step_started_at="",  # once a canary replica serves (`serving`)
         message=f"revision {spec_revision}: {_step_message(steps, 0)}",
     )
     if old.canary_revision != spec_revision:
@@ -130,7 +130,9 @@ def plan(
     if rollout.paused:
         return dataclasses.replace(old, phase=PAUSED)
     if old.phase == PAUSED:  # resumed: the step's hold starts again
-        return dataclasses.replace(old, phase=PROGRESSING, step_started_at=stamp(now))
+        return dataclasses.replace(
+            old, phase=PROGRESSING, step_started_at=stamp(now) if old.step_started_at else ""
+        )
     return old
 
 
@@ -168,9 +170,19 @@ def promoted(bd: BatchedDeployment, old: Rollout) -> Rollout:
     return Rollout(phase=PROMOTED, message=f"revision {old.canary_revision}: promoted", **_stable_fields(bd))
 
 
+def serving(rollout: Rollout, now: datetime.datetime) -> Rollout:
+    """The first step begins once a replica of the canary serves: a step's hold is time the
+    canary served its share, not time its pods spent starting."""
+    if rollout.phase not in JUDGED or rollout.step_started_at:
+        return rollout
+    return dataclasses.replace(rollout, step_started_at=stamp(now))
+
+
 def step_elapsed(rollout: Rollout, steps: Sequence[CanaryStep], now: datetime.datetime) -> bool:
-    """Whether the step's hold has passed."""
-    if not rollout.step_started_at or rollout.step >= len(steps):
+    """Whether the step's hold has passed (not begun: it has not)."""
+    if not rollout.step_started_at:
+        return False
+    if rollout.step >= len(steps):
         return True
     started = datetime.datetime.strptime(rollout.step_started_at, "%Y-%m-%dT%H:%M:%SZ").replace(
         tzinfo=datetime.UTC

@@ -61,6 +61,13 @@ class RolloutJudge:
             return
         self.last_judged[key] = now
         serving = [pod for pod in pods if pod.serving]
+        wall = datetime.datetime.now(datetime.UTC)
+        if not current.step_started_at:
+            if any(pod.canary for pod in serving):
+                begun = rollout.serving(current, wall)
+                if await self._write(key, current, begun):
+                    self.forget(key)  # judged from the next look, in the step's window
+            return
         readings = await self._read(serving)
         window: Window = (current.canary_revision, current.step, current.step_started_at)
         canary_pods = {pod.name for pod in serving if pod.canary}
@@ -88,7 +95,6 @@ class RolloutJudge:
         canary, stable = summed(True), summed(False)
         verdict = analysis.judge(canary, stable, spec.analysis)
         record_rollout(*key, current.canary_percent, canary, stable)
-        wall = datetime.datetime.now(datetime.UTC)
         steps = spec.canary_steps
         passed = verdict.enough and rollout.step_elapsed(current, steps, wall)
         after = rollout.judged(current, steps, verdict.failure, passed, wall)
