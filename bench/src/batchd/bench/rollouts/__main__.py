@@ -9,17 +9,14 @@ from batchd.bench import rollouts
 from batchd.bench.kit.command import Benchmark, Flag, Run, main
 from batchd.bench.rollouts.analysis import Results
 from batchd.bench.rollouts.report import draw_chart, to_markdown
-from batchd.bench.rollouts.runner import Cluster, run_all
+from batchd.bench.rollouts.runner import run_all
 from batchd.bench.rollouts.workload import QUICK, Options
-from batchd.testing.kubernetes.started import benchmark_control_plane, node_with_images
+from batchd.testing.kubernetes.started import benchmark_cluster
 
 
 def measure(run: Run[Options]) -> Results:
-    with (
-        benchmark_control_plane(run.workdir / "control-plane") as control_plane,
-        node_with_images(control_plane, run.workdir / "node") as node,
-    ):
-        return asyncio.run(run_all(run.options, Cluster(control_plane, node), run.workdir, run.record))
+    with benchmark_cluster(run.workdir) as cluster:
+        return asyncio.run(run_all(run.options, cluster, run.workdir, run.record))
 
 
 def failure(results: Results) -> str | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +14,14 @@ from batchd.bench.kit.repeats import rotated
 from batchd.bench.rollouts.analysis import Results, SubjectRun, subject_run
 from batchd.bench.rollouts.workload import NAME, START_TIMEOUT_S, SUBJECTS, Options, subject_manifest
 from batchd.testing.kubernetes import handlers
-from batchd.testing.kubernetes.controlplane import ControlPlane
-from batchd.testing.kubernetes.node import Node
 from batchd.testing.kubernetes.release import ONE_ROUTER, Release, installed
+from batchd.testing.kubernetes.started import Cluster
 from batchd.testing.traffic import Traffic
 from batchd.testing.waiting import eventually
 
 logger = logging.getLogger("batchd.bench.rollouts")
 
 VALUES = {"router": {**ONE_ROUTER["router"], "hold": {"timeoutSeconds": 120}}}
-
-
-@dataclass(frozen=True)
-class Cluster:
-    control_plane: ControlPlane
-    node: Node
 
 
 def _rollout(release: Release) -> dict[str, Any]:
