@@ -95,3 +95,20 @@ def test_a_canary_three_times_slower_than_stable_fails_and_one_as_fast_passes() 
 def test_without_enough_stable_answers_latency_is_not_judged() -> None:
     verdict = analysis.judge(exposed(success=[0.5] * 100), exposed(success=[0.01] * 49), ANALYSIS)
     assert verdict.failure is None and verdict.enough
+
+
+def test_a_steps_window_counts_each_revisions_replicas_from_the_steps_start() -> None:
+    at_start = {"stable-a": exposed(success=[0.02] * 100), "canary-a": exposed(success=[0.02] * 5)}
+    now = {
+        "stable-a": exposed(success=[0.02] * 130),
+        "canary-a": exposed(success=[0.02] * 5, error=[0.02] * 5),
+        "canary-b": exposed(success=[0.02] * 4),  # came after the first look
+    }
+    canaries = {"canary-a", "canary-b"}
+    # The first step: everything a canary replica answered is this revision's.
+    first = analysis.step_starts(at_start, canaries, first_step=True)
+    canary, stable = analysis.windows(now, first, canaries)
+    assert (canary.answered, canary.failed, stable.answered) == (14, 5, 30)
+    later = analysis.step_starts(at_start, canaries, first_step=False)
+    canary, _ = analysis.windows(now, later, canaries)
+    assert (canary.answered, canary.failed) == (9, 5)

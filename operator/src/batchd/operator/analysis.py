@@ -11,7 +11,7 @@ between, and the window is exactly the step.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -96,6 +96,29 @@ def total(answers: Iterable[Answers]) -> Answers:
         for bound, count in one.buckets.items():
             buckets[bound] = buckets.get(bound, 0.0) + count
     return Answers(answered, failed, buckets)
+
+
+def step_starts(
+    readings: Mapping[str, Answers], canary_pods: Collection[str], first_step: bool
+) -> dict[str, Answers]:
+    """Each replica's answers at a step's first look, which the step's window leaves out; none for
+    the canary's replicas in the first step: all they answered is this revision's."""
+    return {name: answers for name, answers in readings.items() if not (first_step and name in canary_pods)}
+
+
+def windows(
+    readings: Mapping[str, Answers], starts: Mapping[str, Answers], canary_pods: Collection[str]
+) -> tuple[Answers, Answers]:
+    """(canary, stable): what each revision's replicas answered since the step's start."""
+
+    def summed(canary: bool) -> Answers:
+        return total(
+            since(answers, starts.get(name))
+            for name, answers in readings.items()
+            if (name in canary_pods) == canary
+        )
+
+    return summed(True), summed(False)
 
 
 def quantile(q: float, buckets: Mapping[float, float]) -> float | None:

@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from batchd.api.manifest import ManifestError, parse_manifest
+from batchd.api.spec import RolloutSpec
 from batchd.operator import analysis, rollout
 from batchd.operator.metrics import record_rollout
 from batchd.operator.reconcile import Reconciler, announce_rollout
@@ -52,58 +53,47 @@ class RolloutJudge:
             return
         document = {k: body.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
         try:
-            bd = parse_manifest(document, origin="{}/{}".format(*key))
+            spec = parse_manifest(document, origin="{}/{}".format(*key)).spec.rollout
         except ManifestError:
             return  # converge reports it
-        spec = bd.spec.rollout
         now = time.monotonic()
         if now - self.last_judged.get(key, -spec.analysis.interval_s) < spec.analysis.interval_s:
             return
         self.last_judged[key] = now
         serving = [pod for pod in pods if pod.serving]
         wall = datetime.datetime.now(datetime.UTC)
-        if not current.step_started_at:
-            if any(pod.canary for pod in serving):
-                begun = rollout.serving(current, wall)
-                if await self._write(key, current, begun):
-                    self.forget(key)  # judged from the next look, in the step's window
+        if current.step_started_at:
+            after = await self._judge(key, current, spec, serving, wall)
+        elif any(pod.canary for pod in serving):  # the first step begins: judged from the next look
+            after = rollout.serving(current, wall)
+        else:
             return
-        readings = await self._read(serving)
-        window: Window = (current.canary_revision, current.step, current.step_started_at)
-        canary_pods = {pod.name for pod in serving if pod.canary}
-        started = self.starts.get(key)
-        if started is None or started[0] != window:
-            # The step's first look: what each replica answered before it is not the step's, but
-            # for the canary's in its first step, which answered nothing but this revision's.
-            self.starts[key] = started = (
-                window,
-                {
-                    name: answers
-                    for name, answers in readings.items()
-                    if current.step > 0 or name not in canary_pods
-                },
-            )
-        starts = started[1]
-
-        def summed(canary: bool) -> analysis.Answers:
-            return analysis.total(
-                analysis.since(answers, starts.get(name))
-                for name, answers in readings.items()
-                if (name in canary_pods) == canary
-            )
-
-        canary, stable = summed(True), summed(False)
-        verdict = analysis.judge(canary, stable, spec.analysis)
-        record_rollout(*key, current.canary_percent, canary, stable)
-        steps = spec.canary_steps
-        passed = verdict.enough and rollout.step_elapsed(current, steps, wall)
-        after = rollout.judged(current, steps, verdict.failure, passed, wall)
-        if after == current:
-            logger.debug("%s/%s: %s", *key, verdict.figures)
-            return
-        if await self._write(key, current, after):
+        if after != current and await self._write(key, current, after):
             announce_rollout(body, current, after)
             await self.reconciler.converge(*key, logger)
+
+    async def _judge(
+        self,
+        key: Key,
+        current: rollout.Rollout,
+        spec: RolloutSpec,
+        serving: Sequence[ReplicaPod],
+        wall: datetime.datetime,
+    ) -> rollout.Rollout:
+        """The rollout after a judgement of the step's window so far."""
+        readings = await self._read(serving)
+        canary_pods = {pod.name for pod in serving if pod.canary}
+        window: Window = (current.canary_revision, current.step, current.step_started_at)
+        started = self.starts.get(key)
+        if started is None or started[0] != window:
+            started = (window, analysis.step_starts(readings, canary_pods, first_step=current.step == 0))
+            self.starts[key] = started
+        canary, stable = analysis.windows(readings, started[1], canary_pods)
+        verdict = analysis.judge(canary, stable, spec.analysis)
+        record_rollout(*key, current.canary_percent, canary, stable)
+        logger.debug("%s/%s: %s", *key, verdict.figures)
+        passed = verdict.enough and rollout.step_elapsed(current, spec.canary_steps, wall)
+        return rollout.judged(current, spec.canary_steps, verdict.failure, passed, wall)
 
     async def _read(self, pods: Sequence[ReplicaPod]) -> dict[str, analysis.Answers]:
         """Each pod's answers so far, by name; a pod that cannot say is left out of this look."""
