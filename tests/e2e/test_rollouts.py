@@ -4,8 +4,9 @@ replicas' own figures, the chart's router splitting the requests, replicas as po
 What a user who ships a new model version notices: a revision that fails a third of its items,
 or answers three times slower, is rolled back on its own, and clients saw only the failures of
 its first step; a good revision is promoted and its canary goes, with no request lost, though
-the operator was replaced mid-rollout; a router restarted mid-rollout splits as before; deleting
-the resource mid-rollout takes both revisions away.
+the operator was replaced mid-rollout; a router restarted mid-rollout splits as before; a second
+change mid-rollout replaces the canary with the newest revision; deleting the resource
+mid-rollout takes both revisions away.
 """
 
 from __future__ import annotations
@@ -196,7 +197,7 @@ async def test_a_good_revision_is_promoted_losing_nothing_and_its_canary_goes_ac
     assert stack.release.events("Promoted")
 
 
-async def test_a_router_restarted_mid_rollout_splits_as_before_and_a_delete_takes_both_revisions(
+async def test_mid_rollout_a_restarted_router_splits_a_second_change_replaces_the_canary_a_delete_takes_both(
     stack: Stack,
 ) -> None:
     release = stack.release
@@ -218,6 +219,22 @@ async def test_a_router_restarted_mid_rollout_splits_as_before_and_a_delete_take
 
     outcomes, _ = await stack.while_sending(lambda: canary_requests() >= 10, "requests to the canary", 60)
     assert Counter(outcome.status for outcome in outcomes)[200] > 0
+
+    # A second change mid-rollout replaces the canary with the newest revision, from the first step.
+    first = stack.rollout()["canary_revision"]
+    stack.ship(revision(6))
+
+    def newest_canary_serving() -> bool:
+        rollout = stack.rollout()
+        pods = release.pods(NAME, ready=True, track=CANARY)
+        return (
+            rollout["canary_revision"] != first
+            and rollout["step"] == 0
+            and bool(pods)
+            and all(pod["metadata"]["labels"][REVISION_LABEL] == rollout["canary_revision"] for pod in pods)
+        )
+
+    eventually(newest_canary_serving, timeout_s=START_S, what="the newest revision as the canary")
     release.cluster.kubectl("delete", "-n", release.namespace, f"bd/{NAME}")
     for deployment in (NAME, f"{NAME}-canary"):
         eventually(lambda: release.get("deployment", deployment) is None, what=f"{deployment} gone")  # noqa: B023
