@@ -44,3 +44,12 @@ def test_the_model_or_the_image_makes_a_new_revision_and_batching_or_scale_does_
     for path, value in same:
         assert revision(changed(base, path, value)) == first, path
     assert revision(base, image="batchd-replica:2") != first  # the operator's default image moved
+
+
+def test_a_revision_is_never_read_as_a_number() -> None:
+    # A label value a YAML parser takes for a number (0e12, 1234) is refused as a label.
+    revisions = {revision(changed(manifest("adder"), ("model", "init_kwargs"), {"n": n})) for n in range(300)}
+    assert len(revisions) == 300
+    for value in revisions:
+        assert not any(char in value for char in "013aeiou"), value
+        assert not value.isdigit()

@@ -15,6 +15,9 @@ import json
 from batchd.api.spec import BatchedDeploymentSpec
 
 REVISION_LENGTH = 10
+# Kubernetes' own alphabet for hashes in names and labels (pod-template-hash): no vowels, so no
+# words, and no 0, 1 or 3, so never a number (`0e12` is one to a YAML parser) nor a look-alike.
+SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 # On a replica pod: the revision it serves (the router splits a canary's traffic by it).
 REVISION_LABEL = "serving.batchd.dev/revision"
 
@@ -24,4 +27,5 @@ def revision_of(spec: BatchedDeploymentSpec, image: str) -> str:
     its model block and the image."""
     decides = {"model": spec.model.model_dump(mode="json", by_alias=True, exclude_none=True), "image": image}
     canonical = json.dumps(decides, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:REVISION_LENGTH]
+    digest = hashlib.sha256(canonical.encode()).digest()
+    return "".join(SAFE_ALPHABET[byte % len(SAFE_ALPHABET)] for byte in digest[:REVISION_LENGTH])
