@@ -137,3 +137,30 @@ def test_priority_classes_are_admitted_and_a_default_or_a_name_twice_is_refused_
     refusal, message = refusals(control_plane, module_namespace, twice)
     assert "spec.batching.priority_classes" in refusal and "Duplicate value" in refusal, refusal
     assert "'search'" in message
+
+
+def test_canary_steps_must_rise_and_stay_within_100_percent_for_both(
+    control_plane: ControlPlane, module_namespace: str
+) -> None:
+    steps = [{"traffic_percent": 10, "hold_s": 30}, {"traffic_percent": 50}]
+    canary = with_spec(rollout={"strategy": "canary", "steps": steps, "analysis": {"max_error_rate": 0.05}})
+    stored = admit(control_plane, module_namespace, canary).stored
+    assert stored["spec"]["rollout"]["steps"][1] == {"traffic_percent": 50, "hold_s": 60}  # defaults filled
+    assert stored["spec"]["rollout"]["analysis"]["max_p99_ratio"] == 1.5
+    assert admit(control_plane, module_namespace, GOOD).stored["spec"]["rollout"]["strategy"] == "rolling"
+    assert [s.traffic_percent for s in parse_manifest(with_spec(rollout={})).spec.rollout.canary_steps] == [
+        10,
+        50,
+    ]
+
+    falling = with_spec(
+        rollout={"strategy": "canary", "steps": [{"traffic_percent": 50}, {"traffic_percent": 10}]}
+    )
+    refusal, message = refusals(control_plane, module_namespace, falling)
+    assert "spec.rollout.steps" in refusal and "above the one before" in refusal, refusal
+    assert "spec.rollout.steps" in message and "got [50, 10]" in message, message
+
+    past = with_spec(rollout={"strategy": "canary", "steps": [{"traffic_percent": 120}]})
+    refusal, message = refusals(control_plane, module_namespace, past)
+    assert "spec.rollout.steps[0].traffic_percent" in refusal and "100" in refusal, refusal
+    assert "traffic_percent" in message and "120" in message, message

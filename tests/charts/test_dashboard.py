@@ -73,6 +73,7 @@ def test_the_dashboard_is_well_formed() -> None:
         "latency objective",
         "priority classes",
         "fairness",
+        "rollout",
     ):
         assert wanted in titles
     assert all(not re.search(r"\$\w", expr) for _, expr in panel_queries()), "an unsubstituted variable"

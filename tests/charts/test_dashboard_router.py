@@ -28,6 +28,7 @@ def exported() -> dict[str, set[str]]:
     metrics.requests.labels(*deployment, "2xx").inc()
     metrics.decisions.labels(*deployment, "two_choices").inc()
     metrics.retries.labels(*deployment, "refused").inc()
+    metrics.revisions.labels(*deployment, "canary").inc()
     metrics.held.labels(*deployment).set(1)
     metrics.hold_seconds.labels(*deployment).observe(0.5)
     metrics.holds.labels(*deployment, "released").inc()
@@ -58,6 +59,7 @@ def test_the_router_has_panels_for_what_users_ask_of_it() -> None:
         "retries",
         "load the router sees",
         "cold starts",
+        "requests by revision",
     ):
         assert wanted in titles
 

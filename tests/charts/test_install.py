@@ -122,7 +122,18 @@ def test_the_operator_on_its_own_token_reconciles_scales_and_cleans_up(release: 
             return rows if rows[1][2] == "3" else []
 
         header, row = eventually(table, what="kubectl get bd to show 3 desired replicas")
-        assert header == ["NAME", "MODEL", "DESIRED", "READY", "MAX-BATCH", "STATUS", "AGE"]  # LOAD: -o wide
+        assert header == [  # LOAD: -o wide
+            "NAME",
+            "MODEL",
+            "DESIRED",
+            "READY",
+            "REVISION",
+            "ROLLOUT",
+            "CANARY",
+            "MAX-BATCH",
+            "STATUS",
+            "AGE",
+        ]
         assert row[:3] == ["adder", "examples.adder:BatchAdder.handle_batch", "3"]
         # Server-side apply of the manifest: the API server's field managers know that `kubectl scale`
         # owns num_replicas now, and the manifest's 1 wins only when forced.

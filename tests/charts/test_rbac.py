@@ -79,7 +79,8 @@ def apply(release: Release, document: dict[str, Any]) -> None:
 
 def exercise_operator(release: Release) -> None:
     """A BatchedDeployment created, scaled through its spec and its scale subresource, a child
-    deleted and one edited (both repaired), one whose Deployment the API server refuses, and a delete."""
+    deleted and one edited (both repaired), one whose Deployment the API server refuses, a canary
+    rollout begun and undone, and a delete."""
     cluster, ns = release.cluster, release.namespace
 
     def replicas() -> int | None:
@@ -108,7 +109,16 @@ def exercise_operator(release: Release) -> None:
         return items
 
     eventually(refusal_events, what="an event saying the Deployment was refused")
-    cluster.kubectl("delete", "-n", ns, "bd/lifecycle", "bd/refused")
+    # A canary rollout begun (its own Deployment, Service and ConfigMap), then undone by putting
+    # the stable model back: the canary's children are deleted.
+    canary = {"strategy": "canary"}
+    apply(release, manifest("canaried", rollout=canary))
+    eventually(lambda: release.get("deployment", "canaried"), what="the stable Deployment")
+    apply(release, manifest("canaried", "batchd.testing.batch_handlers:add_one", rollout=canary))
+    eventually(lambda: release.get("deployment", "canaried-canary"), what="the canary's Deployment")
+    apply(release, manifest("canaried", rollout=canary))
+    eventually(lambda: release.get("service", "canaried-canary") is None, what="the canary's children gone")
+    cluster.kubectl("delete", "-n", ns, "bd/lifecycle", "bd/refused", "bd/canaried")
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +140,7 @@ def test_the_lifecycle_exercised_the_operator(lifecycle: Lifecycle) -> None:
         ("", "services", "create"),
         ("policy", "poddisruptionbudgets", "create"),
         ("", "events", "create"),
+        ("apps", "deployments", "delete"),
         ("serving.batchd.dev", "batcheddeployments", "watch"),
         ("serving.batchd.dev", "batcheddeployments/status", "patch"),
     ]:

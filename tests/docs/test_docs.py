@@ -86,6 +86,7 @@ PERFORMANCE_CHARTS = {
     "router": ("router-keepalive.png", "router-zero.png"),
     "peers": ("peers.png",),
     "priority": ("priority.png",),
+    "rollouts": ("rollouts.png",),
 }
 
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from batchd.api.manifest import load_manifest, parse_manifest
+from batchd.api.revisions import REVISION_LABEL, revision_of
 from batchd.api.spec import BatchedDeployment
 from batchd.operator import children
 from batchd.operator.settings import Settings
@@ -197,6 +198,21 @@ def test_scaling_autoscaling_and_batching_changes_never_roll_the_pods() -> None:
     assert retuned.spec.autoscaling is None  # the replica never sees what only the operator acts on
 
 
+def test_pods_are_labelled_by_revision_and_a_rollout_change_rolls_nothing() -> None:
+    def revision(spec: BatchedDeployment, settings: Settings = SETTINGS) -> str:
+        template = children.deployment(spec, settings)["spec"]["template"]["metadata"]
+        return str(template["labels"][REVISION_LABEL])
+
+    base = bd(num_replicas=1)
+    assert revision(base) == revision_of(base.spec, SETTINGS.replica_image)
+    assert revision(bd(model={"task": "fill-mask", "source": "hf://x/y"})) != revision(base)
+    assert revision(base, Settings(replica_image="other:1")) != revision(base)
+    canary = bd(num_replicas=1, rollout={"strategy": "canary"})
+    assert revision(canary) == revision(base) and _template_hash(canary) == _template_hash(base)
+    assert children.config_map(canary) == children.config_map(base)  # replicas never read it
+    assert REVISION_LABEL not in children.deployment(base, SETTINGS)["spec"]["selector"]["matchLabels"]
+
+
 def test_scale_patch_touches_only_the_replicas() -> None:
     assert children.replicas_patch(4) == {"spec": {"replicas": 4}}
 
@@ -262,3 +278,23 @@ def test_with_the_router_a_composer_calls_its_callees_through_it_and_clients_are
         "embedder": "http://batchd-router.batchd-system.svc/deployments/ml/minilm"
     }
     assert children.service_url(composer, "ml", routed) == "http://batchd-router.batchd-system.svc"
+
+
+def test_a_canarys_pods_are_never_selected_by_the_stable_service_nor_its_disruption_budget() -> None:
+    stable = children.deployment(GPU, SETTINGS)
+    canary, service = children.canary_children(GPU, SETTINGS, 1)[1:]
+    canary_labels = canary["spec"]["template"]["metadata"]["labels"]
+    for selector in (children.service(GPU)["spec"]["selector"], stable["spec"]["selector"]["matchLabels"]):
+        assert not selector.items() <= canary_labels.items()
+    assert service["spec"]["selector"].items() <= canary_labels.items()
+    assert (canary["metadata"]["name"], service["metadata"]["name"]) == ("minilm-canary", "minilm-canary")
+    volumes = canary["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "config", "configMap": {"name": "minilm-canary-config"}} in volumes
+    # The same deployment's pods: the operator's pod watch and the router know them by instance.
+    assert canary_labels["app.kubernetes.io/instance"] == "minilm"
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_a_canarys_children_are_valid_for_every_supported_kubernetes(version: str) -> None:
+    for child in children.canary_children(GPU, SETTINGS, 2):
+        kubernetes_validate.validate(child, version, strict=True)

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from batchd.api.crd import CRD_NAME
+from batchd.api.revisions import REVISION_LABEL
 from batchd.operator import children
 from batchd.testing.kubernetes.components import refused
 from batchd.testing.kubernetes.controlplane import ControlPlane
@@ -233,8 +234,18 @@ def test_a_model_edit_rolls_the_pods(operator: Operator, ns: Namespace) -> None:
     ns.apply(manifest("adder"))
     eventually(lambda: ns.get("deployment", "adder"), what="the Deployment")
     old_hash = template_hash(ns, "adder")
+    old_revision = eventually(lambda: ns.bd("adder").get("status", {}).get("revision"), what="a revision")
     ns.patch("bd/adder", {"spec": {"model": {"init_kwargs": {"x": 1}}}})
     eventually(lambda: template_hash(ns, "adder") != old_hash, what="a new pod template")
+    revision = eventually(
+        lambda: (
+            (ns.bd("adder")["status"].get("revision") or old_revision) != old_revision
+            and ns.bd("adder")["status"]["revision"]
+        ),
+        what="the new revision in the status",
+    )
+    labels = ns.get("deployment", "adder")["spec"]["template"]["metadata"]["labels"]
+    assert labels[REVISION_LABEL] == revision
 
 
 def test_a_batching_edit_reaches_the_replicas_manifest_without_rolling_the_pods(

@@ -197,3 +197,29 @@ def test_a_requests_priority_is_its_class_at_its_deployment_or_the_default_class
     assert directory.priority_of(DeploymentRef("default", "plain"), "page") == 0
     assert priority_class_of([(b"Batchd-Priority", b"page")]) == "page"
     assert priority_class_of([(b"batchd-timeout-s", b"3")]) is None
+
+
+def test_a_canarys_replicas_are_known_apart_with_the_share_the_operator_gives_them() -> None:
+    seen = Seen()
+    directory = Directory(seen)
+    ref = DeploymentRef("default", "adder")
+    rolling = {**bd("adder"), "status": {"rollout": {"phase": "Progressing", "canary_percent": 10}}}
+    directory.put_deployment(rolling)
+    directory.put_slice(endpoint_slice("adder", [("10.0.0.1", True)]))
+    canary_slice = endpoint_slice("adder-canary", [("10.0.0.9", True)])
+    canary_slice["metadata"]["labels"].update(
+        {"app.kubernetes.io/component": "canary", "app.kubernetes.io/instance": "adder"}
+    )
+    directory.put_slice(canary_slice)
+    assert directory.replicas(ref) == ("10.0.0.1:8000",)
+    assert directory.canary(ref) == (("10.0.0.9:8000",), 10)
+    assert directory.all_replicas() == {"10.0.0.1:8000": ref, "10.0.0.9:8000": ref}
+    assert seen.changes == [("default/adder", ("10.0.0.1:8000",))]  # only the stable one wakes holds
+    # Rolled back: the operator sets the share to 0; the canary's replicas take nothing.
+    directory.put_deployment(
+        {**bd("adder"), "status": {"rollout": {"phase": "RolledBack", "canary_percent": 0}}}
+    )
+    assert directory.canary(ref) == (("10.0.0.9:8000",), 0)
+    directory.delete_slice(canary_slice)
+    directory.put_deployment(rolling)
+    assert directory.canary(ref) == ((), 0)

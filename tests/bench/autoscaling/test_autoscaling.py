@@ -17,11 +17,11 @@ import pytest
 
 from batchd.bench.autoscaling.__main__ import BENCHMARK, measure
 from batchd.bench.autoscaling.analysis import Sample, analyse, held_from
-from batchd.bench.autoscaling.runner import Cluster
 from batchd.bench.autoscaling.workload import Options, Step
 from batchd.bench.kit.command import main
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
+from batchd.testing.kubernetes.started import Cluster
 from batchd.testing.traffic import Outcome
 
 RunModule = Callable[..., subprocess.CompletedProcess[str]]  # the run_module fixture (conftest.py)

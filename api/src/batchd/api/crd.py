@@ -102,6 +102,15 @@ AUTOSCALING_RULES: list[dict[str, str]] = [
         "reason": "FieldValueInvalid",
     },
 ]
+ROLLOUT_RULES: list[dict[str, str]] = [
+    {
+        "rule": "!has(self.steps) || (self.steps.map(s, s.traffic_percent).isSorted() && "
+        "self.steps.all(a, self.steps.filter(b, b.traffic_percent == a.traffic_percent).size() == 1))",
+        "message": "rollout.steps: each step's traffic_percent must be above the one before",
+        "fieldPath": ".steps",
+        "reason": "FieldValueInvalid",
+    },
+]
 # The API server already holds names to DNS-1123 subdomains; a label also has no dots and at most
 # 63 characters. Two linear checks keep the rule cheap in the API server's CEL cost estimate.
 ROOT_RULES: list[dict[str, str]] = [
@@ -144,6 +153,12 @@ STATUS_SCHEMA: dict[str, Any] = {
             "name in the path picks this deployment), else the deployment's own Service.",
         },
         "model": {"type": "string", "description": "What is served: the source or the handler."},
+        "revision": {
+            "type": "string",
+            "description": "The stable revision: a hash of spec.model and the replica image (during a "
+            "canary rollout, those of the revision before it); the pods that serve it carry it as "
+            "their serving.batchd.dev/revision label.",
+        },
         "desired_replicas": _integer(
             "int32", "Replicas asked of the Deployment: num_replicas, or the autoscaler's count."
         ),
@@ -179,6 +194,36 @@ STATUS_SCHEMA: dict[str, Any] = {
                 },
             },
         },
+        "rollout": {
+            "type": "object",
+            "description": "Where a canary rollout stands (spec.rollout.strategy: canary), and what "
+            "the stable revision runs; the router reads canary_percent.",
+            "properties": {
+                "phase": {
+                    "type": "string",
+                    "description": "Progressing, Paused, Promoting, Promoted, RolledBack or Aborted; "
+                    "empty when no canary rollout was ever made.",
+                },
+                "canary_revision": {"type": "string", "description": "The revision being rolled out."},
+                "step": _integer("int32", "The step being judged, from 0."),
+                "canary_percent": _integer("int32", "The canary's share of the requests now, in percent."),
+                # No date-time format: empty when no step is being judged.
+                "step_started_at": {
+                    "type": "string",
+                    "description": "When the step being judged began (RFC 3339); empty when none is.",
+                },
+                "message": {"type": "string", "description": "What the rollout did last, with the figures."},
+                "stable_image": {
+                    "type": "string",
+                    "description": "spec.image of the stable revision (empty: the operator's default).",
+                },
+                "stable_model": {
+                    "type": "object",
+                    "description": "spec.model of the stable revision.",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                },
+            },
+        },
         "conditions": {
             "type": "array",
             "items": CONDITION_SCHEMA,
@@ -191,6 +236,9 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Model", "type": "string", "jsonPath": ".status.model"},
     {"name": "Desired", "type": "integer", "jsonPath": ".status.desired_replicas"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.ready_replicas"},
+    {"name": "Revision", "type": "string", "jsonPath": ".status.revision"},
+    {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout.phase"},
+    {"name": "Canary", "type": "integer", "jsonPath": ".status.rollout.canary_percent"},
     {"name": "Max-Batch", "type": "integer", "jsonPath": ".spec.batching.max_batch_size"},
     {"name": "Load", "type": "integer", "jsonPath": ".status.autoscaling.load", "priority": 1},
     {"name": "Status", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
@@ -253,6 +301,8 @@ def spec_schema() -> dict[str, Any]:
     classes = schema["properties"]["batching"]["properties"]["priority_classes"]
     classes["x-kubernetes-list-type"] = "map"
     classes["x-kubernetes-list-map-keys"] = ["name"]
+    schema["properties"]["rollout"]["default"] = {}
+    schema["properties"]["rollout"]["x-kubernetes-validations"] = copy.deepcopy(ROLLOUT_RULES)
     _refuse_ray_serve_names(schema)
     return schema
 

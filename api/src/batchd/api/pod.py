@@ -21,8 +21,13 @@ OPERATOR_IMAGE = "ghcr.io/batchd/batchd-operator"
 REPLICA_IMAGE = "ghcr.io/batchd/batchd-replica"
 ROUTER_IMAGE = "ghcr.io/batchd/batchd-router"
 
+# Every replica pod, stable or canary, carries this label (the operator's pod watch selects on it).
+REPLICA_APP = {"app.kubernetes.io/name": "batchd-replica"}
 # The replica pods' component label (the operator's pod template; the router's EndpointSlice watch).
 REPLICA_COMPONENT = {"app.kubernetes.io/component": "replica"}
+# A canary revision's pods and Service have this component instead: the stable Service, which
+# selects `replica`, never reaches them.
+CANARY_COMPONENT = {"app.kubernetes.io/component": "canary"}
 # The port the router serves clients, GET /held, health and /metrics on (container port named "http").
 ROUTER_PORT = 8080
 # The router pods' component label (the chart's template): the operator finds them by it.

@@ -9,6 +9,7 @@ This module must import without torch: the operator image does not carry it.
 
 from __future__ import annotations
 
+import itertools
 import keyword
 import re
 from typing import Annotated, Any, Literal, Self
@@ -436,6 +437,80 @@ class AutoscalingSpec(_Strict):
         return self
 
 
+class CanaryStep(_Strict):
+    """One step of a canary rollout: this share of the deployment's requests goes to the new
+    revision (through the router), for at least this long."""
+
+    traffic_percent: Annotated[int, Field(ge=1, le=100)]
+    """The new revision's share of the requests, in percent."""
+
+    hold_s: Annotated[float, Field(ge=0, le=86_400)] = 60
+    """How long the step lasts, at least: it passes once this has elapsed and the analysis has
+    judged at least `analysis.min_requests` of the new revision's requests in it."""
+
+
+class CanaryAnalysis(_Strict):
+    """How a canary step is judged, from the figures the replicas of each revision measure (their
+    answers by outcome and duration), over the step so far: the new revision against the stable
+    one in the same window."""
+
+    min_requests: Annotated[int, Field(ge=1, le=1_000_000)] = 100
+    """Requests the new revision must have answered in the step before it can pass."""
+
+    max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
+    """The highest share of the new revision's answers that failed (the model raised, on a batch
+    or on an item alone, or did not answer in time), beyond the stable revision's share in the
+    same window, before it is rolled back."""
+
+    max_p99_ratio: Annotated[float, Field(ge=1, le=100)] = 1.5
+    """The highest p99 latency of the new revision, as a multiple of the stable revision's p99
+    over the same window, before it is rolled back."""
+
+    interval_s: Annotated[float, Field(ge=1, le=3600)] = 10
+    """How often the step is judged."""
+
+
+class RolloutSpec(_Strict):
+    """How a change that alters what the model answers (a new revision: `model`, `image`) reaches
+    the replicas. A change to batching or scale is retuned live, with no rollout."""
+
+    strategy: Literal["rolling", "canary"] = "rolling"
+    """rolling: the Deployment replaces its pods (maxSurge 1, maxUnavailable 0), nothing judged.
+    canary: the new revision runs beside the stable one and takes the steps' shares of the
+    requests through the router; a step that fails the analysis sends every request back to the
+    stable revision, and the last step passed promotes the new one."""
+
+    steps: Annotated[list[CanaryStep], Field(max_length=20)] = []
+    """The canary's steps, their traffic_percent rising. Empty: 10%, then 50%, 60 s each."""
+
+    analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis)
+    """How each canary step is judged."""
+
+    paused: bool = False
+    """true: the rollout stays at its step (the analysis still judges it, and still rolls a bad
+    revision back); false again: it goes on."""
+
+    abort: bool = False
+    """true: every request goes back to the stable revision and the new one is scaled to zero,
+    until this is false again (then the rollout starts over from its first step)."""
+
+    @field_validator("steps")
+    @classmethod
+    def _steps_rise(cls, steps: list[CanaryStep]) -> list[CanaryStep]:
+        shares = [step.traffic_percent for step in steps]
+        if any(later <= earlier for earlier, later in itertools.pairwise(shares)):
+            raise ValueError(f"each step's traffic_percent must be above the one before, got {shares}")
+        return steps
+
+    @property
+    def canary_steps(self) -> list[CanaryStep]:
+        """The steps a canary takes: the given ones, or the defaults."""
+        return self.steps or list(DEFAULT_CANARY_STEPS)
+
+
+DEFAULT_CANARY_STEPS = (CanaryStep(traffic_percent=10), CanaryStep(traffic_percent=50))
+
+
 class BatchedDeploymentSpec(_Strict):
     """The `spec` of a BatchedDeployment."""
 
@@ -462,6 +537,9 @@ class BatchedDeploymentSpec(_Strict):
     env: list[KubeObject] = Field(default_factory=list)
     volumes: list[KubeObject] = Field(default_factory=list)
     volume_mounts: list[KubeObject] = Field(default_factory=list, alias="volumeMounts")
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec, description="How a new revision (model or image) is rolled out."
+    )
 
 
 class ObjectMeta(BaseModel):

@@ -15,14 +15,17 @@ import yaml
 
 from batchd.api.manifest import document
 from batchd.api.pod import (
+    CANARY_COMPONENT,
     CONFIG_DIR,
     CONFIG_KEY,
     CONFIG_PATH,
     MANAGED_BY,
+    REPLICA_APP,
     REPLICA_COMPONENT,
     REPLICA_PORT,
     RUNTIME_UID,
 )
+from batchd.api.revisions import REVISION_LABEL, revision_of
 from batchd.api.spec import BATCHING_REVISION_ANNOTATION, BatchedDeployment
 from batchd.operator.settings import Settings
 
@@ -32,29 +35,39 @@ PVC_ROOT = "/models"
 CACHE_DIR = "/var/cache/batchd"
 CONFIG_HASH_ANNOTATION = "serving.batchd.dev/config-hash"
 # Fields of the spec that only the operator acts on.
-NOT_FOR_REPLICAS = {"num_replicas", "autoscaling"}
+NOT_FOR_REPLICAS = {"num_replicas", "autoscaling", "rollout"}
+# The two tracks of a BatchedDeployment: the stable revision's children (named after it), and a
+# canary revision's beside them during a canary rollout (`rollout.py`).
+STABLE, CANARY = "stable", "canary"
+CANARY_KINDS = ("Deployment", "Service", "ConfigMap")
 
 
-def config_map_name(name: str) -> str:
-    return f"{name}-config"
+def child_name(name: str, track: str = STABLE) -> str:
+    """A track's Deployment and Service: the stable one's are named after the BatchedDeployment."""
+    return name if track == STABLE else f"{name}-canary"
 
 
-def selector_labels(name: str) -> dict[str, str]:
-    """The labels that select one BatchedDeployment's pods and nobody else's."""
+def config_map_name(name: str, track: str = STABLE) -> str:
+    return f"{child_name(name, track)}-config"
+
+
+def selector_labels(name: str, track: str = STABLE) -> dict[str, str]:
+    """The labels that select one BatchedDeployment's pods of one track, and nobody else's: the
+    component tells the tracks apart, so the stable Service never reaches a canary pod."""
     return {
-        "app.kubernetes.io/name": "batchd-replica",
+        **REPLICA_APP,
         "app.kubernetes.io/instance": name,
-        **REPLICA_COMPONENT,
+        **(REPLICA_COMPONENT if track == STABLE else CANARY_COMPONENT),
     }
 
 
-def labels(name: str) -> dict[str, str]:
-    return {**selector_labels(name), **MANAGED_BY}
+def labels(name: str, track: str = STABLE) -> dict[str, str]:
+    return {**selector_labels(name, track), **MANAGED_BY}
 
 
-def selector_string(name: str) -> str:
+def selector_string(name: str, track: str = STABLE) -> str:
     """The selector in `kubectl get -l` form, for the scale subresource and HPAs."""
-    return ",".join(f"{key}={value}" for key, value in sorted(selector_labels(name).items()))
+    return ",".join(f"{key}={value}" for key, value in sorted(selector_labels(name, track).items()))
 
 
 def replica_manifest(bd: BatchedDeployment, batching_revision: int = 0) -> str:
@@ -84,12 +97,12 @@ def replica_image(bd: BatchedDeployment, settings: Settings) -> str:
     return bd.spec.image or settings.replica_image
 
 
-def config_map(bd: BatchedDeployment, batching_revision: int = 0) -> Manifest:
+def config_map(bd: BatchedDeployment, batching_revision: int = 0, track: str = STABLE) -> Manifest:
     name = bd.metadata.name
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": config_map_name(name), "labels": labels(name)},
+        "metadata": {"name": config_map_name(name, track), "labels": labels(name, track)},
         "data": {CONFIG_KEY: replica_manifest(bd, batching_revision)},
     }
 
@@ -156,13 +169,15 @@ def _security_context() -> Manifest:
     }
 
 
-def deployment(bd: BatchedDeployment, settings: Settings, replicas: int | None = None) -> Manifest:
+def deployment(
+    bd: BatchedDeployment, settings: Settings, replicas: int | None = None, track: str = STABLE
+) -> Manifest:
     """The replicas' Deployment; `replicas` is the count to ask for (default `num_replicas`)."""
     name = bd.metadata.name
     image = replica_image(bd, settings)
     claims = pvc_claims(bd)
     volumes: list[Manifest] = [
-        {"name": "config", "configMap": {"name": config_map_name(name)}},
+        {"name": "config", "configMap": {"name": config_map_name(name, track)}},
         {"name": "tmp", "emptyDir": {}},
         {"name": "cache", "emptyDir": {}},
         *(
@@ -234,32 +249,35 @@ def deployment(bd: BatchedDeployment, settings: Settings, replicas: int | None =
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels(name)},
+        "metadata": {"name": child_name(name, track), "labels": labels(name, track)},
         "spec": {
             "replicas": bd.spec.num_replicas if replicas is None else replicas,
-            "selector": {"matchLabels": selector_labels(name)},
+            "selector": {"matchLabels": selector_labels(name, track)},
             # Never below the ready count: a new pod must be ready before an old one goes.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
             "revisionHistoryLimit": 3,
             # A rollout counts as stuck only after a full model load had its chance.
             "progressDeadlineSeconds": settings.model_load_timeout_s + 300,
             "template": {
-                "metadata": {"labels": labels(name), "annotations": template_annotations},
+                "metadata": {
+                    "labels": {**labels(name, track), REVISION_LABEL: revision_of(bd.spec, image)},
+                    "annotations": template_annotations,
+                },
                 "spec": pod_spec,
             },
         },
     }
 
 
-def service(bd: BatchedDeployment) -> Manifest:
+def service(bd: BatchedDeployment, track: str = STABLE) -> Manifest:
     name = bd.metadata.name
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": name, "labels": labels(name)},
+        "metadata": {"name": child_name(name, track), "labels": labels(name, track)},
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(name),
+            "selector": selector_labels(name, track),
             "ports": [{"name": "http", "port": REPLICA_PORT, "targetPort": "http", "protocol": "TCP"}],
         },
     }
@@ -327,4 +345,16 @@ def children(
         deployment(bd, settings, replicas),
         service(bd),
         disruption_budget(bd),
+    ]
+
+
+def canary_children(
+    bd: BatchedDeployment, settings: Settings, replicas: int, batching_revision: int = 0
+) -> list[Manifest]:
+    """A canary revision's children, beside the stable ones: `bd` is the spec of the new revision.
+    No disruption budget: a canary serves a share the stable revision can take back at once."""
+    return [
+        config_map(bd, batching_revision, CANARY),
+        deployment(bd, settings, replicas, CANARY),
+        service(bd, CANARY),
     ]

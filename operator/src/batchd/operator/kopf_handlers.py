@@ -25,11 +25,12 @@ import kopf
 from prometheus_client import start_http_server
 
 from batchd.api.kube_connection import ApiError
-from batchd.api.pod import MANAGED_BY, REPLICA_COMPONENT
+from batchd.api.pod import MANAGED_BY, REPLICA_APP
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.operator.kube_requests import KubeApi
 from batchd.operator.reconcile import InvalidSpec, Reconciler, owner_of
 from batchd.operator.replicas import INSTANCE_LABEL, replica_pod
+from batchd.operator.rollout_loop import RolloutJudge
 from batchd.operator.scaling_loop import ScalingLoop
 from batchd.operator.settings import Settings
 
@@ -52,7 +53,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     settings.scanning.disabled = bool(operator_settings.namespaces)
     logging.getLogger("kopf.objects").addFilter(_quiet_trackers)
     memo.reconciler = Reconciler(operator_settings, await KubeApi.connect(operator_settings.kubeconfig))
-    memo.scaling_loop = ScalingLoop(memo.reconciler, aiohttp.ClientSession())
+    session = aiohttp.ClientSession()
+    memo.scaling_loop = ScalingLoop(memo.reconciler, session, judge=RolloutJudge(memo.reconciler, session))
     if operator_settings.metrics_port:
         memo.metrics_server, _thread = start_http_server(operator_settings.metrics_port)
     logger.info(f"batchd operator started: {operator_settings!r}")
@@ -172,7 +174,7 @@ async def track_resource(
     memo.scaling_loop.ensure_running()
 
 
-@kopf.on.event("", "v1", "pods", labels={**MANAGED_BY, **REPLICA_COMPONENT})
+@kopf.on.event("", "v1", "pods", labels={**MANAGED_BY, **REPLICA_APP})
 async def track_replica_pod(
     namespace: str | None,
     name: str,

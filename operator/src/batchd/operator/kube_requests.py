@@ -1,5 +1,6 @@
 """What the operator sends to the Kubernetes API for the children: GET, POST, merge-PATCH, JSON
-patch and the status subresource, plain dicts in and out (the connection: `batchd.api.kube_connection`)."""
+patch, DELETE and the status subresource, plain dicts in and out (the connection:
+`batchd.api.kube_connection`)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,14 @@ class KubeApi(KubeConnection):
 
     async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self.request("PATCH", path, body, content_type=MERGE_PATCH)
+
+    async def delete(self, path: str) -> None:
+        """Delete the object at `path`; one that is not there is fine."""
+        try:
+            await self.request("DELETE", path)
+        except ApiError as error:
+            if error.status != 404:
+                raise
 
     async def json_patch(self, path: str, operations: list[dict[str, Any]]) -> dict[str, Any]:
         """RFC 6902 operations, applied all or none: a failed `test` refuses the whole patch (422)."""

@@ -9,8 +9,12 @@ knows.
 from __future__ import annotations
 
 import contextlib
+import math
 
 from prometheus_client import Counter, Gauge, Histogram
+
+from batchd.operator.analysis import Answers
+from batchd.operator.rollout import EVENT_REASONS
 
 OUTCOMES = ("success", "invalid", "refused", "error")
 
@@ -63,6 +67,57 @@ for _direction in ("up", "down"):
     SCALES.labels(direction=_direction)
 
 
+CANARY_PERCENT = _per_resource(
+    "batchd_operator_canary_traffic_percent",
+    "The canary revision's share of a BatchedDeployment's requests now, in percent (0: none).",
+)
+TRACKS = ("stable", "canary")
+PHASES = ("none", *EVENT_REASONS)
+WINDOW_ANSWERED = Gauge(
+    "batchd_operator_canary_window_answers",
+    "Requests each revision answered in the canary step being judged, by track (stable, canary).",
+    ["namespace", "deployment", "track"],
+)
+WINDOW_ERROR_RATIO = Gauge(
+    "batchd_operator_canary_window_error_ratio",
+    "Share of each revision's answers in the step that were errors or timeouts, by track.",
+    ["namespace", "deployment", "track"],
+)
+WINDOW_P99 = Gauge(
+    "batchd_operator_canary_window_p99_seconds",
+    "Each revision's p99 latency in the step, from its replicas' histograms, by track (NaN: none).",
+    ["namespace", "deployment", "track"],
+)
+
+
+def record_rollout(namespace: str, deployment: str, percent: int, canary: Answers, stable: Answers) -> None:
+    """What the canary's judge last saw of a rollout."""
+    CANARY_PERCENT.labels(namespace, deployment).set(percent)
+    for track, answers in zip(TRACKS, (stable, canary), strict=True):
+        p99 = answers.p99()
+        WINDOW_ANSWERED.labels(namespace, deployment, track).set(answers.answered)
+        WINDOW_ERROR_RATIO.labels(namespace, deployment, track).set(answers.error_rate)
+        WINDOW_P99.labels(namespace, deployment, track).set(math.nan if p99 is None else p99)
+
+
+ROLLOUT_PHASE = Gauge(
+    "batchd_operator_rollout_phase",
+    "1 for the phase a BatchedDeployment's rollout is in (status.rollout.phase; `none` before its "
+    "first canary rollout), 0 for the others.",
+    ["namespace", "deployment", "phase"],
+)
+
+
+def record_rollout_state(namespace: str, deployment: str, phase: str, percent: int, judged: bool) -> None:
+    """A rollout's phase and share, from converge; the step's figures read zero (p99: NaN) while
+    no step is being judged, so that their panels say so rather than nothing."""
+    CANARY_PERCENT.labels(namespace, deployment).set(percent)
+    for name in PHASES:
+        ROLLOUT_PHASE.labels(namespace, deployment, name).set(1 if name == (phase or "none") else 0)
+    if not judged:
+        record_rollout(namespace, deployment, percent, Answers(), Answers())
+
+
 def _set(namespace: str, deployment: str, *values: tuple[Gauge, float]) -> None:
     for gauge, value in values:
         gauge.labels(namespace, deployment).set(value)
@@ -88,4 +143,19 @@ def record_replicas(namespace: str, deployment: str, desired: int, ready: int) -
 
 def forget(namespace: str, deployment: str) -> None:
     """Drop a deleted resource's series, so dashboards do not show it forever."""
-    _remove(namespace, deployment, DESIRED_REPLICAS, READY_REPLICAS, REPLICA_LOAD, RECOMMENDED_REPLICAS)
+    _remove(
+        namespace,
+        deployment,
+        DESIRED_REPLICAS,
+        READY_REPLICAS,
+        REPLICA_LOAD,
+        RECOMMENDED_REPLICAS,
+        CANARY_PERCENT,
+    )
+    for gauge, labels in [
+        *((gauge, TRACKS) for gauge in (WINDOW_ANSWERED, WINDOW_ERROR_RATIO, WINDOW_P99)),
+        (ROLLOUT_PHASE, PHASES),
+    ]:
+        for label in labels:
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, deployment, label)

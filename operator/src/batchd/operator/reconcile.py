@@ -21,11 +21,18 @@ import kopf
 
 from batchd.api.kube_connection import ApiError, resource_path
 from batchd.api.manifest import ManifestError, parse_manifest
+from batchd.api.revisions import revision_of
 from batchd.api.spec import API_VERSION, PLURAL, BatchedDeployment
-from batchd.operator import children, status
+from batchd.operator import children, rollout, status
 from batchd.operator.autoscaler import desired_replicas
 from batchd.operator.kube_requests import KubeApi
-from batchd.operator.metrics import RECONCILE_DURATION, RECONCILES, forget, record_replicas
+from batchd.operator.metrics import (
+    RECONCILE_DURATION,
+    RECONCILES,
+    forget,
+    record_replicas,
+    record_rollout_state,
+)
 from batchd.operator.settings import Settings
 
 CHILD_RESOURCES = {
@@ -81,6 +88,13 @@ class Reconciler:
                 raise
             return await self.api.merge_patch(resource_path(api_version, plural, namespace, name), manifest)
 
+    async def delete_canary(self, namespace: str, name: str) -> None:
+        """The canary's children gone (its rollout ended); those already gone are fine."""
+        for kind in children.CANARY_KINDS:
+            api_version, plural = CHILD_RESOURCES[kind]
+            names = children.config_map_name if kind == "ConfigMap" else children.child_name
+            await self.api.delete(resource_path(api_version, plural, namespace, names(name, children.CANARY)))
+
     def is_own_echo(self, child: Mapping[str, Any], event_type: str) -> bool:
         """True for the watch event of our own last write to this child (nothing new to act on)."""
         meta = child.get("metadata", {})
@@ -132,24 +146,35 @@ class Reconciler:
         deployment: dict[str, Any] | None = None
         bd: BatchedDeployment | None = None
         desired, batching = 0, {}
+        now = datetime.datetime.now(datetime.UTC)
+        old_status = body.get("status") or {}
+        before = rollout.Rollout.from_status(old_status)
+        after = before
         try:
             bd = parse_manifest(document, origin=f"{namespace}/{name}")
         except ManifestError as error:
             outcome, message = "invalid", str(error)
             conditions = status.conditions_for_invalid_spec(message, generation=generation)
         else:
-            old_status = body.get("status") or {}
             desired = desired_replicas(bd, old_status.get("desired_replicas"))
             batching = status.batching_revision(
                 bd.spec.batching.model_dump(mode="json"), generation, old_status
             )
-            manifests = children.children(bd, self.settings, desired, batching["revision"])
+            after = rollout.plan(
+                bd, self.revision(bd), self.revision(rollout.stable_of(bd, before)), before, now
+            )
+            # While promoting, the stable Deployment rolls to the spec's revision.
+            stable = bd if after.phase == rollout.PROMOTING else rollout.stable_of(bd, after)
+            manifests = children.children(stable, self.settings, desired, batching["revision"])
+            if after.phase in rollout.WITH_CANARY:
+                replicas = rollout.canary_replicas(after, desired)
+                manifests += children.canary_children(bd, self.settings, replicas, batching["revision"])
             kopf.adopt(manifests, owner=kopf.Body(cast(kopf.RawBody, body)))
             try:
                 for manifest in manifests:
                     applied = await self.apply_child(manifest, namespace)
-                    if manifest["kind"] == "Deployment":
-                        deployment = applied
+                    if manifest["kind"] == "Deployment" and manifest["metadata"]["name"] == name:
+                        deployment = applied  # the stable one: the canary's has its own status
             except ApiError as error:
                 if error.status not in REFUSED:
                     raise
@@ -162,6 +187,12 @@ class Reconciler:
                 )
             else:
                 outcome, message = "success", ""
+                if after.phase == rollout.PROMOTING and status.rolled_out(
+                    deployment, desired, self.revision(bd)
+                ):
+                    after = rollout.promoted(bd, after)
+                if before.phase in rollout.WITH_CANARY and after.phase not in rollout.WITH_CANARY:
+                    await self.delete_canary(namespace, name)
                 last_reason = str((old_status.get("autoscaling") or {}).get("last_scale_reason") or "")
                 conditions = status.conditions_from_deployment(
                     deployment,
@@ -171,8 +202,9 @@ class Reconciler:
                         bd.spec.autoscaling is not None, self.settings.routers_run, last_reason
                     ),
                 )
+                if bd.spec.rollout.strategy == "canary" or after.phase != rollout.NONE:
+                    conditions = rollout.conditions(conditions, after, generation)
 
-        old_status = body.get("status") or {}
         new_status = status.build_status(
             old=old_status,
             conditions=conditions,
@@ -181,12 +213,17 @@ class Reconciler:
             selector=children.selector_string(name),
             url=children.service_url(bd, namespace, self.settings) if bd else "",
             model=(bd.spec.model.source or bd.spec.model.handler or "") if bd else "",
-            now=datetime.datetime.now(datetime.UTC),
+            now=now,
+            revision=self.revision(rollout.stable_of(bd, after)) if bd else "",
             desired_replicas=desired if bd else None,
             batching=batching if bd else None,
+            rollout=after.to_status() if bd else None,
         )
         if bd is not None:
             record_replicas(namespace, name, desired, int(new_status.get("ready_replicas") or 0))
+            record_rollout_state(
+                namespace, name, after.phase, after.canary_percent, after.phase in rollout.JUDGED
+            )
         if new_status != old_status:
             await self.api.merge_patch(self.parent_path(namespace, name, "status"), {"status": new_status})
         for change in status.transitions(old_status.get("conditions", []), new_status["conditions"]):
@@ -196,7 +233,25 @@ class Reconciler:
                 reason=change.reason,
                 message=f"{change.type}={change.status}: {change.message}".rstrip(": "),
             )
+        announce_rollout(body, before, after)
         return outcome, message
+
+    def revision(self, bd: BatchedDeployment) -> str:
+        """The revision `bd`'s replicas serve: its model, run from its image (or the default)."""
+        return revision_of(bd.spec, children.replica_image(bd, self.settings))
+
+
+def announce_rollout(body: Mapping[str, Any], before: rollout.Rollout, after: rollout.Rollout) -> None:
+    """An event for a rollout that moved (a step, a phase); nothing when it did not."""
+    change = rollout.announcement(before, after)
+    if change is not None:
+        warning, reason = change
+        kopf.event(
+            cast(kopf.Body, body),
+            type="Warning" if warning else "Normal",
+            reason=reason,
+            message=after.message,
+        )
 
 
 def owner_of(child: Mapping[str, Any]) -> str | None:

@@ -9,14 +9,18 @@ in between, so a decision is as fresh as the last poll.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
+from batchd.api.pod import CANARY_COMPONENT
+
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
+COMPONENT_LABEL = "app.kubernetes.io/component"
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class ReplicaPod:
     ready: bool  # the kubelet's Ready condition
     terminating: bool  # deletionTimestamp set: draining, about to go
     deletion_cost: int | None  # our pod-deletion-cost annotation, as last written
+    canary: bool = False  # a canary revision's pod (its component label), else the stable one's
 
     @property
     def serving(self) -> bool:
@@ -67,6 +72,7 @@ def replica_pod(
         ready=ready,
         terminating=bool(meta.get("deletionTimestamp")),
         deletion_cost=int(cost) if cost is not None and str(cost).lstrip("-").isdigit() else None,
+        canary=(meta.get("labels") or {}).get(COMPONENT_LABEL) == CANARY_COMPONENT[COMPONENT_LABEL],
     )
 
 
@@ -89,18 +95,30 @@ async def _read(session: aiohttp.ClientSession, pod: ReplicaPod, timeout_s: floa
         return None  # a replica that cannot say is not counted; the next poll asks again
 
 
-async def read_json(
+async def read_text(
     session: aiohttp.ClientSession, pod: ReplicaPod, path: str, timeout_s: float
-) -> dict[str, Any] | None:
-    """`GET path` on the pod's own address: the JSON object it answers with 200, else None (no
-    answer within `timeout_s`, another status, not a JSON object)."""
+) -> str | None:
+    """`GET path` on the pod's own address: the text it answers with 200, else None (no answer
+    within `timeout_s`, another status)."""
     try:
         async with session.get(
             f"http://{pod.ip}:{pod.port}{path}", timeout=aiohttp.ClientTimeout(total=timeout_s)
         ) as response:
             if response.status != 200:
                 return None
-            body = await response.json()
-    except (aiohttp.ClientError, TimeoutError, ValueError):
+            return await response.text()
+    except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+        return None
+
+
+async def read_json(
+    session: aiohttp.ClientSession, pod: ReplicaPod, path: str, timeout_s: float
+) -> dict[str, Any] | None:
+    """`GET path` on the pod's own address: the JSON object it answers with 200, else None (no
+    answer within `timeout_s`, another status, not a JSON object)."""
+    text = await read_text(session, pod, path, timeout_s)
+    try:
+        body = json.loads(text) if text is not None else None
+    except ValueError:
         return None
     return body if isinstance(body, dict) else None

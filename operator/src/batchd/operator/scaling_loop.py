@@ -30,6 +30,7 @@ from batchd.operator.autoscaler import NOTHING_HELD, Autoscaler, Decision, Held,
 from batchd.operator.metrics import SCALES, forget_load, record_load, record_replicas
 from batchd.operator.reconcile import Reconciler
 from batchd.operator.replicas import DELETION_COST_ANNOTATION, ReplicaLoad, ReplicaPod, read_loads
+from batchd.operator.rollout_loop import RolloutJudge
 from batchd.operator.routers import list_router_pods, read_held
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class ScalingLoop:
     resources: dict[Key, dict[str, Any]] = field(default_factory=dict)  # the last body of each
     pods: dict[Key, dict[str, ReplicaPod]] = field(default_factory=dict)  # by resource, by pod name
     autoscalers: dict[Key, Autoscaler] = field(default_factory=dict)
+    judge: RolloutJudge | None = None  # canary rollouts, judged at the same polls
     _loop_task: asyncio.Task[None] | None = None
     _seen_written: dict[Key, float] = field(default_factory=dict)  # when status.autoscaling last was
     # What the routers held at the last poll; None when some router could not say.
@@ -60,6 +62,8 @@ class ScalingLoop:
             self.autoscalers.pop(key, None)
             self._seen_written.pop(key, None)
             forget_load(namespace, name)
+            if self.judge is not None:
+                self.judge.forget(key)
         else:
             self.resources[key] = body
 
@@ -141,7 +145,10 @@ class ScalingLoop:
             if self.held is None:
                 self.autoscalers.setdefault(key, Autoscaler()).unobserved()
             held = (self.held or {}).get(key, NOTHING_HELD)
-            await self.poll(*key, body, list(self.pods.get(key, {}).values()), held)
+            pods = list(self.pods.get(key, {}).values())
+            await self.poll(*key, body, pods, held)
+            if self.judge is not None:
+                await self.judge.tick(key, body, pods)
         except ApiError as error:  # the next poll tries again
             logger.warning("polling %s/%s failed: %s", *key, error)
         except Exception:  # one resource's trouble must not stop the loop for all the others

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from batchd.api.revisions import REVISION_LABEL
+
 Status = dict[str, Any]
 Condition = dict[str, Any]
 
@@ -28,12 +30,12 @@ class Transition:
 
     @property
     def warning(self) -> bool:
-        return (self.type == "Degraded" and self.status == "True") or (
+        return (self.type in ("Degraded", "RolledBack") and self.status == "True") or (
             self.type == "Ready" and self.status == "False" and self.reason != "ScaledToZero"
         )
 
 
-def _condition(type_: str, ok: bool, reason: str, message: str, generation: int) -> Condition:
+def condition(type_: str, ok: bool, reason: str, message: str, generation: int) -> Condition:
     return {
         "type": type_,
         "status": "True" if ok else "False",
@@ -43,7 +45,7 @@ def _condition(type_: str, ok: bool, reason: str, message: str, generation: int)
     }
 
 
-def _deployment_condition(deployment: dict[str, Any], type_: str) -> dict[str, Any]:
+def _deploymentcondition(deployment: dict[str, Any], type_: str) -> dict[str, Any]:
     for condition in deployment.get("status", {}).get("conditions", []) or []:
         if condition.get("type") == type_:
             return dict(condition)
@@ -61,41 +63,36 @@ def conditions_from_deployment(
     `zero_reason` says why `desired` is 0."""
     if deployment is None:
         return [
-            _condition("Ready", False, "DeploymentMissing", "the Deployment does not exist yet", generation),
-            _condition("Progressing", True, "Creating", "creating the Deployment", generation),
-            _condition("Degraded", False, "AsExpected", "", generation),
+            condition("Ready", False, "DeploymentMissing", "the Deployment does not exist yet", generation),
+            condition("Progressing", True, "Creating", "creating the Deployment", generation),
+            condition("Degraded", False, "AsExpected", "", generation),
         ]
     status = deployment.get("status", {}) or {}
     ready = int(status.get("readyReplicas", 0) or 0)
     updated = int(status.get("updatedReplicas", 0) or 0)
-    total = int(status.get("replicas", 0) or 0)
-    current_generation = deployment.get("metadata", {}).get("generation", 0)
-    observed = status.get("observedGeneration", 0) or 0
-    rolled_out = (
-        observed >= current_generation and updated >= desired and total == desired and ready >= desired
-    )
+    rolled_out = rolled_out_to(deployment, desired)
 
     if desired == 0:
-        ready_condition = _condition("Ready", False, "ScaledToZero", zero_reason, generation)
+        ready_condition = condition("Ready", False, "ScaledToZero", zero_reason, generation)
     elif ready >= desired:
-        ready_condition = _condition(
+        ready_condition = condition(
             "Ready", True, "AllReplicasReady", f"{ready}/{desired} replicas ready", generation
         )
     elif ready > 0:
-        ready_condition = _condition(
+        ready_condition = condition(
             "Ready", False, "ReplicasNotReady", f"{ready}/{desired} replicas ready", generation
         )
     else:
-        ready_condition = _condition(
+        ready_condition = condition(
             "Ready", False, "NoReplicasReady", f"0/{desired} replicas ready", generation
         )
 
     if rolled_out:
-        progressing = _condition(
+        progressing = condition(
             "Progressing", False, "RolloutComplete", f"{updated} updated, {ready} ready", generation
         )
     else:
-        progressing = _condition(
+        progressing = condition(
             "Progressing",
             True,
             "RollingOut",
@@ -103,10 +100,10 @@ def conditions_from_deployment(
             generation,
         )
 
-    stuck = _deployment_condition(deployment, "Progressing")
-    failure = _deployment_condition(deployment, "ReplicaFailure")
+    stuck = _deploymentcondition(deployment, "Progressing")
+    failure = _deploymentcondition(deployment, "ReplicaFailure")
     if stuck.get("reason") == "ProgressDeadlineExceeded":
-        degraded = _condition(
+        degraded = condition(
             "Degraded",
             True,
             "ProgressDeadlineExceeded",
@@ -114,7 +111,7 @@ def conditions_from_deployment(
             generation,
         )
     elif failure.get("status") == "True":
-        degraded = _condition(
+        degraded = condition(
             "Degraded",
             True,
             failure.get("reason") or "ReplicaFailure",
@@ -122,29 +119,49 @@ def conditions_from_deployment(
             generation,
         )
     else:
-        degraded = _condition("Degraded", False, "AsExpected", "", generation)
+        degraded = condition("Degraded", False, "AsExpected", "", generation)
     return [ready_condition, progressing, degraded]
+
+
+def rolled_out_to(deployment: dict[str, Any], desired: int) -> bool:
+    """Whether the Deployment has rolled its pods to its current template: `desired` of them, all
+    updated and ready, as its controller last counted for its current generation."""
+    status = deployment.get("status", {}) or {}
+    ready = int(status.get("readyReplicas", 0) or 0)
+    updated = int(status.get("updatedReplicas", 0) or 0)
+    total = int(status.get("replicas", 0) or 0)
+    current_generation = deployment.get("metadata", {}).get("generation", 0)
+    observed = status.get("observedGeneration", 0) or 0
+    return observed >= current_generation and updated >= desired and total == desired and ready >= desired
+
+
+def rolled_out(deployment: dict[str, Any] | None, desired: int, revision: str) -> bool:
+    """Whether the Deployment has rolled its pods to `revision` (its template's revision label)."""
+    if deployment is None:
+        return False
+    labels = deployment.get("spec", {}).get("template", {}).get("metadata", {}).get("labels", {}) or {}
+    return labels.get(REVISION_LABEL) == revision and rolled_out_to(deployment, desired)
 
 
 def conditions_for_invalid_spec(message: str, *, generation: int) -> list[Condition]:
     """A spec the operator cannot turn into pods: nothing was changed, say why."""
     return [
-        _condition("Ready", False, "InvalidSpec", "the spec is invalid; see Degraded", generation),
-        _condition(
+        condition("Ready", False, "InvalidSpec", "the spec is invalid; see Degraded", generation),
+        condition(
             "Progressing", False, "InvalidSpec", "nothing is rolled out for an invalid spec", generation
         ),
-        _condition("Degraded", True, "InvalidSpec", message, generation),
+        condition("Degraded", True, "InvalidSpec", message, generation),
     ]
 
 
 def conditions_for_refused_child(kind: str, message: str, *, generation: int) -> list[Condition]:
     """The API server refused a child built from this spec (e.g. an env item without a name)."""
     return [
-        _condition(
+        condition(
             "Ready", False, f"{kind}Refused", f"the {kind} could not be applied; see Degraded", generation
         ),
-        _condition("Progressing", False, f"{kind}Refused", "nothing is rolled out", generation),
-        _condition("Degraded", True, f"{kind}Refused", message, generation),
+        condition("Progressing", False, f"{kind}Refused", "nothing is rolled out", generation),
+        condition("Degraded", True, f"{kind}Refused", message, generation),
     ]
 
 
@@ -210,14 +227,18 @@ def build_status(
     url: str,
     model: str,
     now: datetime.datetime,
+    revision: str = "",
     desired_replicas: int | None = None,
     batching: dict[str, Any] | None = None,
+    rollout: dict[str, Any] | None = None,
 ) -> Status:
     """The whole status: replica counts from the Deployment, conditions with stable transition times.
     What the scaling loop wrote (`autoscaling`, and `batching` when not given) is kept."""
     deployment_status = (deployment or {}).get("status", {}) or {}
-    kept = {key: old[key] for key in ("autoscaling", "batching", "desired_replicas") if key in old}
+    kept = {key: old[key] for key in ("autoscaling", "batching", "desired_replicas", "rollout") if key in old}
     computed: Status = {}
+    if rollout is not None:
+        computed["rollout"] = rollout
     if desired_replicas is not None:
         computed["desired_replicas"] = desired_replicas
     if batching is not None:
@@ -232,6 +253,7 @@ def build_status(
             "selector": selector,
             "url": url,
             "model": model,
+            "revision": revision,
             "conditions": merge_conditions(old.get("conditions", []), conditions, now),
         }
     )

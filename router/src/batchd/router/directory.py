@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from batchd.api.headers import PRIORITY_HEADER
+from batchd.api.pod import CANARY_COMPONENT
 from batchd.api.spec import DEFAULT_PRIORITY_CLASS, BatchingSpec
 from batchd.router.errors import AmbiguousModel, UnknownModel
 
 # The label the EndpointSlice controller puts on each slice of a Service.
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+# Copied from the operator's Services: a canary revision's Service says which deployment it is of.
+INSTANCE_LABEL = "app.kubernetes.io/instance"
 # The Service port a replica serves on (the operator names it so, see operator/children.py).
 PORT_NAME = "http"
 DEFAULT_REQUEST_TIMEOUT_S = float(BatchingSpec.model_fields["request_timeout_s"].default)
@@ -91,10 +94,25 @@ def priorities_of(deployment: Mapping[str, Any]) -> ClassPriorities:
     return ClassPriorities(by_name, default)
 
 
-def service_of(endpoint_slice: Mapping[str, Any]) -> DeploymentRef | None:
+def canary_percent_of(deployment: Mapping[str, Any]) -> int:
+    """The share of the deployment's requests, in percent, that its canary revision takes now
+    (`status.rollout.canary_percent`, which the operator sets to 0 whenever no canary serves)."""
+    rollout = (deployment.get("status") or {}).get("rollout") or {}
+    value = rollout.get("canary_percent")
+    return min(100, max(0, value)) if isinstance(value, int) else 0
+
+
+def service_of(endpoint_slice: Mapping[str, Any]) -> tuple[DeploymentRef, bool] | None:
+    """The deployment whose Service the slice belongs to, and whether that Service is its canary
+    revision's (the component label the operator gives it)."""
     metadata = endpoint_slice.get("metadata") or {}
-    service = (metadata.get("labels") or {}).get(SERVICE_NAME_LABEL)
-    return DeploymentRef(str(metadata.get("namespace") or ""), str(service)) if service else None
+    labels = metadata.get("labels") or {}
+    service = labels.get(SERVICE_NAME_LABEL)
+    if not service:
+        return None
+    namespace = str(metadata.get("namespace") or "")
+    canary = CANARY_COMPONENT.items() <= labels.items() and bool(labels.get(INSTANCE_LABEL))
+    return DeploymentRef(namespace, str(labels[INSTANCE_LABEL] if canary else service)), canary
 
 
 def ready_replicas(endpoint_slice: Mapping[str, Any]) -> tuple[str, ...]:
@@ -127,7 +145,8 @@ class Listener(Protocol):
 
 
 class Directory:
-    """Model names -> deployments -> ready replicas, as last seen by the watches."""
+    """Model names -> deployments -> ready replicas (of the stable revision, and of a canary
+    revision with its share of the requests), as last seen by the watches."""
 
     def __init__(self, listener: Listener | None = None) -> None:
         self.listener = listener
@@ -136,8 +155,10 @@ class Directory:
         self._timeouts: dict[DeploymentRef, float] = {}
         self._priorities: dict[DeploymentRef, ClassPriorities] = {}
         self._by_model: dict[str, set[DeploymentRef]] = {}
-        self._slices: dict[tuple[str, str], tuple[DeploymentRef, tuple[str, ...]]] = {}
+        self._slices: dict[tuple[str, str], tuple[DeploymentRef, bool, tuple[str, ...]]] = {}
         self._replicas: dict[DeploymentRef, tuple[str, ...]] = {}
+        self._canary_replicas: dict[DeploymentRef, tuple[str, ...]] = {}
+        self._canary_percent: dict[DeploymentRef, int] = {}
 
     # -- reads, per request ----------------------------------------------------------------------
     def resolve(self, model: str) -> DeploymentRef:
@@ -158,7 +179,14 @@ class Directory:
         return model
 
     def replicas(self, ref: DeploymentRef) -> tuple[str, ...]:
+        """The stable revision's ready replicas."""
         return self._replicas.get(ref, ())
+
+    def canary(self, ref: DeploymentRef) -> tuple[tuple[str, ...], int]:
+        """The canary revision's ready replicas and its share of the requests in percent (0
+        when no canary serves, or none of its replicas is ready)."""
+        replicas = self._canary_replicas.get(ref, ())
+        return replicas, self._canary_percent.get(ref, 0) if replicas else 0
 
     def request_timeout_s(self, ref: DeploymentRef) -> float:
         return self._timeouts.get(ref, DEFAULT_REQUEST_TIMEOUT_S)
@@ -171,7 +199,12 @@ class Directory:
         return dict(self._models)
 
     def all_replicas(self) -> dict[str, DeploymentRef]:
-        return {replica: ref for ref, replicas in self._replicas.items() for replica in replicas}
+        return {
+            replica: ref
+            for tracks in (self._replicas, self._canary_replicas)
+            for ref, replicas in tracks.items()
+            for replica in replicas
+        }
 
     # -- writes, from the watches ----------------------------------------------------------------
     def put_deployment(self, deployment: Mapping[str, Any]) -> None:
@@ -182,6 +215,7 @@ class Directory:
         self._names[ref] = names
         self._timeouts[ref] = request_timeout_of(deployment)
         self._priorities[ref] = priorities_of(deployment)
+        self._canary_percent[ref] = canary_percent_of(deployment)
         for name in names:
             self._by_model.setdefault(name, set()).add(ref)
 
@@ -201,11 +235,11 @@ class Directory:
                 self._forget(ref)
 
     def put_slice(self, endpoint_slice: Mapping[str, Any]) -> None:
-        ref = service_of(endpoint_slice)
-        if ref is None:
+        owner = service_of(endpoint_slice)
+        if owner is None:
             return
-        self._slices[_slice_key(endpoint_slice)] = (ref, ready_replicas(endpoint_slice))
-        self._recount(ref)
+        self._slices[_slice_key(endpoint_slice)] = (*owner, ready_replicas(endpoint_slice))
+        self._recount(owner[0])
 
     def delete_slice(self, endpoint_slice: Mapping[str, Any]) -> None:
         gone = self._slices.pop(_slice_key(endpoint_slice), None)
@@ -213,21 +247,36 @@ class Directory:
             self._recount(gone[0])
 
     def replace_slices(self, slices: Iterable[Mapping[str, Any]], namespace: str | None) -> None:
-        before = {ref for ref, _ in self._slices.values()}
+        before = {ref for ref, _, _ in self._slices.values()}
         self._slices = {
             key: value for key, value in self._slices.items() if namespace is not None and key[0] != namespace
         }
         for endpoint_slice in slices:
-            ref = service_of(endpoint_slice)
-            if ref is not None:
-                self._slices[_slice_key(endpoint_slice)] = (ref, ready_replicas(endpoint_slice))
-        for ref in before | {ref for ref, _ in self._slices.values()}:
+            owner = service_of(endpoint_slice)
+            if owner is not None:
+                self._slices[_slice_key(endpoint_slice)] = (*owner, ready_replicas(endpoint_slice))
+        for ref in before | {ref for ref, _, _ in self._slices.values()}:
             self._recount(ref)
 
     def _recount(self, ref: DeploymentRef) -> None:
-        replicas = tuple(
-            sorted({replica for owner, found in self._slices.values() if owner == ref for replica in found})
-        )
+        def ready(canary: bool) -> tuple[str, ...]:
+            return tuple(
+                sorted(
+                    {
+                        replica
+                        for owner, of_canary, found in self._slices.values()
+                        if owner == ref and of_canary == canary
+                        for replica in found
+                    }
+                )
+            )
+
+        canaries = ready(True)
+        if canaries:
+            self._canary_replicas[ref] = canaries
+        else:
+            self._canary_replicas.pop(ref, None)
+        replicas = ready(False)
         if replicas == self._replicas.get(ref, ()):
             return
         if replicas:
@@ -241,6 +290,7 @@ class Directory:
         model = self._models.pop(ref, None)
         self._timeouts.pop(ref, None)
         self._priorities.pop(ref, None)
+        self._canary_percent.pop(ref, None)
         self._unindex(ref, self._names.pop(ref, frozenset()))
         if model is not None and self.listener is not None:
             self.listener.deployment_deleted(ref, model)

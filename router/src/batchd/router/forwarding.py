@@ -67,8 +67,9 @@ class Forwarder:
         """To the better of two replicas; to one other after a refusal or no connection at all."""
         ref, model = request.ref, request.model
         tried: list[str] = []
+        pool = self._revision(ref)
         while True:
-            replica = self._pick(ref, tried)
+            replica = self._pick(ref, pool, tried)
             if replica is None:
                 raise Unreachable(
                     f"model {model!r}: no replica of {ref} could be reached (tried {', '.join(tried)})"
@@ -79,19 +80,25 @@ class Forwarder:
             last_chance = len(tried) > 1 or not request.body.replayable or request.priority < 0
             self.loads.begin(replica)
             try:
-                return await self._attempt(request, replica, send, last_chance, tried)
+                return await self._attempt(request, replica, send, last_chance, pool, tried)
             except _TryAnother:
                 continue
             finally:
                 self.loads.end(replica)
 
     async def _attempt(
-        self, request: Outbound, replica: str, send: Send, last_chance: bool, tried: list[str]
+        self,
+        request: Outbound,
+        replica: str,
+        send: Send,
+        last_chance: bool,
+        pool: tuple[str, ...],
+        tried: list[str],
     ) -> int:
         """One replica's turn: the answer relayed (its status), or _TryAnother."""
         response = await self._send(request, replica, last_chance)
         try:
-            if not last_chance and response.refused() and self._others(request.ref, tried):
+            if not last_chance and response.refused() and self._others(request.ref, pool, tried):
                 await response.read()  # a short answer: the connection stays usable
                 self.metrics.retries.labels(request.ref.namespace, request.ref.name, "refused").inc()
                 raise _TryAnother
@@ -148,12 +155,23 @@ class Forwarder:
                 f"not sent again, as it may have been computed ({error})"
             ) from None
 
-    def _others(self, ref: DeploymentRef, tried: list[str]) -> bool:
-        return any(replica not in tried for replica in self.directory.replicas(ref))
+    def _revision(self, ref: DeploymentRef) -> tuple[str, ...]:
+        """The replicas of the revision that takes this request: during a canary rollout, the
+        canary's with its share's chance, else the stable revision's."""
+        canaries, percent = self.directory.canary(ref)
+        canary = percent > 0 and self.rng.random() * 100 < percent
+        self.metrics.revisions.labels(ref.namespace, ref.name, "canary" if canary else "stable").inc()
+        return canaries if canary else self.directory.replicas(ref)
 
-    def _pick(self, ref: DeploymentRef, tried: list[str]) -> str | None:
-        replicas = self.directory.replicas(ref)
-        ready = [replica for replica in replicas if self.loads.ready(replica)] or replicas
+    def _others(self, ref: DeploymentRef, pool: tuple[str, ...], tried: list[str]) -> bool:
+        return any(replica not in tried for replica in pool or self.directory.replicas(ref))
+
+    def _pick(self, ref: DeploymentRef, pool: tuple[str, ...], tried: list[str]) -> str | None:
+        """The better of two of the revision's replicas, less those tried; when none is left (a
+        canary scaled away meanwhile), of the stable revision's."""
+        if not any(replica not in tried for replica in pool):
+            pool = self.directory.replicas(ref)
+        ready = [replica for replica in pool if self.loads.ready(replica)] or pool
         candidates = [replica for replica in ready if replica not in tried]
         replica = pick(candidates, self.loads.items, self.rng)
         if replica is not None:

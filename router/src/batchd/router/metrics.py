@@ -30,6 +30,13 @@ class RouterMetrics:
             [*DEPLOYMENT, "choice"],
             registry=r,
         )
+        self.revisions = Counter(
+            "batchd_router_revision_requests",
+            "Requests sent to each revision of a deployment: `canary` (during a canary rollout, its "
+            "share) or `stable`.",
+            [*DEPLOYMENT, "track"],
+            registry=r,
+        )
         self.retries = Counter(
             "batchd_router_retries",
             "Requests sent again to another replica: `refused` (the replica said it did not accept it), "

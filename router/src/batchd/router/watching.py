@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 SLICE_SELECTOR = ",".join(
     [
         "app.kubernetes.io/name=batchd-replica",
-        "app.kubernetes.io/component=replica",
+        "app.kubernetes.io/component in (replica,canary)",
         "app.kubernetes.io/managed-by=batchd",
         SERVICE_NAME_LABEL,
     ]

@@ -9,10 +9,10 @@ from pathlib import Path
 from batchd.bench import autoscaling
 from batchd.bench.autoscaling.analysis import Results
 from batchd.bench.autoscaling.report import draw_chart, to_markdown
-from batchd.bench.autoscaling.runner import Cluster, run_step
+from batchd.bench.autoscaling.runner import run_step
 from batchd.bench.autoscaling.workload import QUICK, SUBJECTS, Options
 from batchd.bench.kit.command import Benchmark, Flag, Run, main
-from batchd.testing.kubernetes.started import benchmark_control_plane, node_with_images
+from batchd.testing.kubernetes.started import Cluster, benchmark_cluster
 
 STEM = "autoscaling"
 
@@ -21,12 +21,8 @@ def measure(run: Run[Options], cluster: Cluster | None = None) -> Results:
     """The load step, on `cluster` when given (a test's), else on a cluster of its own."""
     if cluster is not None:
         return Results(asyncio.run(run_step(run.options, cluster, run.workdir, run.record)))
-    with (
-        benchmark_control_plane(run.workdir / "control-plane") as control_plane,
-        node_with_images(control_plane, run.workdir / "node") as node,
-    ):
-        cluster = Cluster(control_plane, node)
-        return Results(asyncio.run(run_step(run.options, cluster, run.workdir, run.record)))
+    with benchmark_cluster(run.workdir) as own:
+        return Results(asyncio.run(run_step(run.options, own, run.workdir, run.record)))
 
 
 def failure(results: Results) -> str | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -17,9 +16,8 @@ from batchd.bench.autoscaling.workload import START_TIMEOUT_S, SUBJECTS, Options
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
 from batchd.testing.kubernetes import handlers
-from batchd.testing.kubernetes.controlplane import ControlPlane
-from batchd.testing.kubernetes.node import Node
 from batchd.testing.kubernetes.release import Release, installed
+from batchd.testing.kubernetes.started import Cluster
 from batchd.testing.traffic import Traffic
 from batchd.testing.waiting import eventually
 
@@ -35,14 +33,6 @@ async def _load_of(session: aiohttp.ClientSession, url: str) -> tuple[int, int] 
         return int(body["queued_items"]), int(body["running_items"])
     except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
         return None  # a replica that is going away; it holds nothing the others must serve
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """Where the subjects run: a control plane and its node (with batchd's images)."""
-
-    control_plane: ControlPlane
-    node: Node
 
 
 def _desired(release: Release, name: str) -> int:

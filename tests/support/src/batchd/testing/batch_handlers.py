@@ -110,3 +110,23 @@ class SyncRelay:
 
     def __call__(self, numbers: list[int]) -> list[int]:
         return numbers
+
+
+class Revision:
+    """Adds one, as one revision of a model would, with faults to inject: `fail_percent` of the
+    items fail, spread evenly over the items as they come (serve it with max_batch_size 1, so that
+    an item is a batch), and every batch takes `delay_s`. `version` only tells revisions apart."""
+
+    def __init__(self, version: int = 1, fail_percent: int = 0, delay_s: float = 0.0) -> None:
+        self.version = version
+        self.fail_percent = fail_percent
+        self.delay_s = delay_s
+        self.seen = 0
+
+    def __call__(self, numbers: list[int]) -> list[int]:
+        time.sleep(self.delay_s)
+        before, self.seen = self.seen, self.seen + len(numbers)
+        # Items seen so far that should have failed, before and after this batch: a step fails it.
+        if self.seen * self.fail_percent // 100 > before * self.fail_percent // 100:
+            raise RuntimeError(f"revision {self.version} fails {self.fail_percent}% of its items")
+        return [n + 1 for n in numbers]

@@ -47,3 +47,10 @@ def tight(batch_s: float, name: str = "tight") -> dict[str, Any]:
         {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": batch_s}},
         batching={"max_batch_size": 1, "max_queued_requests": 1, "batch_wait_timeout_s": 0},
     )
+
+
+def revision(version: int, *, fail_percent: int = 0, delay_s: float = 0.01) -> dict[str, Any]:
+    """A model block for one revision of an adder (`batch_handlers.Revision`): each version is a
+    new revision, which fails `fail_percent` of its items and holds each batch `delay_s`."""
+    init = {"version": version, "fail_percent": fail_percent, "delay_s": delay_s}
+    return {"handler": "batchd.testing.batch_handlers:Revision", "init_kwargs": init}

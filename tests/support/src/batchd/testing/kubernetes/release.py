@@ -108,12 +108,15 @@ class Release:
                 return dict(condition)
         return {}
 
-    def pods(self, deployment: str, *, ready: bool = False) -> list[dict[str, Any]]:
-        """The BatchedDeployment's pods that are not terminating (with `ready`: and Ready)."""
+    def pods(
+        self, deployment: str, *, ready: bool = False, track: str = children.STABLE
+    ) -> list[dict[str, Any]]:
+        """The BatchedDeployment's pods of one track (its stable revision's, or a canary's) that are
+        not terminating (with `ready`: and Ready)."""
         return [
             pod
             for pod in list_objects(
-                self.api, "pod", self.namespace, labelSelector=children.selector_string(deployment)
+                self.api, "pod", self.namespace, labelSelector=children.selector_string(deployment, track)
             )
             if not is_terminating(pod) and (is_ready(pod) or not ready)
         ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from batchd.testing.kubernetes.controlplane import ControlPlane
@@ -46,3 +47,21 @@ def node_with_images(cluster: ControlPlane, directory: Path, index: int = 0) -> 
 def benchmark_control_plane(directory: Path) -> contextlib.AbstractContextManager[ControlPlane]:
     """A control plane of a benchmark's own, with batchd's CRD, on a slot no test worker uses."""
     return control_plane_with_crds(directory, ClusterAddresses(benchmark_slot()))
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where a benchmark's subjects run: a control plane and its node, with batchd's images."""
+
+    control_plane: ControlPlane
+    node: Node
+
+
+@contextlib.contextmanager
+def benchmark_cluster(directory: Path) -> Iterator[Cluster]:
+    """A benchmark's own cluster (`benchmark_control_plane`) and its node, in `directory`."""
+    with (
+        benchmark_control_plane(directory / "control-plane") as control_plane,
+        node_with_images(control_plane, directory / "node") as node,
+    ):
+        yield Cluster(control_plane, node)

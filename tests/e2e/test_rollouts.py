@@ -1,0 +1,240 @@
+"""Canary rollouts end to end on a real cluster: the operator judging each new revision from its
+replicas' own figures, the chart's router splitting the requests, replicas as pods of the node.
+
+What a user who ships a new model version notices: a revision that fails a third of its items,
+or answers three times slower, is rolled back on its own, and clients saw only the failures of
+its first step; a good revision is promoted and its canary goes, with no request lost, though
+the operator was replaced mid-rollout; a router restarted mid-rollout splits as before; a second
+change mid-rollout replaces the canary with the newest revision; deleting the resource
+mid-rollout takes both revisions away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from batchd.api.revisions import REVISION_LABEL
+from batchd.operator.children import CANARY
+from batchd.testing.kubernetes import handlers
+from batchd.testing.kubernetes.controlplane import ControlPlane
+from batchd.testing.kubernetes.node import Node
+from batchd.testing.kubernetes.release import ONE_ROUTER, Release, installed
+from batchd.testing.manifests import manifest, revision
+from batchd.testing.traffic import Outcome, Traffic
+from batchd.testing.waiting import eventually
+
+pytestmark = pytest.mark.slow
+
+NAME = "shop"
+START_S = 150.0  # a replica pod starts in seconds; the machine may be busy
+RATE = 40.0  # requests a second through the router, all along each test
+FIRST_SHARE = 20  # percent
+ANALYSIS: dict[str, Any] = {"min_requests": 10, "max_error_rate": 0.05, "max_p99_ratio": 1.5, "interval_s": 5}
+ROLLOUT: dict[str, Any] = {
+    "strategy": "canary",
+    "steps": [{"traffic_percent": FIRST_SHARE, "hold_s": 10}, {"traffic_percent": 50, "hold_s": 10}],
+    "analysis": ANALYSIS,
+}
+# One item a batch: an item that fails is its batch, and a slow batch is a slow request.
+BATCHING = {"max_batch_size": 1, "batch_wait_timeout_s": 0, "max_queued_requests": 64}
+STABLE_DELAY_S = 0.01  # the revisions' own default
+# Nothing that changes the pods the operator makes: the chart's operator pod, which takes over
+# mid-rollout, must make the same ones.
+OPERATOR_ENV = {"BATCHD_REPLICA_POLL_INTERVAL_S": "0.5"}
+VALUES = {"router": {**ONE_ROUTER["router"], "hold": {"timeoutSeconds": 120}}}
+
+
+@dataclass(frozen=True)
+class Stack:
+    release: Release
+    operator: contextlib.ExitStack  # the operator as a process of this machine, while it runs
+
+    def hand_over_operator(self) -> None:
+        """Stop this machine's operator: the chart's operator pod starts in its place, a new
+        process that knows of the rollout only what the status and the labels say."""
+        self.operator.close()
+
+    def ship(self, model: dict[str, Any], **analysis: Any) -> None:
+        """`kubectl apply` of the resource with this model (a new revision), and `analysis` over
+        the test's."""
+        rollout = {**ROLLOUT, "analysis": {**ANALYSIS, **analysis}}
+        document = manifest(NAME, model, batching=BATCHING, rollout=rollout, **handlers.pod_spec())
+        self.release.apply(document)
+
+    def rollout(self) -> dict[str, Any]:
+        found: dict[str, Any] = ((self.release.get("bd", NAME) or {}).get("status") or {}).get(
+            "rollout"
+        ) or {}
+        return found
+
+    def traffic(self) -> Traffic:
+        url = self.release.service_url(f"{self.release.name}-router", 80)
+        return Traffic(lambda: [url], f"/v1/models/{NAME}:predict", b'{"instances": [1]}', RATE)
+
+    async def while_sending(
+        self, until: Any, what: str, timeout_s: float, meanwhile: Any = None
+    ) -> tuple[list[Outcome], float]:
+        """Traffic through the router until `until()` holds (polled), then 5 s more; the outcomes,
+        and when (on their clock) `until()` first held. `meanwhile()` runs once the traffic has
+        begun."""
+        traffic = self.traffic()
+        started = time.perf_counter()
+        running = asyncio.create_task(traffic.run(timeout_s + 10, start=started))
+        try:
+            if meanwhile is not None:
+                await asyncio.to_thread(meanwhile)
+            await asyncio.to_thread(eventually, until, timeout_s=timeout_s, what=what)
+            held_s = time.perf_counter() - started
+            await asyncio.sleep(5)  # what clients see after it, too
+        finally:
+            traffic.stop()
+            outcomes = await running
+        return outcomes, held_s
+
+
+@pytest.fixture(scope="module")
+def stack(
+    control_plane: ControlPlane, kube_node: Node, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    logs = tmp_path_factory.mktemp("rollouts")
+    with installed(control_plane, logs, VALUES, wait=True) as release:
+        release.apply(handlers.config_map())
+        with contextlib.ExitStack() as operator:
+            operator.enter_context(release.operator(logs / "operator.log", env=OPERATOR_ENV))
+            stack = Stack(release, operator)
+            stack.ship(revision(1))
+            eventually(lambda: release.pods(NAME, ready=True), timeout_s=START_S, what="the stable replica")
+            yield stack
+
+
+def statuses(outcomes: list[Outcome]) -> Counter[int | None]:
+    return Counter(outcome.status for outcome in outcomes)
+
+
+@pytest.mark.timeout(START_S + 120)
+async def test_a_revision_failing_a_third_of_its_items_is_rolled_back_after_its_first_steps_failures(
+    stack: Stack,
+) -> None:
+    stack.ship(revision(2, fail_percent=30))
+    outcomes, rolled_back_s = await stack.while_sending(
+        lambda: stack.rollout().get("phase") == "RolledBack", "the rollback", START_S + 60
+    )
+    failed = [outcome for outcome in outcomes if outcome.status != 200]
+    # Only the first step's share of one analysis window can have reached the canary.
+    bound = math.ceil(FIRST_SHARE / 100 * RATE * ANALYSIS["interval_s"])
+    assert 0 < len(failed) <= bound, (len(failed), bound, statuses(outcomes), stack.rollout())
+    # The model raised on each of them alone: the replica says the item failed (422).
+    assert {outcome.status for outcome in failed} == {422}
+    assert all(outcome.status == 200 for outcome in outcomes if outcome.sent_s > rolled_back_s + 2)
+    condition = stack.release.condition(NAME, "RolledBack")
+    assert condition["status"] == "True" and "error rate" in condition["message"], condition
+    assert stack.release.events("RolledBack")
+    canary = stack.release.get("deployment", f"{NAME}-canary")
+    assert canary is not None and canary["spec"]["replicas"] == 0
+
+
+@pytest.mark.timeout(START_S + 120)
+async def test_a_revision_three_times_slower_is_rolled_back(stack: Stack) -> None:
+    stack.ship(revision(3, delay_s=3 * STABLE_DELAY_S))
+
+    def slow_rolled_back() -> bool:
+        rollout = stack.rollout()
+        return rollout.get("phase") == "RolledBack" and "times the stable revision's" in rollout["message"]
+
+    outcomes, _ = await stack.while_sending(slow_rolled_back, "the slow revision rolled back", START_S + 60)
+    assert set(statuses(outcomes)) == {200}, statuses(outcomes)
+    condition = stack.release.condition(NAME, "RolledBack")
+    assert condition["status"] == "True" and "times the stable revision's" in condition["message"]
+
+
+@pytest.mark.timeout(3 * START_S + 120)
+async def test_a_good_revision_is_promoted_losing_nothing_and_its_canary_goes_across_an_operator_restart(
+    stack: Stack,
+) -> None:
+    stable_before = (stack.release.get("bd", NAME) or {})["status"]["revision"]
+    # A p99 ratio a CPU shared with the rest of the suite cannot push a good revision past.
+    stack.ship(revision(4), max_p99_ratio=5)
+    steps_seen: list[int] = []
+
+    def restart_in_the_first_step() -> None:
+        eventually(
+            lambda: (
+                stack.rollout().get("step_started_at") and stack.release.pods(NAME, ready=True, track=CANARY)
+            ),
+            timeout_s=START_S,
+            what="the canary serving its first step",
+        )
+        steps_seen.append(int(stack.rollout()["step"]))
+        stack.hand_over_operator()
+
+    outcomes, _ = await stack.while_sending(
+        lambda: stack.rollout().get("phase") == "Promoted",
+        "the promotion",
+        3 * START_S,
+        meanwhile=restart_in_the_first_step,
+    )
+    assert steps_seen == [0]
+    # The operator that took over took the next step, from the status alone.
+    assert any("step 2 of 2" in message for message in stack.release.events("CanaryStep", about=NAME))
+    assert set(statuses(outcomes)) == {200}, statuses(outcomes)
+    status = (stack.release.get("bd", NAME) or {})["status"]
+    assert status["revision"] != stable_before and status["rollout"]["canary_percent"] == 0
+    eventually(lambda: stack.release.get("deployment", f"{NAME}-canary") is None, what="the canary gone")
+    pods = stack.release.pods(NAME)
+    assert pods and {pod["metadata"]["labels"][REVISION_LABEL] for pod in pods} == {status["revision"]}
+    assert stack.release.condition(NAME, "RolledBack")["status"] == "False"
+    assert stack.release.events("Promoted")
+
+
+async def test_mid_rollout_a_restarted_router_splits_a_second_change_replaces_the_canary_a_delete_takes_both(
+    stack: Stack,
+) -> None:
+    release = stack.release
+    stack.ship(revision(5))
+    eventually(
+        lambda: stack.rollout().get("step_started_at") and release.pods(NAME, ready=True, track=CANARY),
+        timeout_s=START_S,
+        what="the canary serving its first step",
+    )
+    router = f"deployment/{release.name}-router"
+    release.cluster.kubectl("rollout", "restart", "-n", release.namespace, router)
+    release.cluster.kubectl("rollout", "status", "-n", release.namespace, router, "--timeout=120s")
+
+    def canary_requests() -> float:
+        # The new router's own count: it read the share from the status, not from its predecessor.
+        text = httpx.get(f"{release.service_url(f'{release.name}-router', 80)}/metrics").text
+        found = re.search(r'batchd_router_revision_requests_total\{[^}]*track="canary"[^}]*\} (\S+)', text)
+        return float(found.group(1)) if found else 0.0
+
+    outcomes, _ = await stack.while_sending(lambda: canary_requests() >= 10, "requests to the canary", 60)
+    assert Counter(outcome.status for outcome in outcomes)[200] > 0
+
+    # A second change mid-rollout replaces the canary with the newest revision, from the first step.
+    first = stack.rollout()["canary_revision"]
+    stack.ship(revision(6))
+
+    def newest_canary_serving() -> bool:
+        rollout = stack.rollout()
+        pods = release.pods(NAME, ready=True, track=CANARY)
+        return (
+            rollout["canary_revision"] != first
+            and rollout["step"] == 0
+            and bool(pods)
+            and all(pod["metadata"]["labels"][REVISION_LABEL] == rollout["canary_revision"] for pod in pods)
+        )
+
+    eventually(newest_canary_serving, timeout_s=START_S, what="the newest revision as the canary")
+    release.cluster.kubectl("delete", "-n", release.namespace, f"bd/{NAME}")
+    for deployment in (NAME, f"{NAME}-canary"):
+        eventually(lambda: release.get("deployment", deployment) is None, what=f"{deployment} gone")  # noqa: B023

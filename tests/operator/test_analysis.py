@@ -1,0 +1,114 @@
+"""A canary step judged from the replicas' own answer counts: the figures a replica exposes, the
+step's window, and the verdict against the stable revision."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import generate_latest
+
+from batchd.api.spec import CanaryAnalysis
+from batchd.operator import analysis
+from batchd.replica.metrics import ReplicaMetrics
+
+ANALYSIS = CanaryAnalysis(min_requests=50, max_error_rate=0.05, max_p99_ratio=1.5)
+
+
+def exposed(**answers: list[float]) -> analysis.Answers:
+    """What the operator reads from a real replica's /metrics after these answers (by outcome)."""
+    metrics = ReplicaMetrics("adder", "adder")
+    for outcome, durations in answers.items():
+        for duration in durations:
+            metrics.request_done(outcome, duration)
+    return analysis.parse_answers(generate_latest(metrics.registry).decode())
+
+
+def test_a_replicas_answers_are_read_from_its_metrics_leaving_out_what_it_did_not_answer() -> None:
+    answers = exposed(
+        success=[0.02] * 90,
+        error=[0.01] * 3,
+        invalid=[0.01] * 3,  # the model raised on an item alone
+        timeout=[30.0] * 4,
+        rejected=[0.0] * 50,
+        cancelled=[0.0] * 7,
+    )
+    assert (answers.answered, answers.failed) == (100, 10)
+    assert answers.error_rate == pytest.approx(0.1)
+    p99 = answers.p99()
+    assert p99 is not None and 10 <= p99 <= 60  # the timeouts are the slowest percent
+
+
+def test_metrics_without_the_answer_histogram_are_refused() -> None:
+    with pytest.raises(ValueError, match="batchd_request_duration_seconds"):
+        analysis.parse_answers("# nothing here\n")
+
+
+def test_the_window_is_what_each_replica_answered_since_the_step_began() -> None:
+    start = exposed(success=[0.02] * 100, error=[0.02] * 100)
+    now = exposed(success=[0.02] * 150, error=[0.02] * 110)
+    window = analysis.since(now, start)
+    assert (window.answered, window.failed) == (60, 10)
+    # A replica that restarted (counts went down) or was not there at the start: all of it is new.
+    assert analysis.since(start, now) == start
+    assert analysis.since(now, None) == now
+    both = analysis.total([window, window])
+    assert (both.answered, both.failed) == (120, 20)
+
+
+def test_p99_is_interpolated_within_its_bucket_as_prometheus_does() -> None:
+    buckets = {0.1: 50.0, 0.2: 100.0, float("inf"): 100.0}
+    assert analysis.quantile(0.5, buckets) == pytest.approx(0.1)
+    assert analysis.quantile(0.99, buckets) == pytest.approx(0.198)
+    assert analysis.quantile(0.99, {0.1: 0.0, float("inf"): 0.0}) is None
+
+
+def test_a_canary_is_not_judged_before_it_answered_the_minimum() -> None:
+    verdict = analysis.judge(exposed(error=[0.02] * 49), exposed(success=[0.02] * 500), ANALYSIS)
+    assert verdict.failure is None and not verdict.enough
+
+
+def test_a_canary_failing_more_than_allowed_fails_with_the_figures() -> None:
+    canary = exposed(success=[0.02] * 70, error=[0.02] * 30)
+    verdict = analysis.judge(canary, exposed(success=[0.02] * 900), ANALYSIS)
+    assert verdict.failure is not None
+    assert "error rate 30.0% is 30.0% above the stable revision's, more than max_error_rate 5.0%" in (
+        verdict.failure
+    )
+    assert "canary 30/100 failed" in verdict.failure
+
+
+def test_inputs_that_fail_on_both_revisions_alike_are_not_the_canarys_fault() -> None:
+    canary = exposed(success=[0.02] * 80, invalid=[0.02] * 20)
+    stable = exposed(success=[0.02] * 820, invalid=[0.02] * 180)
+    assert analysis.judge(canary, stable, ANALYSIS).failure is None
+    worse = exposed(success=[0.02] * 70, invalid=[0.02] * 30)
+    assert analysis.judge(worse, stable, ANALYSIS).failure is not None
+
+
+def test_a_canary_three_times_slower_than_stable_fails_and_one_as_fast_passes() -> None:
+    stable = exposed(success=[0.05] * 500)
+    slow = analysis.judge(exposed(success=[0.15] * 100), stable, ANALYSIS)
+    assert slow.failure is not None and "times the stable revision's" in slow.failure
+    same = analysis.judge(exposed(success=[0.05] * 100), stable, ANALYSIS)
+    assert same.failure is None and same.enough
+
+
+def test_without_enough_stable_answers_latency_is_not_judged() -> None:
+    verdict = analysis.judge(exposed(success=[0.5] * 100), exposed(success=[0.01] * 49), ANALYSIS)
+    assert verdict.failure is None and verdict.enough
+
+
+def test_a_steps_window_counts_each_revisions_replicas_from_the_steps_start() -> None:
+    at_start = {"stable-a": exposed(success=[0.02] * 100), "canary-a": exposed(success=[0.02] * 5)}
+    now = {
+        "stable-a": exposed(success=[0.02] * 130),
+        "canary-a": exposed(success=[0.02] * 5, error=[0.02] * 5),
+        "canary-b": exposed(success=[0.02] * 4),  # came after the first look
+    }
+    canaries = {"canary-a", "canary-b"}
+    # The first step: everything a canary replica answered is this revision's.
+    first = analysis.step_starts(at_start, canaries, first_step=True)
+    canary, stable = analysis.windows(now, first, canaries)
+    assert (canary.answered, canary.failed, stable.answered) == (14, 5, 30)
+    later = analysis.step_starts(at_start, canaries, first_step=False)
+    canary, _ = analysis.windows(now, later, canaries)
+    assert (canary.answered, canary.failed) == (9, 5)
