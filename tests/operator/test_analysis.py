@@ -92,9 +92,16 @@ def test_a_canary_three_times_slower_than_stable_fails_and_one_as_fast_passes() 
     assert same.failure is None and same.enough
 
 
-def test_without_enough_stable_answers_latency_is_not_judged() -> None:
+def test_a_step_passes_only_once_its_latency_could_be_judged() -> None:
+    # Too few stable answers for a p99: not failed, and not passed either (a slow revision must
+    # not slip through a step before its latency is seen).
     verdict = analysis.judge(exposed(success=[0.5] * 100), exposed(success=[0.01] * 49), ANALYSIS)
-    assert verdict.failure is None and verdict.enough
+    assert verdict.failure is None and not verdict.enough
+    few = analysis.judge(exposed(success=[0.01] * 49), exposed(success=[0.01] * 500), ANALYSIS)
+    assert few.failure is None and not few.enough  # above min_requests, below a p99's worth
+    # A step of 100%: no stable answers at all, the canary's own are enough.
+    alone = analysis.judge(exposed(success=[0.5] * 100), analysis.NO_ANSWERS, ANALYSIS)
+    assert alone.failure is None and alone.enough
 
 
 def test_a_steps_window_counts_each_revisions_replicas_from_the_steps_start() -> None:

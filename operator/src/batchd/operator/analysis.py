@@ -160,6 +160,10 @@ def judge(canary: Answers, stable: Answers, analysis: CanaryAnalysis) -> Verdict
     )
     if canary.answered < analysis.min_requests:
         return Verdict(None, False, figures)
+    # A step passes only once its latency could be judged too (the stable revision may have no
+    # answers at all: a step of 100%).
+    latency_judged = min(canary.answered, stable.answered) >= MIN_LATENCY_ANSWERS
+    enough = latency_judged or (canary.answered >= MIN_LATENCY_ANSWERS and not stable.answered)
     excess = canary.error_rate - (stable.error_rate if stable.answered else 0.0)
     if excess > analysis.max_error_rate:
         return Verdict(
@@ -168,7 +172,7 @@ def judge(canary: Answers, stable: Answers, analysis: CanaryAnalysis) -> Verdict
             True,
             figures,
         )
-    if canary_p99 and stable_p99 and min(canary.answered, stable.answered) >= MIN_LATENCY_ANSWERS:
+    if canary_p99 and stable_p99 and latency_judged:
         ratio = canary_p99 / stable_p99
         if ratio > analysis.max_p99_ratio:
             return Verdict(
@@ -177,7 +181,7 @@ def judge(canary: Answers, stable: Answers, analysis: CanaryAnalysis) -> Verdict
                 True,
                 figures,
             )
-    return Verdict(None, True, figures)
+    return Verdict(None, enough, figures)
 
 
 def _ms(seconds: float | None) -> str:
