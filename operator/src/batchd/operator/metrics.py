@@ -90,9 +90,8 @@ WINDOW_P99 = Gauge(
 )
 
 
-def record_rollout(namespace: str, deployment: str, percent: int, canary: Answers, stable: Answers) -> None:
-    """What the canary's judge last saw of a rollout."""
-    CANARY_PERCENT.labels(namespace, deployment).set(percent)
+def record_step(namespace: str, deployment: str, canary: Answers, stable: Answers) -> None:
+    """What the canary's judge last saw of the step being judged."""
     for track, answers in zip(TRACKS, (stable, canary), strict=True):
         p99 = answers.p99()
         WINDOW_ANSWERED.labels(namespace, deployment, track).set(answers.answered)
@@ -115,7 +114,7 @@ def record_rollout_state(namespace: str, deployment: str, phase: str, percent: i
     for name in PHASES:
         ROLLOUT_PHASE.labels(namespace, deployment, name).set(1 if name == (phase or "none") else 0)
     if not judged:
-        record_rollout(namespace, deployment, percent, Answers(), Answers())
+        record_step(namespace, deployment, Answers(), Answers())
 
 
 def _set(namespace: str, deployment: str, *values: tuple[Gauge, float]) -> None:

@@ -24,7 +24,7 @@ import aiohttp
 from batchd.api.manifest import ManifestError, parse_manifest
 from batchd.api.spec import RolloutSpec
 from batchd.operator import analysis, rollout
-from batchd.operator.metrics import record_rollout
+from batchd.operator.metrics import record_step
 from batchd.operator.reconcile import Reconciler, announce_rollout
 from batchd.operator.replicas import ReplicaPod, read_text
 
@@ -90,7 +90,7 @@ class RolloutJudge:
             self.starts[key] = started
         canary, stable = analysis.windows(readings, started[1], canary_pods)
         verdict = analysis.judge(canary, stable, spec.analysis)
-        record_rollout(*key, current.canary_percent, canary, stable)
+        record_step(*key, canary, stable)
         logger.debug("%s/%s: %s", *key, verdict.figures)
         passed = verdict.enough and rollout.step_elapsed(current, spec.canary_steps, wall)
         return rollout.judged(current, spec.canary_steps, verdict.failure, passed, wall)

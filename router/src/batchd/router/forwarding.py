@@ -159,12 +159,16 @@ class Forwarder:
         """The replicas of the revision that takes this request: during a canary rollout, the
         canary's with its share's chance, else the stable revision's."""
         canaries, percent = self.directory.canary(ref)
-        canary = percent > 0 and self.rng.random() * 100 < percent
+        if not percent:
+            return self.directory.replicas(ref)  # no rollout: nothing drawn, nothing counted
+        canary = self.rng.random() * 100 < percent
         self.metrics.revisions.labels(ref.namespace, ref.name, "canary" if canary else "stable").inc()
         return canaries if canary else self.directory.replicas(ref)
 
     def _others(self, ref: DeploymentRef, pool: tuple[str, ...], tried: list[str]) -> bool:
-        return any(replica not in tried for replica in pool or self.directory.replicas(ref))
+        """Whether a retry has somewhere to go: the revision's replicas, then (as `_pick` falls
+        back) the stable revision's."""
+        return any(replica not in tried for replica in (*pool, *self.directory.replicas(ref)))
 
     def _pick(self, ref: DeploymentRef, pool: tuple[str, ...], tried: list[str]) -> str | None:
         """The better of two of the revision's replicas, less those tried; when none is left (a

@@ -32,8 +32,8 @@ class RouterMetrics:
         )
         self.revisions = Counter(
             "batchd_router_revision_requests",
-            "Requests sent to each revision of a deployment: `canary` (during a canary rollout, its "
-            "share) or `stable`.",
+            "Requests sent to each revision of a deployment while a canary takes a share of them: "
+            "`canary` or `stable` (not counted when no rollout runs).",
             [*DEPLOYMENT, "track"],
             registry=r,
         )
