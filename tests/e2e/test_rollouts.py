@@ -27,6 +27,7 @@ import pytest
 from batchd.api.revisions import REVISION_LABEL
 from batchd.operator.children import CANARY
 from batchd.testing.kubernetes import handlers
+from batchd.testing.kubernetes.components import forbidden
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
 from batchd.testing.kubernetes.release import ONE_ROUTER, Release, installed
@@ -118,6 +119,9 @@ def stack(
             stack.ship(revision(1, delay_s=STABLE_DELAY_S))
             eventually(lambda: release.pods(NAME, ready=True), timeout_s=START_S, what="the stable replica")
             yield stack
+        # Everything the rollouts asked of the API server, the chart's RBAC allowed.
+        assert forbidden(control_plane, release.operator_user) == []
+        assert forbidden(control_plane, release.router_user) == []
 
 
 def statuses(outcomes: list[Outcome]) -> Counter[int | None]:
