@@ -24,8 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from batchd.api.revisions import REVISION_LABEL
-from batchd.operator.children import CANARY
+from batchd.api.pod import CANARY, REVISION_LABEL
 from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.components import forbidden
 from batchd.testing.kubernetes.controlplane import ControlPlane

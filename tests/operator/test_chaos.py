@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from batchd.api.manifest import parse_manifest
+from batchd.api.pod import config_map_name
 from batchd.operator import children
 from batchd.testing.kubernetes.components import forbidden
 from batchd.testing.kubernetes.controlplane import ControlPlane, namespace, unique_name
@@ -108,7 +109,7 @@ def drift(api: httpx.Client, ns: str) -> list[str]:
                 bd, image
             ):
                 problems.append(f"{name}: the pod template is not the spec's")
-        config = found["ConfigMap"].get(children.config_map_name(name))
+        config = found["ConfigMap"].get(config_map_name(name))
         revision = (status.get("batching") or {}).get("revision", 0)
         if config is None or config["data"] != children.config_map(bd, revision)["data"]:
             problems.append(f"{name}: the replicas' manifest is not the spec's")
@@ -122,7 +123,7 @@ def drift(api: httpx.Client, ns: str) -> list[str]:
             owners = [ref["name"] for ref in child["metadata"].get("ownerReferences", [])]
             if len(owners) != 1 or owners[0] not in live:
                 problems.append(f"orphan {kind} {child_name} (owners {owners})")
-            elif child_name not in (owners[0], children.config_map_name(owners[0])):
+            elif child_name not in (owners[0], config_map_name(owners[0])):
                 problems.append(f"duplicate {kind} {child_name} of {owners[0]}")
     return problems
 

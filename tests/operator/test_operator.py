@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from batchd.api.crd import CRD_NAME
-from batchd.api.revisions import REVISION_LABEL
+from batchd.api.pod import REVISION_LABEL, config_map_name, selector_string
 from batchd.operator import children
 from batchd.testing.kubernetes.components import refused
 from batchd.testing.kubernetes.controlplane import ControlPlane
@@ -92,7 +92,7 @@ class Namespace:
 
     def children(self, name: str) -> dict[str, dict[str, Any]]:
         return {
-            "ConfigMap": self.get("configmap", children.config_map_name(name)),
+            "ConfigMap": self.get("configmap", config_map_name(name)),
             "Deployment": self.get("deployment", name),
             "Service": self.get("service", name),
         }
@@ -130,7 +130,7 @@ def test_create_makes_children_owned_by_the_resource(operator: Operator, ns: Nam
         lambda: ns.bd("adder").get("status", {}).get("url") and ns.bd("adder")["status"], what="a status"
     )
     assert status["url"] == f"http://{operator.release.name}-router.{operator.release.namespace}.svc"
-    assert status["selector"] == children.selector_string("adder")
+    assert status["selector"] == selector_string("adder")
     assert operator.refused(start, ns.name) == []
 
 
@@ -158,7 +158,7 @@ def test_scale_through_spec_and_scale_subresource_changes_only_replicas(
         )
     )
     assert scale["spec"]["replicas"] == 5
-    assert scale["status"]["selector"] == children.selector_string("adder")
+    assert scale["status"]["selector"] == selector_string("adder")
     assert operator.refused(start, ns.name) == []
 
 
@@ -213,7 +213,7 @@ def test_deleted_or_edited_children_are_restored(operator: Operator, ns: Namespa
         ),
         what="the edited Deployment to be put back",
     )
-    name = children.config_map_name("adder")
+    name = config_map_name("adder")
     ns.patch(f"configmap/{name}", {"data": {"manifest.yaml": "x"}})
     eventually(
         lambda: ns.get("configmap", name).get("data") == original["ConfigMap"]["data"],
@@ -258,9 +258,7 @@ def test_a_batching_edit_reaches_the_replicas_manifest_without_rolling_the_pods(
     ns.patch("bd/adder", {"spec": {"batching": {"max_batch_size": 8}}})
 
     def replicas_manifest() -> str:
-        return str(
-            ns.get("configmap", children.config_map_name("adder")).get("data", {}).get("manifest.yaml", "")
-        )
+        return str(ns.get("configmap", config_map_name("adder")).get("data", {}).get("manifest.yaml", ""))
 
     eventually(lambda: "max_batch_size: 8" in replicas_manifest(), what="the new batching")
     new_revision = ns.bd("adder")["metadata"]["generation"]

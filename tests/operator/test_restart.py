@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from batchd.operator import children
+from batchd.api.pod import config_map_name
 from batchd.testing.closed_loop import SteadyLoad
 from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.components import refused
@@ -56,7 +56,7 @@ def test_operator_restarted_midway_makes_no_duplicates(control_plane: ControlPla
                 for kind, child in (
                     ("deployment", name),
                     ("service", name),
-                    ("configmap", children.config_map_name(name)),
+                    ("configmap", config_map_name(name)),
                 ):
                     eventually(partial(release.get, kind, child), what=f"{kind} {child}")
                 eventually(partial(status_of, release, name), what=f"status of {name}")

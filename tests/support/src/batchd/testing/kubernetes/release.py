@@ -15,8 +15,8 @@ import httpx
 import yaml
 
 from batchd.api.kube_connection import resource_path
+from batchd.api.pod import STABLE, Track, selector_string
 from batchd.api.spec import GROUP, PLURAL, VERSION
-from batchd.operator import children
 from batchd.testing import ROOT
 from batchd.testing.kubernetes.components import (
     chart_deployment,
@@ -108,15 +108,13 @@ class Release:
                 return dict(condition)
         return {}
 
-    def pods(
-        self, deployment: str, *, ready: bool = False, track: str = children.STABLE
-    ) -> list[dict[str, Any]]:
+    def pods(self, deployment: str, *, ready: bool = False, track: Track = STABLE) -> list[dict[str, Any]]:
         """The BatchedDeployment's pods of one track (its stable revision's, or a canary's) that are
         not terminating (with `ready`: and Ready)."""
         return [
             pod
             for pod in list_objects(
-                self.api, "pod", self.namespace, labelSelector=children.selector_string(deployment, track)
+                self.api, "pod", self.namespace, labelSelector=selector_string(deployment, track)
             )
             if not is_terminating(pod) and (is_ready(pod) or not ready)
         ]

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import yaml
 
+from batchd.api.pod import SERVICE_NAME_LABEL, labels
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.router.rbac import role
 from batchd.testing.kubernetes.components import call
@@ -30,13 +31,6 @@ from batchd.testing.waiting import eventually_async
 SLICES_PATH = "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
 DEPLOYMENTS_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}"
 ROUTER_ACCOUNT = "batchd-router"
-# The labels the operator gives a replica Service (operator/children.py), which the EndpointSlice
-# controller copies onto the Service's slices.
-SERVICE_LABELS = {
-    "app.kubernetes.io/name": "batchd-replica",
-    "app.kubernetes.io/component": "replica",
-    "app.kubernetes.io/managed-by": "batchd",
-}
 # A slice's manager other than the real EndpointSlice controller's, which then leaves it alone.
 SLICE_MANAGER = "batchd-tests"
 
@@ -54,10 +48,11 @@ def endpoint_slice(
         "metadata": {
             "name": name or f"{service}-slice",
             "namespace": namespace,
+            # The labels the operator gives a replica Service, which the EndpointSlice controller
+            # copies onto the Service's slices.
             "labels": {
-                **SERVICE_LABELS,
-                "app.kubernetes.io/instance": service,
-                "kubernetes.io/service-name": service,
+                **labels(service),
+                SERVICE_NAME_LABEL: service,
                 "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER,
             },
         },
