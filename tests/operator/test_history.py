@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from batchd.api.manifest import document
 from batchd.api.pod import CANARY, REVISION_LABEL, child_name, config_map_name
-from batchd.api.status import read_status
+from batchd.api.status import RolloutStatus, read_status
 from batchd.operator import children, plan, rollout, status_writer
 from batchd.operator.resource import parse
 from batchd.operator.settings import Settings
@@ -105,7 +105,7 @@ class World:
         self.children.update(
             {key: copy.deepcopy(m) for key, m in zip(answers, planned.manifests, strict=True)}
         )
-        if plan.canary_gone(planned.before, written.rollout or rollout.RolloutStatus()):
+        if plan.canary_gone(planned.before, written.rollout or RolloutStatus()):
             for kind in children.CANARY_KINDS:
                 name = (
                     config_map_name(self.name, CANARY)

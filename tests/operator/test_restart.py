@@ -25,14 +25,17 @@ pytestmark = pytest.mark.slow
 
 
 def creates(release: Release, resource: str) -> int:
-    """The operator's creates of `resource` in the release's namespace (its ClusterRole lets it act
-    on every namespace of the session's cluster, where other tests' deployments live and go)."""
+    """How many `resource` objects the operator made in the release's namespace (its ClusterRole
+    lets it act on every namespace of the session's cluster, where other tests' deployments live
+    and go). It applies its children: an apply that made the object is answered 201 Created."""
     return sum(
         1
         for event in release.cluster.audit_events(release.operator_user)
-        if event["verb"] == "create"
+        if event["verb"] in ("create", "patch")
         and event["stage"] == "ResponseComplete"
+        and event.get("responseStatus", {}).get("code") == 201
         and event.get("objectRef", {}).get("resource") == resource
+        and not event["objectRef"].get("subresource")
         and event["objectRef"].get("namespace") == release.namespace
     )
 

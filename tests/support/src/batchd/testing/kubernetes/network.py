@@ -164,6 +164,15 @@ def claim_slot(cluster: ClusterAddresses) -> TextIO:
     return handle
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def can_add_addresses() -> bool:
+    """Whether this process may add addresses and network namespaces (root): the nodes need it;
+    a control plane alone does without, on `LOOPBACK`."""
+    return os.geteuid() == 0
+
+
 def add_cluster_address(cluster: ClusterAddresses) -> None:
     """The API server's address on this machine; pods reach it through their node's link."""
     run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])  # between the nodes' links

@@ -25,6 +25,7 @@ from batchd.testing.kubernetes.components import (
     service_account_user,
 )
 from batchd.testing.kubernetes.controlplane import ControlPlane, namespace, unique_name
+from batchd.testing.kubernetes.logs import ComponentLogs, watched
 from batchd.testing.pods import is_ready, is_terminating
 from batchd.testing.servers import router_command
 from batchd.testing.waiting import eventually
@@ -82,6 +83,8 @@ class Release:
     # The tests' reads, as cluster-admin: one client for all, as tests poll them (a kubectl process
     # a poll would cost the machine more than the poll).
     api: httpx.Client
+    # Its operator's and router's logs, checked after each test (`logs`).
+    component_logs: ComponentLogs
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object as the API server has it, or None if there is none."""
@@ -154,6 +157,7 @@ class Release:
         self, log_path: Path, env: dict[str, str] | None = None
     ) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
         """The operator as a process of this machine, in place of the release's operator pod."""
+        self.component_logs.follow(log_path)
         return component_process(
             self.cluster,
             self.namespace,
@@ -166,6 +170,7 @@ class Release:
 
     def router(self, log_path: Path, port: int) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
         """The router as a process of this machine on 127.0.0.1:`port`, in place of its pods."""
+        self.component_logs.follow(log_path)
         return component_process(
             self.cluster,
             self.namespace,
@@ -199,7 +204,7 @@ def installed(
         waiting = ["--wait", "--timeout=5m"] if wait else []
         cluster.helm("install", name, str(CHART), "--namespace", ns, "--values", str(values_file), *waiting)
         try:
-            with cluster.client() as api:
-                yield Release(cluster, ns, name, logs, api)
+            with cluster.client() as api, watched(ComponentLogs(api, ns, name)) as component_logs:
+                yield Release(cluster, ns, name, logs, api, component_logs)
         finally:
             cluster.helm("uninstall", name, "--namespace", ns, check=False)

@@ -24,6 +24,7 @@ from batchd.router.rbac import role
 from batchd.testing.kubernetes.components import call
 from batchd.testing.kubernetes.controlplane import ControlPlane, unique_name
 from batchd.testing.kubernetes.controlplane import kubeconfig as kubeconfig_document
+from batchd.testing.kubernetes.logs import ComponentLogs, watched
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import ServerProcess, start_router
 from batchd.testing.waiting import eventually_async
@@ -88,7 +89,7 @@ class RouterNamespaces:
     @property
     def host(self) -> str:
         """The address a replica listens on, for the router to reach it through a slice."""
-        return self.control_plane.addresses.api
+        return self.control_plane.address
 
     def set_up(self) -> None:
         """The namespaces, and the router's ServiceAccount bound to its Role in each, as the chart
@@ -133,11 +134,12 @@ class RouterNamespaces:
         yielded once it has listed the deployments and endpoints; stopped on the way out."""
         settings = {"namespaces": f"{self.namespace},{self.second_namespace}", **settings}
         router = start_router(self._kubeconfig(), self.tmp_path / "logs", settings=settings)
-        try:
-            await asyncio.to_thread(router.wait_ready, 60)
-            yield router
-        finally:
-            await asyncio.to_thread(router.stop, 20)
+        with watched(ComponentLogs(None, files=[router.log_path])):
+            try:
+                await asyncio.to_thread(router.wait_ready, 60)
+                yield router
+            finally:
+                await asyncio.to_thread(router.stop, 20)
 
     def router_calls(self) -> set[tuple[str, str, str]]:
         """(API group, resource, verb) of every request the router made, as the API server's audit
