@@ -28,8 +28,8 @@ import yaml
 from batchd.api.crd import CRD_NAME, CRD_PATH
 from batchd.testing import ROOT
 from batchd.testing.kubernetes.network import (
-    ClusterAddresses,
     LOOPBACK,
+    ClusterAddresses,
     add_cluster_address,
     can_add_addresses,
     claim_slot,
