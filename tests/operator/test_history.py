@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from batchd.api.manifest import document
 from batchd.api.pod import CANARY, REVISION_LABEL, child_name, config_map_name
-from batchd.api.status import RolloutStatus, read_status
+from batchd.api.status import BatchedDeploymentStatus, RolloutStatus, read_status
 from batchd.operator import children, plan, rollout, status_writer
 from batchd.operator.resource import parse
 from batchd.operator.settings import Settings
@@ -113,7 +113,7 @@ class World:
                     else child_name(self.name, CANARY)
                 )
                 self.children.pop((kind, name), None)
-        self.status = patched(self.status, status_writer.operations(self.status, written.sections))
+        self.status = patched(self.status, status_writer.operations(self.status, written.status))
 
     def judge_passing(self) -> None:
         """The judge's moves for a canary whose replicas are all Ready and whose figures pass."""
@@ -128,8 +128,8 @@ class World:
         after = rollout.carried(current, steps, ready, desired, self.clock)
         self.clock += datetime.timedelta(seconds=max(step.hold_s for step in steps) + 1)
         after = rollout.judged(after, steps, None, True, self.clock)
-        guards = {"rollout": self.status.get("rollout")}
-        self.status = patched(self.status, status_writer.operations(self.status, {"rollout": after}, guards))
+        update = BatchedDeploymentStatus(rollout=after)
+        self.status = patched(self.status, status_writer.operations(self.status, update, ["rollout"]))
 
     def waiting_at_zero(self) -> bool:
         current = read_status(self.status).rollout

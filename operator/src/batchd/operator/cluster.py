@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from batchd.api.kube_connection import ApiError, resource_path
 from batchd.api.pod import CANARY, config_map_name
 from batchd.api.pod import child_name as track_child_name
 from batchd.api.spec import API_VERSION, PLURAL
+from batchd.api.status import BatchedDeploymentStatus
 from batchd.operator import children, field_owners
 from batchd.operator.kube_requests import FIELD_MANAGER, KubeApi
 from batchd.operator.replicas import DELETION_COST_ANNOTATION
@@ -76,13 +77,13 @@ class Cluster:
         return None if body is None else self.resource(body)
 
     async def write_status(
-        self, resource: Resource, sections: Mapping[str, Any], guards: Mapping[str, Any] | None = None
+        self, resource: Resource, update: BatchedDeploymentStatus, guarded: Iterable[str] = ()
     ) -> bool:
-        """Write these status sections (typed values; None removes one) over what `resource` holds;
+        """Write the status sections set on `update` (None removes one) over what `resource` holds;
         each replaces its stored section whole. Callers hold the resource's lock. False when a
-        guard (section -> the stored value the write was computed from) found it moved."""
+        `guarded` section (one the update was computed from) had moved since `resource` was read."""
         return await self._status.write(
-            resource.namespace, resource.name, resource.stored_status, sections, guards
+            resource.namespace, resource.name, resource.stored_status, update, guarded
         )
 
     def _parent_path(self, namespace: str, name: str, subresource: str = "") -> str:

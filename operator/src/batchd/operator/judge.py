@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from batchd.api.status import RolloutStatus
+from batchd.api.status import BatchedDeploymentStatus, RolloutStatus
 from batchd.operator import analysis, rollout
 from batchd.operator.autoscaler import desired_replicas
 from batchd.operator.cluster import Cluster
@@ -109,7 +109,7 @@ class Judge:
         judgement is of a rollout that is no more."""
         async with self.cluster.locks[resource.key]:
             written = await self.cluster.write_status(
-                resource, {"rollout": after}, guards={"rollout": resource.stored_status.get("rollout")}
+                resource, BatchedDeploymentStatus(rollout=after), guarded=["rollout"]
             )
         if written:
             announce_rollout(resource.body, current, after)

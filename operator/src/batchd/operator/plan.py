@@ -18,7 +18,7 @@ import kopf
 from batchd.api.pod import CANARY, STABLE, Track, child_name, selector_string
 from batchd.api.revisions import batching_revision_of
 from batchd.api.spec import BatchedDeployment
-from batchd.api.status import BatchingStatus, Condition, RolloutStatus
+from batchd.api.status import BatchedDeploymentStatus, BatchingStatus, Condition, RolloutStatus
 from batchd.operator import children, rollout, status
 from batchd.operator.autoscaler import desired_replicas
 from batchd.operator.resource import Resource
@@ -80,11 +80,18 @@ def canary_gone(before: RolloutStatus | None, after: RolloutStatus) -> bool:
 
 @dataclass(frozen=True)
 class StatusPlan:
-    """The status sections a converge writes (each replaces the stored section whole)."""
+    """The status sections a converge writes (each replaces the stored section whole): the fields
+    set on `status`."""
 
-    sections: Mapping[str, Any]
-    conditions: list[Condition]
-    rollout: RolloutStatus | None
+    status: BatchedDeploymentStatus
+
+    @property
+    def conditions(self) -> list[Condition]:
+        return self.status.conditions
+
+    @property
+    def rollout(self) -> RolloutStatus | None:
+        return self.status.rollout
 
 
 def status_plan(
@@ -124,28 +131,25 @@ def status_plan(
     conditions = status.stamped(resource.status.conditions, found, status.stamp(now))
     stable = rollout.stable_of(bd, after)
     replicas, ready = status.counts(stable_deployment)
-    sections = {
-        "replicas": replicas,
-        "ready_replicas": ready,
-        "observed_generation": generation,
-        "selector": selector_string(bd.metadata.name),
-        "url": children.service_url(bd, resource.namespace, settings),
-        "model": stable.spec.model.source or stable.spec.model.handler or "",
-        "revision": children.revision(stable, settings),
-        "desired_replicas": plan.desired,
-        "conditions": conditions,
-        "batching": plan.batching,
-        "rollout": after,
-    }
-    return StatusPlan(sections, conditions, after)
+    return StatusPlan(
+        BatchedDeploymentStatus(
+            replicas=replicas,
+            ready_replicas=ready,
+            observed_generation=generation,
+            selector=selector_string(bd.metadata.name),
+            url=children.service_url(bd, resource.namespace, settings),
+            model=stable.spec.model.source or stable.spec.model.handler or "",
+            revision=children.revision(stable, settings),
+            desired_replicas=plan.desired,
+            conditions=conditions,
+            batching=plan.batching,
+            rollout=after,
+        )
+    )
 
 
 def failed_status_plan(resource: Resource, found: list[Condition], now: datetime.datetime) -> StatusPlan:
     """The status of a spec that cannot be served, or whose children the API server refused:
     the conditions say why; everything else stays as it was (nothing new was applied)."""
     conditions = status.stamped(resource.status.conditions, found, status.stamp(now))
-    return StatusPlan(
-        {"observed_generation": resource.generation, "conditions": conditions},
-        conditions,
-        resource.status.rollout,
-    )
+    return StatusPlan(BatchedDeploymentStatus(observed_generation=resource.generation, conditions=conditions))

@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 
 from batchd.api.kube_connection import ApiError
+from batchd.api.status import BatchedDeploymentStatus
 from batchd.operator import status
 from batchd.operator.autoscaler import NOTHING_HELD, Held
 from batchd.operator.cluster import Cluster
@@ -185,7 +186,7 @@ class Poller:
             return
         async with self.cluster.locks[resource.key]:
             written = await self.cluster.write_status(
-                resource, {"batching": counted}, guards={"batching": resource.stored_status.get("batching")}
+                resource, BatchedDeploymentStatus(batching=counted), guarded=["batching"]
             )
         if not written:
             logger.debug(

@@ -112,7 +112,7 @@ class Reconciler:
         if plan.canary_gone(children.before, after):
             await self.cluster.delete_canary(namespace, name)
         await self._write(resource, planned)
-        record_replicas(namespace, name, children.desired, int(planned.sections["ready_replicas"]))
+        record_replicas(namespace, name, children.desired, planned.status.ready_replicas)
         record_rollout_state(
             namespace, name, after.phase, after.canary_percent, after.phase in rollout.JUDGED
         )
@@ -122,7 +122,7 @@ class Reconciler:
 
     async def _write(self, resource: Resource, planned: plan.StatusPlan) -> None:
         """The planned status sections, then an event for each condition that moved."""
-        await self.cluster.write_status(resource, planned.sections)
+        await self.cluster.write_status(resource, planned.status)
         for change in status.transitions(resource.status.conditions, planned.conditions):
             kopf.event(
                 cast(kopf.Body, resource.body),

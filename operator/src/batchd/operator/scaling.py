@@ -18,7 +18,7 @@ from typing import cast
 
 import kopf
 
-from batchd.api.status import AutoscalingStatus
+from batchd.api.status import AutoscalingStatus, BatchedDeploymentStatus
 from batchd.operator.autoscaler import Autoscaler, Decision, Held, Policy
 from batchd.operator.cluster import Cluster
 from batchd.operator.metrics import SCALES, forget_load, record_load, record_replicas
@@ -90,7 +90,7 @@ class Scaling:
         if seen == before or now - self._seen_written.get(resource.key, -refresh_s) < refresh_s:
             return
         async with self.cluster.locks[resource.key]:
-            await self.cluster.write_status(resource, {"autoscaling": seen})
+            await self.cluster.write_status(resource, BatchedDeploymentStatus(autoscaling=seen))
         self._seen_written[resource.key] = now
 
     async def _scale(
@@ -107,7 +107,8 @@ class Scaling:
                 "last_scale_reason": decision.reason,
             }
         )
-        stored = resource.stored_status.get("desired_replicas")
+        # Guarded: a count decided from a resource read before another write moved it is not written.
+        guarded = ["desired_replicas"] if "desired_replicas" in resource.stored_status else []
         async with self.cluster.locks[resource.key]:
             if decision.replicas < current:
                 for replica in loads:
@@ -115,11 +116,10 @@ class Scaling:
                         await self.cluster.set_deletion_cost(
                             resource.namespace, replica.pod.name, replica.items
                         )
-            # Guarded: a count decided from a resource read before another write moved it is not written.
             written = await self.cluster.write_status(
                 resource,
-                {"autoscaling": scaled, "desired_replicas": decision.replicas},
-                guards={"desired_replicas": stored} if stored is not None else None,
+                BatchedDeploymentStatus(autoscaling=scaled, desired_replicas=decision.replicas),
+                guarded,
             )
         if not written:
             return

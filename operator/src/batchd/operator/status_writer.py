@@ -2,22 +2,23 @@
 whole, so that nothing an older write put there survives (a key dropped from the spec leaves the
 status too).
 
-Sections are the status' top-level fields (`batchd.api.status.SECTIONS`), typed; the writer turns
-them into a JSON Patch on the status subresource, one `add` per section that differs from what is
-stored (`add` replaces a member that is there) and one `remove` per section set to None. A write
-computed from a reading of the status (the replicas' batching count, a canary judgement) is
-guarded by a `test` of the section it read, so that the API server refuses it, whole, when
-another write moved that section meanwhile.
+A write is a `BatchedDeploymentStatus` holding only the sections to write: the fields set on it
+(`model_fields_set`), each the status' top-level field it names. The writer turns them into a JSON
+Patch on the status subresource, one `add` per section that differs from what is stored (`add`
+replaces a member that is there) and one `remove` per section set to None. A write computed from a
+reading of the status (the replicas' batching count, a canary judgement) is guarded by a `test` of
+the sections it read, so that the API server refuses it, whole, when another write moved one of
+them meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from batchd.api.kube_connection import ApiError
-from batchd.api.status import SECTIONS, dump_section
+from batchd.api.status import BatchedDeploymentStatus, dump_section
 from batchd.operator.kube_requests import KubeApi
 
 logger = logging.getLogger(__name__)
@@ -26,16 +27,13 @@ Operation = dict[str, Any]
 
 
 def operations(
-    stored: Mapping[str, Any], sections: Mapping[str, Any], guards: Mapping[str, Any] | None = None
+    stored: Mapping[str, Any], update: BatchedDeploymentStatus, guarded: Iterable[str] = ()
 ) -> list[Operation]:
-    """The JSON Patch that makes each of `sections` exactly its value (None: absent) over the
-    `stored` status; no operation at all when it already is. `guards`: section -> the stored value
-    the write was computed from, tested first (a section that is there: JSON Patch cannot test for
-    an absent one)."""
-    unknown = set(sections) - set(SECTIONS)
-    if unknown:
-        raise ValueError(f"not status sections: {', '.join(sorted(unknown))}")
-    wanted = {name: dump_section(value) for name, value in sections.items()}
+    """The JSON Patch that makes each section set on `update` exactly its value (None: absent)
+    over the `stored` status; no operation at all when it already is. `guarded`: sections whose
+    stored value the update was computed from, tested first (sections that are there: JSON Patch
+    cannot test for an absent one)."""
+    wanted = {name: dump_section(getattr(update, name)) for name in sorted(update.model_fields_set)}
     changes: list[Operation] = []
     for name, value in wanted.items():
         if value is None:
@@ -45,7 +43,7 @@ def operations(
             changes.append({"op": "add", "path": f"/status/{name}", "value": value})
     if not changes:
         return []
-    tests = [_test(name, dump_section(value)) for name, value in (guards or {}).items()]
+    tests = [_test(name, stored[name]) for name in guarded]
     if not stored:  # no status yet: the first write makes it
         made = {name: value for name, value in wanted.items() if value is not None}
         return [*tests, {"op": "add", "path": "/status", "value": made}]
@@ -68,12 +66,12 @@ class StatusWriter:
         namespace: str,
         name: str,
         stored: Mapping[str, Any],
-        sections: Mapping[str, Any],
-        guards: Mapping[str, Any] | None = None,
+        update: BatchedDeploymentStatus,
+        guarded: Iterable[str] = (),
     ) -> bool:
-        """Write `sections` over the `stored` status; False when a guard found its section moved
-        (nothing was written) or the resource is gone."""
-        patch = operations(stored, sections, guards)
+        """Write the sections set on `update` over the `stored` status; False when a guarded
+        section had moved (nothing was written) or the resource is gone."""
+        patch = operations(stored, update, guarded)
         if not patch:
             return True
         try:
@@ -81,7 +79,7 @@ class StatusWriter:
         except ApiError as error:
             if error.status == 404:
                 return False
-            if error.status == 422 and guards:
+            if error.status == 422 and guarded:
                 logger.debug("%s/%s: status moved since it was read; not written: %s", namespace, name, error)
                 return False
             raise
