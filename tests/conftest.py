@@ -4,11 +4,19 @@ may leave a task running."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from hypothesis import settings
 
 from batchd.testing.kubernetes.logs import check_watched
+
+# Property tests run the same examples every run (a test that fails one run in ten would block
+# every landing) and keep no database in the checkout; `HYPOTHESIS_PROFILE=explore` draws new ones.
+settings.register_profile("batchd", derandomize=True, database=None)
+settings.register_profile("explore", database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "batchd"))
 
 # `start_prometheus`; `control_plane` (a real Kubernetes control plane) and `kube_namespace`.
 pytest_plugins = ["batchd.testing.prometheus", "batchd.testing.kubernetes.fixtures"]

@@ -28,10 +28,8 @@ import yaml
 from batchd.api.crd import CRD_NAME, CRD_PATH
 from batchd.testing import ROOT
 from batchd.testing.kubernetes.network import (
-    LOOPBACK,
     ClusterAddresses,
     add_cluster_address,
-    can_add_addresses,
     claim_slot,
     remove_cluster_address,
 )
@@ -227,11 +225,7 @@ class ControlPlane(Started):
     def start(self) -> ControlPlane:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._slot = claim_slot(self.addresses)
-        if can_add_addresses():
-            add_cluster_address(self.addresses)
-        else:
-            # Without root, only the control plane runs (no node can): on loopback's own address.
-            self.address = LOOPBACK
+        add_cluster_address(self.addresses)
         self.port, self.etcd_port = free_port(self.address), free_port()
         self._write_credentials()
         started = time.monotonic()

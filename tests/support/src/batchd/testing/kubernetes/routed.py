@@ -89,7 +89,7 @@ class RouterNamespaces:
     @property
     def host(self) -> str:
         """The address a replica listens on, for the router to reach it through a slice."""
-        return self.control_plane.address
+        return self.control_plane.addresses.api
 
     def set_up(self) -> None:
         """The namespaces, and the router's ServiceAccount bound to its Role in each, as the chart
