@@ -37,7 +37,6 @@ class ChildrenPlan:
     batching: BatchingStatus
     before: RolloutStatus | None  # the rollout as the status had it
     rollout: RolloutStatus  # as planned for this spec
-    spec_revision: str
 
     def applied(
         self, kind: str, track: Track, answers: Mapping[tuple[str, str], Manifest]
@@ -68,7 +67,7 @@ def children_plan(resource: Resource, settings: Settings, now: datetime.datetime
         canary = rollout.canary_of(bd, planned)
         manifests += children.canary_children(canary, settings, replicas, batching.revision)
     kopf.adopt(manifests, owner=kopf.Body(cast(kopf.RawBody, dict(resource.body))))
-    return ChildrenPlan(bd, tuple(manifests), desired, batching, before, planned, spec_revision)
+    return ChildrenPlan(bd, tuple(manifests), desired, batching, before, planned)
 
 
 def canary_gone(before: RolloutStatus | None, after: RolloutStatus) -> bool:
