@@ -23,6 +23,7 @@ import pytest
 
 from batchd.api.manifest import parse_manifest
 from batchd.api.pod import config_map_name
+from batchd.api.revisions import batching_revision_of
 from batchd.operator import children
 from batchd.testing.kubernetes.components import forbidden
 from batchd.testing.kubernetes.controlplane import ControlPlane, namespace, unique_name
@@ -110,9 +111,11 @@ def drift(api: httpx.Client, ns: str) -> list[str]:
             ):
                 problems.append(f"{name}: the pod template is not the spec's")
         config = found["ConfigMap"].get(config_map_name(name))
-        revision = (status.get("batching") or {}).get("revision", 0)
+        revision = batching_revision_of(bd.spec.batching)
         if config is None or config["data"] != children.config_map(bd, revision)["data"]:
             problems.append(f"{name}: the replicas' manifest is not the spec's")
+        if (status.get("batching") or {}).get("revision") != revision:
+            problems.append(f"{name}: status.batching does not name the spec's batching revision")
         for kind in ("Service", "PodDisruptionBudget"):
             if name not in found[kind]:
                 problems.append(f"{name}: no {kind}")

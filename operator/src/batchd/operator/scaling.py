@@ -124,8 +124,6 @@ class Scaling:
         if not written:
             return
         self._seen_written[resource.key] = time.monotonic()
-        # The Deployment follows the status' count.
-        await self.reconciler.converge(*resource.key, logger)
         SCALES.labels(direction="up" if decision.replicas > current else "down").inc()
         record_replicas(*resource.key, decision.replicas, resource.status.ready_replicas)
         kopf.event(
@@ -134,6 +132,8 @@ class Scaling:
             reason=scale_event_reason(current, decision.replicas),
             message=f"{current} -> {decision.replicas} replicas: {decision.reason}",
         )
+        # The Deployment follows the status' count.
+        await self.reconciler.converge(*resource.key, logger)
 
 
 def scale_event_reason(current: int, replicas: int) -> str:
