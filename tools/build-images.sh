@@ -16,6 +16,10 @@ OUT=$CACHE/images
 VERSION=$(cat "$root/VERSION")
 REGISTRY=${REGISTRY:-ghcr.io/batchd}
 mkdir -p "$OUT"
+# One build at a time on this machine: two test workers that both find an image missing (its
+# inputs changed) would otherwise write the same archive at once; the second waits, then reuses it.
+exec 9>"$OUT/.build.lock"
+flock 9
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(operator router replica pause)
 

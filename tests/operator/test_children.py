@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from batchd.api.manifest import load_manifest, parse_manifest
-from batchd.api.revisions import REVISION_LABEL, revision_of
+from batchd.api.pod import REVISION_LABEL
+from batchd.api.revisions import revision_of
 from batchd.api.spec import BatchedDeployment
 from batchd.operator import children
 from batchd.operator.settings import Settings
@@ -211,10 +212,6 @@ def test_pods_are_labelled_by_revision_and_a_rollout_change_rolls_nothing() -> N
     assert revision(canary) == revision(base) and _template_hash(canary) == _template_hash(base)
     assert children.config_map(canary) == children.config_map(base)  # replicas never read it
     assert REVISION_LABEL not in children.deployment(base, SETTINGS)["spec"]["selector"]["matchLabels"]
-
-
-def test_scale_patch_touches_only_the_replicas() -> None:
-    assert children.replicas_patch(4) == {"spec": {"replicas": 4}}
 
 
 def test_service_selects_exactly_this_deployments_pods() -> None:

@@ -13,14 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from batchd.api.headers import PRIORITY_HEADER
-from batchd.api.pod import CANARY_COMPONENT
+from batchd.api.manifest import lenient_spec
+from batchd.api.pod import CANARY, track_of
 from batchd.api.spec import DEFAULT_PRIORITY_CLASS, BatchingSpec
+from batchd.api.status import read_status
 from batchd.router.errors import AmbiguousModel, UnknownModel
 
-# The label the EndpointSlice controller puts on each slice of a Service.
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-# Copied from the operator's Services: a canary revision's Service says which deployment it is of.
-INSTANCE_LABEL = "app.kubernetes.io/instance"
 # The Service port a replica serves on (the operator names it so, see operator/children.py).
 PORT_NAME = "http"
 DEFAULT_REQUEST_TIMEOUT_S = float(BatchingSpec.model_fields["request_timeout_s"].default)
@@ -37,29 +35,9 @@ class DeploymentRef:
         return f"{self.namespace}/{self.name}"
 
 
-def model_of(deployment: Mapping[str, Any]) -> tuple[DeploymentRef, str]:
-    """A BatchedDeployment's reference and the model name in its URLs (`spec.model.name`, by
-    default `metadata.name`)."""
+def ref_of(deployment: Mapping[str, Any]) -> DeploymentRef:
     metadata = deployment.get("metadata") or {}
-    ref = DeploymentRef(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
-    model = ((deployment.get("spec") or {}).get("model") or {}).get("name") or ref.name
-    return ref, str(model)
-
-
-def names_of(deployment: Mapping[str, Any]) -> frozenset[str]:
-    """Every name a request may give the deployment's model by: the one in its URLs and the one
-    OpenAI clients send as `model` (`spec.model.served_model_name`), as its replicas accept both."""
-    _, model = model_of(deployment)
-    served = ((deployment.get("spec") or {}).get("model") or {}).get("served_model_name")
-    return frozenset({model, str(served)} if served else {model})
-
-
-def request_timeout_of(deployment: Mapping[str, Any]) -> float:
-    """How long a replica of the deployment works on a request before its own 504
-    (`spec.batching.request_timeout_s`, the spec's default when unset)."""
-    batching = (deployment.get("spec") or {}).get("batching") or {}
-    value = batching.get("request_timeout_s")
-    return float(value) if isinstance(value, (int, float)) and value > 0 else DEFAULT_REQUEST_TIMEOUT_S
+    return DeploymentRef(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +52,10 @@ class ClassPriorities:
     def of(self, name: str | None) -> int:
         return self.by_name.get(name, self.default) if name is not None else self.default
 
-
-NO_CLASSES = ClassPriorities({})
+    @classmethod
+    def of_batching(cls, batching: BatchingSpec) -> ClassPriorities:
+        by_name = {found.name: found.priority for found in batching.priority_classes}
+        return cls(by_name, by_name.get(batching.default_priority_class or DEFAULT_PRIORITY_CLASS, 0))
 
 
 def priority_class_of(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -83,36 +63,43 @@ def priority_class_of(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     return next((value.decode("latin-1") for name, value in headers if name.lower() == PRIORITY_HEADER), None)
 
 
-def priorities_of(deployment: Mapping[str, Any]) -> ClassPriorities:
-    batching = (deployment.get("spec") or {}).get("batching") or {}
-    by_name = {
-        str(entry.get("name")): int(entry.get("priority", 0))
-        for entry in batching.get("priority_classes") or []
-        if isinstance(entry, Mapping)
-    }
-    default = by_name.get(str(batching.get("default_priority_class") or DEFAULT_PRIORITY_CLASS), 0)
-    return ClassPriorities(by_name, default)
+@dataclass(frozen=True, slots=True)
+class DeploymentRecord:
+    """What the router needs of one BatchedDeployment, read once per change of it: from a lenient
+    view of its spec (what this version knows of it) and its typed rollout status."""
 
+    ref: DeploymentRef
+    model: str  # the name in its URLs: spec.model.name, by default metadata.name
+    names: frozenset[str]  # every name a request may give: also spec.model.served_model_name
+    request_timeout_s: float  # how long its replica works on a request before its own 504
+    priorities: ClassPriorities
+    canary_percent: int  # the canary revision's share now (0 whenever no canary serves)
 
-def canary_percent_of(deployment: Mapping[str, Any]) -> int:
-    """The share of the deployment's requests, in percent, that its canary revision takes now
-    (`status.rollout.canary_percent`, which the operator sets to 0 whenever no canary serves)."""
-    rollout = (deployment.get("status") or {}).get("rollout") or {}
-    value = rollout.get("canary_percent")
-    return min(100, max(0, value)) if isinstance(value, int) else 0
+    @classmethod
+    def of(cls, deployment: Mapping[str, Any]) -> DeploymentRecord:
+        ref = ref_of(deployment)
+        spec = lenient_spec(deployment.get("spec"))
+        rollout = read_status(deployment.get("status")).rollout
+        model = spec.model.name or ref.name
+        served = spec.model.served_model_name
+        return cls(
+            ref=ref,
+            model=model,
+            names=frozenset({model, served} if served else {model}),
+            request_timeout_s=spec.batching.request_timeout_s,
+            priorities=ClassPriorities.of_batching(spec.batching),
+            canary_percent=rollout.canary_percent if rollout is not None else 0,
+        )
 
 
 def service_of(endpoint_slice: Mapping[str, Any]) -> tuple[DeploymentRef, bool] | None:
-    """The deployment whose Service the slice belongs to, and whether that Service is its canary
-    revision's (the component label the operator gives it)."""
+    """The deployment whose Service the slice belongs to (by the labels the EndpointSlice
+    controller copies from the operator's Services), and whether it is its canary revision's."""
     metadata = endpoint_slice.get("metadata") or {}
-    labels = metadata.get("labels") or {}
-    service = labels.get(SERVICE_NAME_LABEL)
-    if not service:
+    owner = track_of(dict(metadata.get("labels") or {}))
+    if owner is None:
         return None
-    namespace = str(metadata.get("namespace") or "")
-    canary = CANARY_COMPONENT.items() <= labels.items() and bool(labels.get(INSTANCE_LABEL))
-    return DeploymentRef(namespace, str(labels[INSTANCE_LABEL] if canary else service)), canary
+    return DeploymentRef(str(metadata.get("namespace") or ""), owner[0]), owner[1] == CANARY
 
 
 def ready_replicas(endpoint_slice: Mapping[str, Any]) -> tuple[str, ...]:
@@ -150,15 +137,11 @@ class Directory:
 
     def __init__(self, listener: Listener | None = None) -> None:
         self.listener = listener
-        self._models: dict[DeploymentRef, str] = {}
-        self._names: dict[DeploymentRef, frozenset[str]] = {}
-        self._timeouts: dict[DeploymentRef, float] = {}
-        self._priorities: dict[DeploymentRef, ClassPriorities] = {}
+        self._records: dict[DeploymentRef, DeploymentRecord] = {}
         self._by_model: dict[str, set[DeploymentRef]] = {}
         self._slices: dict[tuple[str, str], tuple[DeploymentRef, bool, tuple[str, ...]]] = {}
         self._replicas: dict[DeploymentRef, tuple[str, ...]] = {}
         self._canary_replicas: dict[DeploymentRef, tuple[str, ...]] = {}
-        self._canary_percent: dict[DeploymentRef, int] = {}
 
     # -- reads, per request ----------------------------------------------------------------------
     def resolve(self, model: str) -> DeploymentRef:
@@ -171,12 +154,16 @@ class Directory:
         (ref,) = refs
         return ref
 
+    def record(self, ref: DeploymentRef) -> DeploymentRecord:
+        """The deployment's record; UnknownModel when no such deployment is known."""
+        found = self._records.get(ref)
+        if found is None:
+            raise UnknownModel(f"deployment {ref}: no such BatchedDeployment")
+        return found
+
     def model_of(self, ref: DeploymentRef) -> str:
         """The model name a deployment serves; UnknownModel when no such deployment is known."""
-        model = self._models.get(ref)
-        if model is None:
-            raise UnknownModel(f"deployment {ref}: no such BatchedDeployment")
-        return model
+        return self.record(ref).model
 
     def replicas(self, ref: DeploymentRef) -> tuple[str, ...]:
         """The stable revision's ready replicas."""
@@ -186,17 +173,20 @@ class Directory:
         """The canary revision's ready replicas and its share of the requests in percent (0
         when no canary serves, or none of its replicas is ready)."""
         replicas = self._canary_replicas.get(ref, ())
-        return replicas, self._canary_percent.get(ref, 0) if replicas else 0
+        found = self._records.get(ref)
+        return replicas, found.canary_percent if replicas and found is not None else 0
 
     def request_timeout_s(self, ref: DeploymentRef) -> float:
-        return self._timeouts.get(ref, DEFAULT_REQUEST_TIMEOUT_S)
+        found = self._records.get(ref)
+        return found.request_timeout_s if found is not None else DEFAULT_REQUEST_TIMEOUT_S
 
     def priority_of(self, ref: DeploymentRef, class_name: str | None) -> int:
         """The priority of the class a request names (None: it names none) at deployment `ref`."""
-        return self._priorities.get(ref, NO_CLASSES).of(class_name)
+        found = self._records.get(ref)
+        return found.priorities.of(class_name) if found is not None else 0
 
     def deployments(self) -> dict[DeploymentRef, str]:
-        return dict(self._models)
+        return {ref: found.model for ref, found in self._records.items()}
 
     def all_replicas(self) -> dict[str, DeploymentRef]:
         return {
@@ -208,20 +198,15 @@ class Directory:
 
     # -- writes, from the watches ----------------------------------------------------------------
     def put_deployment(self, deployment: Mapping[str, Any]) -> None:
-        ref, model = model_of(deployment)
-        names = names_of(deployment)
-        self._unindex(ref, self._names.get(ref, frozenset()) - names)
-        self._models[ref] = model
-        self._names[ref] = names
-        self._timeouts[ref] = request_timeout_of(deployment)
-        self._priorities[ref] = priorities_of(deployment)
-        self._canary_percent[ref] = canary_percent_of(deployment)
-        for name in names:
-            self._by_model.setdefault(name, set()).add(ref)
+        record = DeploymentRecord.of(deployment)
+        before = self._records.get(record.ref)
+        self._unindex(record.ref, (before.names if before is not None else frozenset()) - record.names)
+        self._records[record.ref] = record
+        for name in record.names:
+            self._by_model.setdefault(name, set()).add(record.ref)
 
     def delete_deployment(self, deployment: Mapping[str, Any]) -> None:
-        ref, _ = model_of(deployment)
-        self._forget(ref)
+        self._forget(ref_of(deployment))
 
     def replace_deployments(self, deployments: Iterable[Mapping[str, Any]], namespace: str | None) -> None:
         """After a fresh list of one namespace (None: all): what is not in it was deleted while no
@@ -229,8 +214,8 @@ class Directory:
         seen = set()
         for deployment in deployments:
             self.put_deployment(deployment)
-            seen.add(model_of(deployment)[0])
-        for ref in set(self._models) - seen:
+            seen.add(ref_of(deployment))
+        for ref in set(self._records) - seen:
             if namespace is None or ref.namespace == namespace:
                 self._forget(ref)
 
@@ -287,13 +272,12 @@ class Directory:
             self.listener.replicas_changed(ref, replicas)
 
     def _forget(self, ref: DeploymentRef) -> None:
-        model = self._models.pop(ref, None)
-        self._timeouts.pop(ref, None)
-        self._priorities.pop(ref, None)
-        self._canary_percent.pop(ref, None)
-        self._unindex(ref, self._names.pop(ref, frozenset()))
-        if model is not None and self.listener is not None:
-            self.listener.deployment_deleted(ref, model)
+        found = self._records.pop(ref, None)
+        if found is None:
+            return
+        self._unindex(ref, found.names)
+        if self.listener is not None:
+            self.listener.deployment_deleted(ref, found.model)
 
     def _unindex(self, ref: DeploymentRef, names: Iterable[str]) -> None:
         for name in names:
