@@ -69,10 +69,12 @@ for target in "${targets[@]}"; do
     # needs. No --layers: buildah 1.28 then breaks `RUN --mount=type=bind,from=build`.
     buildah bud -q --isolation chroot --target "$target" --build-arg "PYTHON_IMAGE=$BASE" \
       --build-arg "VERSION=$VERSION" -t "$ref" -f "$root/Dockerfile" "$root" >&2
-    rm -f "$OUT/$target"-*.tar
     buildah push -q "$ref" "oci-archive:$archive.partial:$ref" >&2
     mv "$archive.partial" "$archive"
     buildah rmi -f "$ref" >/dev/null 2>&1 || true
+    # The two newest of a target stay: two checkouts on one machine (a branch beside main) then
+    # take turns without a rebuild each time, and the replica's GBs never pile up.
+    ls -t "$OUT/$target"-*.tar | tail -n +3 | xargs -r rm -f
   fi
   echo "$target $archive $ref"
 done
