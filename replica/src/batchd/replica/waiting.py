@@ -34,12 +34,15 @@ class Client:
     """What the replica knows of a request's client: how it learns that the client has gone
     (`gone`), how long the client still waits (`timeout_s`, from `batchd-timeout-s`), the priority
     class it asks for (`priority`, from `batchd-priority`; None: the default class) and who it is,
-    for fair shares within its class (`caller`, from `batchd-fairness-id`)."""
+    for fair shares within its class (`caller`, from `batchd-fairness-id`, else what the body
+    says) and for the prefix cache's scope (`tenant`: from the header only, which a gateway sets,
+    never from the body, which the client writes)."""
 
     gone: Abandoned | None = None
     timeout_s: float | None = None
     priority: str | None = None
     caller: str = ""
+    tenant: str = ""
 
     def asking(self, priority: str | None, caller: str | None) -> Client:
         """This client, in class `priority` and as `caller` where its headers said neither (the
@@ -49,6 +52,7 @@ class Client:
             self.timeout_s,
             self.priority if self.priority is not None else priority,
             self.caller or caller or "",
+            self.tenant,
         )
 
     def deadline(self, admitted: float, request_timeout_s: float) -> tuple[float, str]:

@@ -56,12 +56,9 @@ def client_waiting(
         timeout_s = None if timeout is None else parse_timeout_s(timeout)
     except ValueError as error:
         raise InvalidInput(str(error)) from None
-    return Client(
-        gone,
-        timeout_s,
-        None if priority is None else priority.decode("latin-1"),
-        "" if caller is None else caller.decode("latin-1"),
-    )
+    caller_id = "" if caller is None else caller.decode("latin-1")
+    class_name = None if priority is None else priority.decode("latin-1")
+    return Client(gone, timeout_s, class_name, caller_id, tenant=caller_id)
 
 
 def opened(replica: Replica) -> float:

@@ -6,7 +6,13 @@ max_batch_size), in the batcher's order (`queueing`: higher priority classes fir
 class in turns), their prompts in one forward pass (the prefill) that also makes their first
 token; then one forward pass makes the next token of every running sequence (a decoding step).
 A sequence that is done (its max_new_tokens, the end-of-sequence token, a stop string) leaves
-at once and its row is free for the next iteration. What each step made goes to the event loop
+at once and its row is free for the next iteration.
+
+A new sequence whose prompt begins with blocks of the prefix cache (`prefix_cache`: a system
+prompt, the earlier turns of its conversation) gets them copied into its row and prefills only
+the rest. A prompt's whole blocks are cached once it is prefilled, so that the requests right
+behind it hit them; a sequence that ends leaves the blocks of its answer too, so that the next
+turn of its conversation hits them. What each step made goes to the event loop
 in one `call_soon_threadsafe`: the loop only hands chunks of text to the waiting requests.
 
 Why not transformers' own continuous batching (`generate_batch`, `init_continuous_batching`,
@@ -34,6 +40,7 @@ import torch
 
 from batchd.replica.generation.cache import SlotCache
 from batchd.replica.generation.params import Chunk, GenerationParams, GenerationRequest
+from batchd.replica.generation.prefix_cache import BLOCK_TOKENS, PrefixCache, extend_keys
 from batchd.replica.generation.sampling import generator_for, next_tokens, token_logprobs
 from batchd.replica.generation.text import Decoder, TextStream
 from batchd.replica.queueing import FIRST_COME, NO_CALLER, PendingQueue, PriorityClass
@@ -55,6 +62,7 @@ class SequenceState:
     cancelled: bool = False  # set by the event loop; the engine drops the sequence at its next step
     lane: int = 0  # of the waiting queue: its priority class
     caller: str = NO_CALLER  # its fairness id, for turns within its class
+    salt: str = ""  # whose cached prefixes it may use: its caller's scope (see `prefix_cache`)
     arrived_at: float = field(default_factory=time.monotonic)
     # The engine's own:
     generated: int = 0
@@ -62,6 +70,10 @@ class SequenceState:
     last_token: int = 0
     text: TextStream | None = None
     generator: torch.Generator | None = field(default=None, repr=False)
+    output_ids: list[int] = field(default_factory=list)  # the tokens made so far
+    block_keys: list[bytes] = field(default_factory=list, repr=False)  # of its whole blocks, so far
+    cached_slots: list[int] = field(default_factory=list, repr=False)  # found at admission
+    cached_tokens: int = 0  # of the prompt, copied from the prefix cache rather than computed
 
     @property
     def params(self) -> GenerationParams:
@@ -91,6 +103,7 @@ class GenerationEngine:
         context_tokens: int,
         max_running: int,
         observer: StepObserver | None = None,
+        prefix_cache_bytes: int = 0,
     ) -> None:
         self._model = model
         self._device: torch.device = model.device
@@ -99,6 +112,7 @@ class GenerationEngine:
         self._special = special_ids
         self._pad = pad_id
         self._cache = SlotCache(max_running, context_tokens)
+        self.prefix_cache = PrefixCache(prefix_cache_bytes)
         self.observer = observer  # set once metrics exist
         # Shared with the event loop (it submits): read and changed under `_wake`'s lock.
         self._waiting: PendingQueue[SequenceState] = PendingQueue(FIRST_COME)
@@ -125,6 +139,19 @@ class GenerationEngine:
     def capacity_tokens(self) -> int:
         """The bound of the cache: max_running sequences of the model's whole context."""
         return self.max_running * self._cache.max_columns
+
+    @property
+    def context_tokens(self) -> int:
+        return self._cache.max_columns
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def token_bytes(self) -> int:
+        """The bytes of one token's keys and values (known once a forward pass has run)."""
+        return self._cache.token_bytes
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -219,48 +246,74 @@ class GenerationEngine:
             while len(self._rows) + len(new) < self.max_running and self._waiting.drop_dead_first():
                 sequence = self._waiting.first()
                 assert sequence is not None
-                length = len(sequence.request.prompt_ids)
+                cached = self._cached_prefix(sequence)
+                length = len(sequence.request.prompt_ids) - cached
                 if new and (len(new) + 1) * max(longest, length) > PREFILL_TOKENS:
                     break
                 new += self._waiting.take_live(1)
                 longest = max(longest, length)
+                sequence.cached_tokens = cached
+                if self.prefix_cache.enabled:
+                    self.prefix_cache.count(len(sequence.request.prompt_ids), cached)
         return new
 
+    def _cached_prefix(self, sequence: SequenceState) -> int:
+        """How many of the sequence's prompt tokens the prefix cache holds (its slots kept on the
+        sequence): whole blocks, and never the last token, whose forward pass makes the first new one."""
+        cache = self.prefix_cache
+        if not cache.enabled:
+            return 0
+        prompt = sequence.request.prompt_ids
+        keys = extend_keys(sequence.block_keys, prompt, sequence.salt, cache.secret)
+        sequence.cached_slots = cache.match(keys)
+        return min(len(sequence.cached_slots) * BLOCK_TOKENS, len(prompt) - 1)
+
     def _prefill(self, new: list[SequenceState], events: list[tuple[SequenceState, Chunk]]) -> None:
-        """The new sequences' prompts, left-padded, in one forward pass; their first tokens."""
+        """The new sequences' prompts (less what the prefix cache holds of each), left-padded, in
+        one forward pass; their first tokens."""
         lengths = [len(s.request.prompt_ids) for s in new]
-        padded = max(lengths)
-        ids = torch.full((len(new), padded), self._pad, dtype=torch.long)
-        positions = torch.zeros((len(new), padded), dtype=torch.long)
-        for index, sequence in enumerate(new):
-            start = padded - lengths[index]
-            ids[index, start:] = torch.tensor(sequence.request.prompt_ids)
-            positions[index, start:] = torch.arange(lengths[index])
-        columns = torch.arange(padded)
-        starts = padded - torch.tensor(lengths)
-        causal = columns[None, :] <= columns[:, None]  # [query, key]
-        mask = causal[None] & (columns[None, None, :] >= starts[:, None, None])
-        mask |= torch.eye(padded, dtype=torch.bool)[None]  # padding attends to itself, never to nothing
+        starts = [s.cached_tokens for s in new]
         first = len(self._rows)
+        if any(starts):
+            ids, positions, mask = _prefill_after_prefixes(new, lengths, starts, self._pad)
+            placements = [(first + index, s.cached_slots) for index, s in enumerate(new)]
+
+            def copy(layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+                self.prefix_cache.copy_to(layer, keys, values, placements)
+
+            self._cache.prefill(first, lengths, starts, copy)
+        else:
+            ids, positions, mask = _prefill_alone(new, lengths, self._pad)
+            self._cache.prefill(first, lengths)
         self._cache.reserve(
             first + len(new), max(n + s.params.max_new_tokens for s, n in zip(new, lengths, strict=True))
         )
-        self._cache.prefill(first, lengths)
+        for sequence in new:
+            sequence.cached_slots = []
         try:
             logits = self._forward("prefill", ids, mask[:, None], positions)
         except Exception as error:
             logger.exception("a prefill of %d sequence(s) failed", len(new))
             events.extend((s, Chunk("", (), "error", error)) for s in new)
             return
-        for sequence, length in zip(new, lengths, strict=True):
+        for index, (sequence, length) in enumerate(zip(new, lengths, strict=True)):
             sequence.length = length
             sequence.generator = generator_for(sequence.params, self._device)
             sequence.text = TextStream(
                 self._decoder, sequence.request.prompt_ids, sequence.params.stop, self._special
             )
             self.held_tokens += length
+            # The prompt's blocks, at once: the requests right behind it may begin the same way.
+            self._keep_blocks(sequence, first + index, sequence.request.prompt_ids)
         self._rows.extend(new)
         self._take(new, logits, events)
+
+    def _keep_blocks(self, sequence: SequenceState, row: int, tokens: Sequence[int]) -> None:
+        """The whole blocks of `tokens` (whose keys and values are in `row`) into the prefix cache."""
+        cache = self.prefix_cache
+        if cache.enabled and len(tokens) >= BLOCK_TOKENS:
+            keys = extend_keys(sequence.block_keys, tokens, sequence.salt, cache.secret)
+            cache.store(keys, row, self._cache.buffers)
 
     def _decode(self, events: list[tuple[SequenceState, Chunk]]) -> None:
         """One token more for every running sequence."""
@@ -312,6 +365,7 @@ class GenerationEngine:
             assert sequence.text is not None
             sequence.generated += 1
             sequence.last_token = token
+            sequence.output_ids.append(token)
             text = sequence.text.push(token)
             finish = None
             if token in self._eos or sequence.text.stopped:
@@ -322,11 +376,17 @@ class GenerationEngine:
                 text += sequence.text.flush()
                 self._remove(sequence)
             logprobs = (scored[row],) if row in scored else ()
-            events.append((sequence, Chunk(text, (token,), finish, logprobs=logprobs)))
+            cached = sequence.cached_tokens if sequence.generated == 1 else 0
+            events.append((sequence, Chunk(text, (token,), finish, logprobs=logprobs, cached_tokens=cached)))
 
-    def _remove(self, sequence: SequenceState) -> None:
-        """The sequence leaves; the last row moves into its place, so rows stay 0..n-1."""
+    def _remove(self, sequence: SequenceState, computed: bool = True) -> None:
+        """The sequence leaves (`computed`: its keys and values are whole, and its blocks stay in
+        the prefix cache: prompt and answer); the last row moves into its place, so rows stay 0..n-1."""
         index = self._rows.index(sequence)
+        if computed and sequence.length >= BLOCK_TOKENS and self.prefix_cache.enabled:
+            # In the cache: the prompt and every new token but the last, which was never fed back.
+            tokens = [*sequence.request.prompt_ids, *sequence.output_ids][: sequence.length]
+            self._keep_blocks(sequence, index, tokens)
         last = len(self._rows) - 1
         if index != last:
             moved = self._rows[last]
@@ -340,7 +400,7 @@ class GenerationEngine:
     ) -> list[tuple[SequenceState, Chunk]]:
         for sequence in sequences:
             if sequence in self._rows:
-                self._remove(sequence)
+                self._remove(sequence, computed=False)
         return [(s, Chunk("", (), "error", error)) for s in sequences]
 
     def _dispatch(self, events: list[tuple[SequenceState, Chunk]]) -> None:
@@ -355,3 +415,43 @@ def _deliver(events: list[tuple[SequenceState, Chunk]]) -> None:
     for sequence, chunk in events:
         if not sequence.cancelled:
             sequence.deliver(chunk)
+
+
+def _prefill_alone(
+    new: Sequence[SequenceState], lengths: Sequence[int], pad: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ids, positions and mask ([rows, query, key]) of whole prompts, left-padded to the longest:
+    each attends to its own tokens only."""
+    padded = max(lengths)
+    ids = torch.full((len(new), padded), pad, dtype=torch.long)
+    positions = torch.zeros((len(new), padded), dtype=torch.long)
+    for index, sequence in enumerate(new):
+        start = padded - lengths[index]
+        ids[index, start:] = torch.tensor(sequence.request.prompt_ids)
+        positions[index, start:] = torch.arange(lengths[index])
+    columns = torch.arange(padded)
+    starts = padded - torch.tensor(lengths)
+    causal = columns[None, :] <= columns[:, None]  # [query, key]
+    mask = causal[None] & (columns[None, None, :] >= starts[:, None, None])
+    mask |= torch.eye(padded, dtype=torch.bool)[None]  # padding attends to itself, never to nothing
+    return ids, positions, mask
+
+
+def _prefill_after_prefixes(
+    new: Sequence[SequenceState], lengths: Sequence[int], starts: Sequence[int], pad: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ids, positions and mask ([rows, query, key]) of the prompts' uncached tokens (from each
+    start), left-padded to the longest; keys are the rows' columns 0 to the longest prompt, where
+    the cached tokens are copied: a token attends to every column up to its own position, and
+    padding to column 0 (never to nothing)."""
+    counts = [length - start for length, start in zip(lengths, starts, strict=True)]
+    padded = max(counts)
+    ids = torch.full((len(new), padded), pad, dtype=torch.long)
+    positions = torch.zeros((len(new), padded), dtype=torch.long)
+    for index, sequence in enumerate(new):
+        start = padded - counts[index]
+        ids[index, start:] = torch.tensor(sequence.request.prompt_ids[starts[index] :])
+        positions[index, start:] = torch.arange(starts[index], lengths[index])
+    columns = torch.arange(max(lengths))
+    mask = columns[None, None, :] <= positions[:, :, None]
+    return ids, positions, mask

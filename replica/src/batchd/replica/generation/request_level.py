@@ -158,6 +158,10 @@ class RequestLevel:
     def kv_usage(self) -> float:
         return 0.0  # no cache outlives its batch
 
+    @property
+    def prefix_cache(self) -> None:
+        return None  # transformers' generate computes every prompt whole
+
     def open(self, request: GenerationRequest, client: Client = NO_CLIENT) -> SequenceStream:
         """A stream of one chunk: the whole answer, when its batch is done."""
         loop = asyncio.get_running_loop()

@@ -62,6 +62,7 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
         self._first: float | None = None
         self._chunks = 0
         self.generated_tokens = 0
+        self.cached_tokens = 0  # of the prompt, from the prefix cache (said by the first chunk)
 
     async def __aenter__(self) -> SequenceStream:
         self._on_open()
@@ -127,7 +128,9 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
             logprobs.extend(chunk.logprobs)
             finish = chunk.finish_reason or finish
         prompt_tokens = len(self.request.prompt_ids)
-        return Completion("".join(pieces), finish, prompt_tokens, tuple(tokens), tuple(logprobs))
+        return Completion(
+            "".join(pieces), finish, prompt_tokens, tuple(tokens), tuple(logprobs), self.cached_tokens
+        )
 
     def _account(self, chunk: Chunk) -> None:
         now = time.perf_counter()
@@ -136,6 +139,7 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
             if self._observer is not None:
                 self._observer.first_token(now - self._started)
         self.generated_tokens += chunk.tokens
+        self.cached_tokens += chunk.cached_tokens
         if chunk.finish_reason is not None:
             self._finished = True
             if self._observer is not None:

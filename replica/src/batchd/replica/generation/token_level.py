@@ -14,6 +14,7 @@ from batchd.replica.batching import first_come, lane_of, priority_classes
 from batchd.replica.errors import Draining, QueueFull
 from batchd.replica.generation.engine import GenerationEngine, SequenceState
 from batchd.replica.generation.params import Completion, GenerationRequest
+from batchd.replica.generation.prefix_cache import PrefixCache
 from batchd.replica.generation.preparing import Preparer
 from batchd.replica.generation.streams import Deliver, SequenceObserver, SequenceStream
 from batchd.replica.queueing import NO_CALLER
@@ -31,8 +32,10 @@ class TokenLevel:
         preparer: Preparer,
         config: BatchingSpec,
         observer: SequenceObserver | None = None,
+        prefix_scope: str = "caller",
     ) -> None:
         self.engine = engine
+        self._prefix_scope = prefix_scope  # model.generation.prefix_cache_scope
         self.preparer = preparer
         self._config = config
         self._observer = observer
@@ -54,6 +57,10 @@ class TokenLevel:
     @property
     def kv_usage(self) -> float:
         return self.engine.held_tokens / max(1, self.engine.capacity_tokens)
+
+    @property
+    def prefix_cache(self) -> PrefixCache:
+        return self.engine.prefix_cache
 
     @property
     def longest_step_s(self) -> float:
@@ -122,9 +129,11 @@ class TokenLevel:
             self._idle.clear()
 
         caller = client.caller if self._config.fair_share else NO_CALLER
+        # Whose cached prefixes it may use: its caller's own (by the header), or the deployment's.
+        salt = client.tenant if self._prefix_scope == "caller" else ""
 
         def start(deliver: Deliver) -> Callable[[], None]:
-            sequence = SequenceState(request, deliver, lane=lane, caller=caller)
+            sequence = SequenceState(request, deliver, lane=lane, caller=caller, salt=salt)
             self.engine.submit(sequence)
             return lambda: self.engine.cancel(sequence)
 

@@ -58,12 +58,14 @@ class BatchModel(Protocol):
 @dataclass(frozen=True)
 class GenerationSetup:
     """What the replica gives a text-generation model's service: its batching, its batcher (for
-    request-level scheduling), and where it reports each sequence and each engine step."""
+    request-level scheduling), where it reports each sequence and each engine step, and the
+    memory its pod asks for (resources.requests.memory, in bytes; None when it names none)."""
 
     config: BatchingSpec
     batcher: Batcher
     sequences: SequenceObserver
     steps: StepObserver
+    memory_request_bytes: int | None = None
 
 
 @runtime_checkable
