@@ -2,7 +2,8 @@
 
 Per request: the model name from the path (or the JSON body, see `naming`) picks the deployment
 (`directory`); with no ready replica the request is held (`holding`); then it is sent on
-(`forwarding`). Everything else is the router's own (`own_routes`).
+(`forwarding`), a text-generation request by the start of its prompt (`prefixes`), read from
+its body. Everything else is the router's own (`own_routes`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ import math
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
-from batchd.api.headers import TIMEOUT_HEADER
+import orjson
+
+from batchd.api.headers import FAIRNESS_HEADER, TIMEOUT_HEADER
 from batchd.api.httpserver import closing
-from batchd.api.routes import RouteMatch
+from batchd.api.routes import Route, RouteMatch
 from batchd.router.client_deadline import deadline_of
 from batchd.router.client_request import (
     Body,
@@ -25,6 +29,7 @@ from batchd.router.client_request import (
     Receive,
     Send,
     read_ahead,
+    read_all,
     until_gone,
 )
 from batchd.router.directory import DeploymentRef, Directory, priority_class_of
@@ -40,8 +45,9 @@ from batchd.router.forwarding import Forwarder, Outbound
 from batchd.router.holding import Holds
 from batchd.router.loads import Loads
 from batchd.router.metrics import RouterMetrics
-from batchd.router.naming import model_in_body, routed, scoped
+from batchd.router.naming import json_body, model_in_document, routed, scoped
 from batchd.router.own_routes import answer_own
+from batchd.router.prefixes import LoadGuard, PrefixAsk, PrefixIndex, chunk_hashes, prompt_text
 from batchd.router.settings import RouterSettings
 from batchd.router.upstream import SendFailed, Upstream, request_headers
 
@@ -59,13 +65,17 @@ class Router:
         metrics: RouterMetrics,
         synced: Callable[[], bool],
         rng: random.Random | None = None,
+        prefixes: PrefixIndex | None = None,
     ) -> None:
         self.settings = settings
         self.directory = directory
         self.holds = holds
         self.metrics = metrics
         self.synced = synced
-        self.forwarder = Forwarder(settings, directory, loads, upstream, metrics, rng or random.Random())
+        self.prefixes = prefixes or PrefixIndex(settings.prefix_chunks_per_replica)
+        self.forwarder = Forwarder(
+            settings, directory, loads, upstream, metrics, rng or random.Random(), self.prefixes
+        )
         self.draining = False  # from SIGTERM on: unready, and every answer says Connection: close
         self.inflight = 0  # inference requests being routed or held now
 
@@ -112,14 +122,18 @@ class Router:
         deployment by name and the path its replica answers."""
         ref: DeploymentRef | None = None
         received: list[Message] = []
+        document: Any = None  # the JSON body, where it was read to find the model
         try:
             if not self.synced():
                 raise NotSynced("the router has not yet read the deployments from the API server")
             if found is not None:
                 model = found.model_name
+                route: Route | None = found.route
                 if model is None:
                     assert found.route.model_field is not None  # see `routed`
-                    model = await self._model_in_body(found.route.model_field, receive, received)
+                    field = found.route.model_field
+                    document = await self._body(field, receive, received)
+                    model = model_in_document(document, field)
                 ref = self.directory.resolve(model)
             else:
                 assert named is not None
@@ -127,7 +141,9 @@ class Router:
                 model = self.directory.model_of(wanted)  # an unknown one is counted under no label
                 ref = wanted
                 scope = {**scope, "path": inner, "raw_path": inner.encode("latin-1")}
-            status = await self._route(ref, model, scope, receive, send, received)
+                inner_route = routed(scope["method"], inner)
+                route = inner_route.route if inner_route is not None else None
+            status = await self._route(ref, model, scope, receive, send, received, route, document)
         except RouterError as error:
             answer = http_answer(error, self.settings)
             status = answer.status
@@ -138,16 +154,50 @@ class Router:
         if ref is not None:
             self.metrics.requests.labels(ref.namespace, ref.name, f"{status // 100}xx").inc()
 
-    async def _model_in_body(self, field: str, receive: Receive, received: list[Message]) -> str:
-        """The model a JSON body names in `field`, reading the body into `received` no further
-        than a retry keeps it anyway (`retry_body_max_bytes`)."""
+    async def _body(self, field: str, receive: Receive, received: list[Message]) -> Any:
+        """The JSON body, which names the model in `field`, read into `received` no further than a
+        retry keeps it anyway (`retry_body_max_bytes`)."""
         limit = self.settings.retry_body_max_bytes
         await read_ahead(receive, received, limit)
         if received[-1]["type"] == "http.disconnect":
             raise ClientGone
         if received[-1].get("more_body", False):
             raise BadRequest(f"request body: larger than {limit} bytes, so the router cannot read {field!r}")
-        return model_in_body(b"".join(message.get("body", b"") for message in received), field)
+        return json_body(b"".join(message.get("body", b"") for message in received), field)
+
+    async def _prefix_of(
+        self,
+        ref: DeploymentRef,
+        route: Route | None,
+        headers: list[tuple[bytes, bytes]],
+        receive: Receive,
+        received: list[Message],
+        document: Any,
+    ) -> PrefixAsk | None:
+        """How to route a text-generation request by its prompt, for a deployment whose replicas
+        cache prefixes; None for any other request, and for a body too large to read ahead
+        (`retry_body_max_bytes`) or that is no JSON (its replica answers that)."""
+        settings = self.settings
+        record = self.directory.get(ref)
+        if route is None or route.prompt_field is None or record is None or not record.prefix_cached:
+            return None
+        if not settings.prefix_routing:
+            return None
+        if document is None:
+            await read_ahead(receive, received, settings.retry_body_max_bytes)
+            if not read_all(received) or received[-1]["type"] == "http.disconnect":
+                return None
+            try:
+                document = orjson.loads(b"".join(message.get("body", b"") for message in received))
+            except orjson.JSONDecodeError:
+                return None
+        text = prompt_text(document, route.prompt_field) or ""
+        caller = ""
+        if record.prefix_by_caller:  # as the replicas salt their blocks: by the header alone
+            caller = next((v.decode("latin-1") for k, v in headers if k.lower() == FAIRNESS_HEADER), "")
+        hashes = chunk_hashes(text, caller, settings.prefix_chunk_chars, settings.prefix_max_chunks)
+        slack = max(1.0, settings.prefix_load_slack * record.max_batch_size)
+        return PrefixAsk(hashes, LoadGuard(slack, settings.prefix_load_ratio))
 
     async def _route(
         self,
@@ -157,12 +207,16 @@ class Router:
         receive: Receive,
         send: Send,
         received: list[Message],
+        route: Route | None = None,
+        document: Any = None,
     ) -> int:
-        """`received`: what was read of the request so far (the body, when the model is named in it)."""
+        """`received`: what was read of the request so far (the body, when the model is named in it,
+        parsed: `document`)."""
         deadline = deadline_of(scope["headers"])
         priority = self.directory.priority_of(ref, priority_class_of(scope["headers"]))
         if not self.directory.replicas(ref):
             await self._hold(ref, model, receive, deadline, received, priority)
+        prefix = await self._prefix_of(ref, route, scope["headers"], receive, received, document)
         if not received:
             received.append(await receive())
         if received[-1]["type"] == "http.disconnect":
@@ -173,7 +227,9 @@ class Router:
             target = f"{target}?{scope['query_string'].decode('latin-1')}"
         watch = ClientWatch(receive) if body.complete else None
         headers = request_headers(scope["headers"])
-        request = Outbound(ref, model, scope["method"], target, headers, body, deadline, watch, priority)
+        request = Outbound(
+            ref, model, scope["method"], target, headers, body, deadline, watch, priority, prefix
+        )
         try:
             return await self.forwarder.forward(request, send)
         except SendFailed:
