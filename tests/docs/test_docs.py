@@ -85,6 +85,7 @@ PERFORMANCE_CHARTS = {
     "generation": ("generation.png",),
     "router": ("router-keepalive.png", "router-zero.png"),
     "peers": ("peers.png",),
+    "prefix": ("prefix.png",),
     "priority": ("priority.png",),
     "rollouts": ("rollouts.png",),
 }

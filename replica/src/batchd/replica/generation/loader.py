@@ -130,8 +130,10 @@ class TokenGenerationModel:
                 f"(greedy {ours!r}, transformers' generate {expected!r}); use scheduling: request"
             )
         self._check_prefix_cache(params)
+        # Within what the spec allows: a deployment may cap answers below the warm-up's 8 tokens.
+        length = {"max_new_tokens": min(8, self.preparer.limits.max_new_tokens)}
         warm = [
-            self.preparer.prepare(WARMUP_PROMPTS[i % len(WARMUP_PROMPTS)], {"max_new_tokens": 8}, "warm-up")
+            self.preparer.prepare(WARMUP_PROMPTS[i % len(WARMUP_PROMPTS)], length, "warm-up")
             for i in range(sequences)
         ]
         self.engine.run_to_completion(warm)
