@@ -22,17 +22,13 @@ from batchd.api.manifest import parse_manifest
 from batchd.replica.front.app import create_app
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing import manifests
-from batchd.testing.models import GPT2_CORPUS, build_gpt2
+from batchd.testing.models import GPT2_CHAT_TEMPLATE, GPT2_CORPUS, build_gpt2
 from batchd.testing.servers import uvicorn_in_thread
 
 pytestmark = pytest.mark.slow
 
 BLOCK = 16  # tokens a block of the prefix cache holds
 NEW_TOKENS = 8
-CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}"
-)
 SYSTEM = " ".join(GPT2_CORPUS[:3])  # a system prompt of several blocks
 MEMORY_REQUEST = 2 << 30  # the pod's memory request: 2 GiB
 FAIRNESS = FAIRNESS_HEADER.decode()
@@ -51,7 +47,7 @@ def serve(gpt2_dir: Path, **generation: Any) -> Any:
         "device": "cpu",
         # Greedy, and every answer as long as it asks: the same prompt, the same text.
         "call_kwargs": {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "do_sample": False},
-        "generation": {"chat_template": CHAT_TEMPLATE, **generation},
+        "generation": {"chat_template": GPT2_CHAT_TEMPLATE, **generation},
     }
     document = manifests.manifest(
         "gpt2",

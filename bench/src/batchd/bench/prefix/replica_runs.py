@@ -33,7 +33,6 @@ from batchd.bench.prefix.analysis import (
     replica_goals,
 )
 from batchd.bench.prefix.workload import (
-    CHAT_TEMPLATE,
     GPT2_CONFIG,
     HOT,
     MODEL,
@@ -46,7 +45,7 @@ from batchd.bench.prefix.workload import (
 )
 from batchd.testing import servers
 from batchd.testing.manifests import manifest
-from batchd.testing.models import build_gpt2
+from batchd.testing.models import GPT2_CHAT_TEMPLATE, build_gpt2
 
 logger = logging.getLogger("batchd.bench.prefix")
 
@@ -74,7 +73,7 @@ def replica_manifest(name: str, directory: Path, options: Options, cache_bytes: 
         "call_kwargs": {"max_new_tokens": new, "min_new_tokens": new, "do_sample": False},
         "generation": {
             "max_new_tokens": new,
-            "chat_template": CHAT_TEMPLATE,
+            "chat_template": GPT2_CHAT_TEMPLATE,
             "prefix_cache_bytes": cache_bytes,
         },
     }

@@ -22,10 +22,6 @@ CHAT = "/v1/chat/completions"
 # The tiny GPT-2 of the tests, its context raised so that a system prompt, a question and an answer fit.
 GPT2_CONFIG = {"n_positions": 1024}
 BLOCK_TOKENS = 16
-CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}"
-)
 # The workloads, by name; the replica part runs the first four, the routing part the last three.
 SYSTEM_PROMPTS = "system prompts"
 CONVERSATIONS = "conversations"
