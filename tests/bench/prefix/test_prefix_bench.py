@@ -4,6 +4,7 @@ of the replica and routing parts."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -87,6 +88,13 @@ def test_a_window_counts_answers_between_its_first_and_last_and_the_share_of_cac
     assert found.ttft_p50_ms == pytest.approx(100)
     later = figures([Outcome(0, 0.1, 1, turn=turn) for turn in (1, 2, 3, 4)], turn_from=3)
     assert later.completed == 2
+
+
+def test_a_closed_loop_answered_in_rounds_counts_each_clients_own_rate() -> None:
+    # Two clients answered together every second: 2 a second (5 answers over 2 s would say 2.5).
+    rounds = [dataclasses.replace(outcome(0, t - 0.5, t), client=c) for t in (1.0, 2.0, 3.0) for c in (0, 1)]
+    found = figures(rounds, since_s=0.5, until_s=3.5)
+    assert found.rps == pytest.approx(2.0) and found.tokens_per_s == pytest.approx(64.0)
 
 
 def test_goals_are_ratios_within_each_repeat_so_a_slow_minute_cancels_out() -> None:

@@ -57,6 +57,7 @@ class RunResult:
     answered_due_s: list[float] = field(default_factory=list)  # when each of latencies_s was due (open loop)
     refused: int = 0  # of the errors, the 503s (open loop)
     answered_s: list[float] = field(default_factory=list)  # when each of latencies_s came (closed loop)
+    answered_by: list[int] = field(default_factory=list)  # which client each of answered_s came to
 
     @property
     def completed(self) -> int:
@@ -68,14 +69,25 @@ class RunResult:
 
     @property
     def steady_rps(self) -> float:
-        """Answers a second from the first answer of the window to its last (each answer after the
-        first, over the time between them): where answers come in rounds (every client's request
-        the same length), this resolves to the time of a round, where the count over the window
-        moves a whole round at a time."""
-        if len(self.answered_s) < 2:
+        """Answers a second, each client's own rate summed: a client's answers after its first in
+        the window, over the time from its first to its last. It resolves finer than the count over
+        the window, which moves a whole round at a time where every request takes as long; and,
+        client by client, a round is counted once, where the first to last answer of all clients
+        together would count one round more than the time between them holds. A client with fewer
+        than two answers adds its count over the window."""
+        times: dict[int, list[float]] = {}
+        for client, at in zip(self.answered_by, self.answered_s, strict=True):
+            times.setdefault(client, []).append(at)
+        if not any(len(answers) > 1 for answers in times.values()):
             return self.throughput_rps
-        span = max(self.answered_s) - min(self.answered_s)
-        return (len(self.answered_s) - 1) / span if span > 0 else self.throughput_rps
+        total = 0.0
+        for answers in times.values():
+            span = max(answers) - min(answers)
+            if len(answers) > 1 and span > 0:
+                total += (len(answers) - 1) / span
+            elif self.duration_s:
+                total += len(answers) / self.duration_s
+        return total
 
     def record_error(self, what: str) -> None:
         self.errors += 1
@@ -124,6 +136,7 @@ async def closed_loop(
             if status == 200:
                 result.latencies_s.append(done - now)
                 result.answered_s.append(done - measure_from)
+                result.answered_by.append(index)
             else:
                 result.record_error(f"HTTP {status}: {body[:200]!r}")
         session.close()

@@ -46,8 +46,8 @@ class Run:
     clients: int
     requests: int = 0  # answered 200 within the measured window
     errors: int = 0
-    # Answers a second, from the first answer of the window to its last (each answer after the first
-    # over the time between them), so that answers that come in rounds resolve to a round's time.
+    # Answers a second, each client's own rate summed (`loadgen.RunResult.steady_rps`), so that
+    # answers that come in rounds resolve to a round's time.
     rps: float = math.nan
     tokens_per_s: float = math.nan  # the generator's: rps times the new tokens of an answer
     p50_ms: float = math.nan

@@ -41,29 +41,49 @@ def figures(
 ) -> Figures:
     """The figures of the requests answered within [since_s, until_s] (of turn `turn_from` or later).
 
-    Completions a second are counted from the first answer of the window to its last: each answer
-    after the first over the time between them. A closed loop whose answers come in rounds then
-    resolves to the time of a round, not to a round in the length of the window."""
+    Completions a second: a closed loop's are each client's own rate summed (its answers after
+    its first over the time from its first to its last), which resolves finer than a count over
+    the window where answers come in rounds, and counts each round once. An open loop's are
+    counted from the first answer of the window to its last. Tokens a second likewise."""
     counted = [o for o in outcomes if o.turn >= turn_from]
     answered = sorted(
         (o for o in counted if o.ok and since_s <= (o.done_s or 0) <= until_s), key=lambda o: o.done_s or 0
     )
     failed = [o for o in counted if not o.ok and since_s <= o.due_s <= until_s]
-    span = (answered[-1].done_s or 0) - (answered[0].done_s or 0) if len(answered) > 1 else 0.0
-    later = answered[1:]
     prompt = sum(o.prompt_tokens for o in answered)
+    rps, tokens_per_s = _rates(answered, until_s - since_s)
     return Figures(
         requests=len(answered) + len(failed),
         completed=len(answered),
         errors=len(failed),
         error_samples=[o.error or "" for o in failed][:3],
-        rps=len(later) / span if span > 0 else math.nan,
-        tokens_per_s=sum(o.new_tokens for o in later) / span if span > 0 else math.nan,
+        rps=rps,
+        tokens_per_s=tokens_per_s,
         ttft_p50_ms=_ttft_ms(answered, 50),
         ttft_p90_ms=_ttft_ms(answered, 90),
         ttft_p99_ms=_ttft_ms(answered, 99),
         hit_rate=ratio(sum(o.cached_tokens for o in answered), prompt) if prompt else math.nan,
     )
+
+
+def _rates(answered: Sequence[Outcome], window_s: float) -> tuple[float, float]:
+    """Completions and new tokens a second of answers sorted by when they came (see `figures`)."""
+    by_client: dict[int, list[Outcome]] = {}
+    for outcome in answered:
+        by_client.setdefault(outcome.client, []).append(outcome)
+    groups = list(by_client.values()) if -1 not in by_client else [list(answered)]
+    rps = tokens = 0.0
+    spanned = False
+    for group in groups:
+        span = (group[-1].done_s or 0) - (group[0].done_s or 0)
+        if len(group) > 1 and span > 0:
+            rps += (len(group) - 1) / span
+            tokens += sum(o.new_tokens for o in group[1:]) / span
+            spanned = True
+        elif math.isfinite(window_s) and window_s > 0:
+            rps += len(group) / window_s
+            tokens += sum(o.new_tokens for o in group) / window_s
+    return (rps, tokens) if spanned else (math.nan, math.nan)
 
 
 @dataclass(frozen=True)

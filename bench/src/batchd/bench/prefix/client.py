@@ -9,6 +9,7 @@ with text arrived.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ class Outcome:
     new_tokens: int = 0
     turn: int = 0
     error: str | None = None
+    client: int = -1  # which client of a closed loop sent it (-1: an open loop's)
 
     @property
     def ok(self) -> bool:
@@ -107,13 +109,13 @@ async def closed_loop(
     async with _session(give_up_s, caller) as session:
         start = asyncio.get_running_loop().time()
 
-        async def client() -> None:
+        async def client(index: int) -> None:
             loop = asyncio.get_running_loop()
             while (now := loop.time() - start) < until_s:
                 outcome, _ = await send(session, url, next(jobs), start, now)
-                outcomes.append(outcome)
+                outcomes.append(dataclasses.replace(outcome, client=index))
 
-        await asyncio.gather(*(client() for _ in range(clients)))
+        await asyncio.gather(*(client(index) for index in range(clients)))
     return outcomes
 
 
@@ -189,17 +191,17 @@ async def conversation_loop(
     async with _session(give_up_s, caller) as session:
         start = asyncio.get_running_loop().time()
 
-        async def slot() -> None:
+        async def slot(index: int) -> None:
             loop = asyncio.get_running_loop()
             while loop.time() - start < until_s:
                 conversation, answers = next(fresh), list[str]()
                 for _ in conversation.questions:
                     job = conversation.job(answers, new_tokens)
                     outcome, text = await send(session, url, job, start, loop.time() - start)
-                    outcomes.append(outcome)
+                    outcomes.append(dataclasses.replace(outcome, client=index))
                     if not outcome.ok or loop.time() - start >= until_s:
                         break
                     answers.append(text)
 
-        await asyncio.gather(*(slot() for _ in range(slots)))
+        await asyncio.gather(*(slot(index) for index in range(slots)))
     return outcomes

@@ -88,8 +88,9 @@ def to_markdown(results: Results) -> str:
         "Every request through the OpenAI routes, streamed; the time to first token is when its first "
         "text arrived, from when it was due (open loops) or sent (closed loops and conversations); the "
         "hit rate is the prompt tokens the answers' usage says were cached over all prompt tokens. "
-        "Completions a second are counted from the first answer of a window to its last. Ratios are "
-        "taken within each repeat.",
+        "Completions a second of a closed loop are each client's own rate summed (its answers after "
+        "its first in the window, over the time from its first to its last); of an open loop, from "
+        "the first answer of the window to its last. Ratios are taken within each repeat.",
         "",
     ]
     goals: list[Goal] = []
