@@ -95,6 +95,9 @@ def test_a_closed_loop_answered_in_rounds_counts_each_clients_own_rate() -> None
     rounds = [dataclasses.replace(outcome(0, t - 0.5, t), client=c) for t in (1.0, 2.0, 3.0) for c in (0, 1)]
     found = figures(rounds, since_s=0.5, until_s=3.5)
     assert found.rps == pytest.approx(2.0) and found.tokens_per_s == pytest.approx(64.0)
+    # Requests as long as half the window: one answer a client, counted over the window.
+    once = figures(rounds[:2], since_s=0.5, until_s=2.5)
+    assert once.rps == pytest.approx(1.0)
 
 
 def test_goals_are_ratios_within_each_repeat_so_a_slow_minute_cancels_out() -> None:

@@ -83,7 +83,12 @@ def _rates(answered: Sequence[Outcome], window_s: float) -> tuple[float, float]:
         elif math.isfinite(window_s) and window_s > 0:
             rps += len(group) / window_s
             tokens += sum(o.new_tokens for o in group) / window_s
-    return (rps, tokens) if spanned else (math.nan, math.nan)
+    if spanned:
+        return rps, tokens
+    # No client answered twice in the window (requests as long as half of it): the count over it.
+    if math.isfinite(window_s) and window_s > 0 and answered:
+        return len(answered) / window_s, sum(o.new_tokens for o in answered) / window_s
+    return math.nan, math.nan
 
 
 @dataclass(frozen=True)
