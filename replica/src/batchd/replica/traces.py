@@ -1,0 +1,128 @@
+"""What the core tells of a request's and a batch's time, for tracing: the seams that the replica's
+tracing module (`batchd.replica.tracing`, the one module that imports OpenTelemetry) fills.
+
+A request carries its trace in `Client.trace`; the batcher tells it when its items left the queue,
+and opens a batch's trace (`BatchTracer.batch_started`) for each model call that carried a
+recorded request. While the model computes, the batch's trace is the current one here
+(`current_batch`), and it travels with the context to the handler's own event loop, where a
+handle to another deployment sends it on (`BatchTrace.call_headers`).
+
+With tracing off nothing here is set: requests carry no trace, the batcher has no tracer, and no
+OpenTelemetry code is loaded.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class RequestTrace(Protocol):
+    """One request's span."""
+
+    @property
+    def sampled(self) -> bool:
+        """Whether it is recorded: only then does its batch get a span."""
+        ...
+
+    @property
+    def exemplar(self) -> dict[str, str] | None:
+        """`{"trace_id": ...}` of a recorded request, for the histograms' exemplars; else None."""
+        ...
+
+    def dispatched(self, queued_s: float, priority_class: str, caller: str) -> None:
+        """One of its items left the queue for the model after `queued_s` in it, in the priority
+        class and as the caller the batcher served it by."""
+        ...
+
+    def first_token(self, seconds: float) -> None:
+        """Its first new token came, `seconds` after it was admitted (generation)."""
+        ...
+
+    def tokens(self, prompt_tokens: int, generated_tokens: int) -> None:
+        """One of its sequences finished with these counts (generation; several add up)."""
+        ...
+
+    @property
+    def captures_text(self) -> bool:
+        """Whether `prompt_text` keeps anything (recorded, and the deployment opted in)."""
+        ...
+
+    def prompt_text(self, prompt: str, completion: str, finish_reason: str) -> None:
+        """One of its sequences' prompt and answer: kept only where the deployment opted in."""
+        ...
+
+    def finished(self, status: int, outcome: str, error: BaseException | None) -> None:
+        """It was answered with `status` (its outcome as the metrics count it); the span ends."""
+        ...
+
+
+class CallTrace(Protocol):
+    """The span of one call the model makes to another deployment (`handles`)."""
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What carries the call's context to the callee."""
+        ...
+
+    def finished(self, status: int | None, error: BaseException | None) -> None:
+        """The call was answered `status` (None: no answer), or failed with `error`."""
+        ...
+
+
+class BatchTrace(Protocol):
+    """The span of one model call, the current one while the model computes it."""
+
+    def call_started(self, alias: str, deployment: str, url: str) -> CallTrace:
+        """A call to another deployment (`alias` of model.calls, naming `deployment`, at `url`),
+        made by the model while it computes this batch."""
+        ...
+
+    def isolated(self, extra_calls: int) -> None:
+        """A failure was isolated with `extra_calls` more model calls (`isolate_failures`)."""
+        ...
+
+    def finished(self, model_s: float, error: BaseException | None) -> None:
+        """The model call is over, after `model_s`; `error` when it failed."""
+        ...
+
+
+class BatchTracer(Protocol):
+    """Opens a batch's span."""
+
+    def batch_started(
+        self, requests: Sequence[RequestTrace], size: int, waited_s: float
+    ) -> BatchTrace | None:
+        """The span of a batch of `size` items whose oldest waited `waited_s`, carrying the items of
+        `requests` (those that have a trace); None when none of them is recorded."""
+        ...
+
+
+class Tracing(BatchTracer, Protocol):
+    """The replica's tracing: a span per request, and one per batch."""
+
+    def request_started(
+        self, operation: str, route_path: str, method: str, path: str, headers: list[tuple[bytes, bytes]]
+    ) -> RequestTrace:
+        """The span of a request to the route `operation` (whose template is `route_path`),
+        continuing the caller's trace where its headers carry one."""
+        ...
+
+
+_current_batch: contextvars.ContextVar[BatchTrace | None] = contextvars.ContextVar(
+    "batchd_current_batch_trace", default=None
+)
+
+
+def set_current_batch(trace: BatchTrace | None) -> contextvars.Token[BatchTrace | None]:
+    return _current_batch.set(trace)
+
+
+def reset_current_batch(token: contextvars.Token[BatchTrace | None]) -> None:
+    _current_batch.reset(token)
+
+
+def current_batch() -> BatchTrace | None:
+    """The span of the batch the model is computing in this context; None outside one, or untraced."""
+    return _current_batch.get()
