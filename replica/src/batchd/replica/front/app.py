@@ -82,6 +82,10 @@ def create_app(
         # The server's own docs stay available; they cost nothing on the request path.
         docs_url="/docs",
         redoc_url=None,
+        # FastAPI's own OpenTelemetry spans would cover only what it serves here: the kubelet's
+        # probes and the operator's /load polls, several a second and nobody's request. The
+        # inference routes, in front of it, have the replica's spans (`batchd.replica.tracing`).
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.replica = replica
     app.include_router(open_inference.router)
