@@ -16,11 +16,10 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import SpanKind
 
 from batchd.api.manifest import parse_manifest
-from batchd.api.otel import tracer_provider
+from batchd.api.otel import pipeline
 from batchd.api.tracing import TracingConfig
 from batchd.replica.front.app import create_app
 from batchd.replica.front.server import replica_protocol
@@ -59,14 +58,14 @@ def serve(
     document: dict[str, Any], direct: bool = True, calls: dict[str, str] | None = None
 ) -> Iterator[Traced]:
     exporter = InMemorySpanExporter()
-    provider = tracer_provider("test", SimpleSpanProcessor(exporter), ParentBased(ALWAYS_ON))
+    spans = pipeline("test", SimpleSpanProcessor(exporter))
     parsed = parse_manifest(document)
-    tracing = ReplicaTracing(provider, parsed, TracingConfig())
+    tracing = ReplicaTracing(spans, parsed, TracingConfig())
     app = create_app(parsed, ReplicaSettings(calls=calls or {}), tracing=tracing)
     with uvicorn_in_thread(app, http=replica_protocol(app.replica, access_log=not direct)) as url:
         exporter.clear()  # the readiness probes' requests are no inference routes: nothing, but be sure
         yield Traced(url, exporter)
-    provider.shutdown()
+    spans.shutdown()
 
 
 @pytest.fixture(scope="module", params=["direct", "asgi"])

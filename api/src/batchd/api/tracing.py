@@ -6,8 +6,10 @@ the chart renders its `tracing` values the same way into the operator's and the 
 `batchd serve` applies a local manifest's `spec.tracing` the same way. Each process then reads them
 once at start-up (`TracingConfig.from_environ`): with an OTLP endpoint it loads its component's
 tracing module, the one module that imports OpenTelemetry, and passes it down; without one it
-imports no OpenTelemetry code at all. The SDK itself reads the sampler, the resource and the
-exporter's address from the same variables (`batchd.api.otel`).
+imports no OpenTelemetry code at all. The sampler is read here, as the SDK would read it, because
+batchd decides which requests it records before it builds anything for them
+(`batchd.api.tracecontext`); the SDK reads the resource and the exporter's address itself
+(`batchd.api.otel`).
 
 No OpenTelemetry import here: this module runs whether tracing is on or off.
 """
@@ -15,10 +17,11 @@ No OpenTelemetry import here: this module runs whether tracing is on or off.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from batchd.api.spec import TracingSpec
+from batchd.api.tracecontext import HeadSampler
 
 ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
@@ -79,11 +82,41 @@ def pod_environment(
     return entries
 
 
+# The SDK's built-in samplers by their OTEL_TRACES_SAMPLER names: (parent-based, ratio from the
+# argument, ratio otherwise). The SDK takes any other name for its default, as `sampler_of` does.
+DEFAULT_SAMPLER = "parentbased_always_on"
+SAMPLERS = {
+    "always_on": (False, False, 1.0),
+    "always_off": (False, False, 0.0),
+    "traceidratio": (False, True, 1.0),
+    "parentbased_always_on": (True, False, 1.0),
+    "parentbased_always_off": (True, False, 0.0),
+    "parentbased_traceidratio": (True, True, 1.0),
+}
+
+
+def sampler_of(environ: Mapping[str, str]) -> HeadSampler:
+    """The sampler OTEL_TRACES_SAMPLER and its argument name, read as the SDK reads them (an
+    unknown name is its default, a ratio that is no number in 0..1 is 1)."""
+    name = environ.get(SAMPLER, DEFAULT_SAMPLER).strip().lower()
+    parent_based, takes_ratio, ratio = SAMPLERS.get(name, SAMPLERS[DEFAULT_SAMPLER])
+    if takes_ratio:
+        try:
+            ratio = float(environ.get(SAMPLER_ARG, ""))
+        except ValueError:
+            ratio = 1.0
+        if not 0.0 <= ratio <= 1.0:
+            ratio = 1.0
+    return HeadSampler(ratio, parent_based)
+
+
 @dataclass(frozen=True, slots=True)
 class TracingConfig:
     """What a process needs to know about tracing beyond what the SDK reads itself."""
 
     capture_prompts: bool = False  # prompt and answer text in spans (the deployment opted in)
+    # Which requests are recorded, decided before any span is built.
+    sampler: HeadSampler = field(default_factory=HeadSampler)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> TracingConfig | None:
@@ -95,4 +128,7 @@ class TracingConfig:
             return None
         if environ.get(SDK_DISABLED, "").strip().lower() == "true":
             return None
-        return cls(capture_prompts=environ.get(CAPTURE_CONTENT, "").strip().lower() == "true")
+        return cls(
+            capture_prompts=environ.get(CAPTURE_CONTENT, "").strip().lower() == "true",
+            sampler=sampler_of(environ),
+        )

@@ -495,12 +495,10 @@ class Batcher:
             self._observer.batch_finished(len(batch), duration, failed)
 
     def _batch_span(self, batch: list[_Pending]) -> BatchTrace | None:
-        """The batch's span, linked to the requests it carries; None untraced or with none recorded."""
+        """The batch's trace, linked to the recorded requests it carries; None untraced."""
         if self._tracer is None:
             return None
         traces = list({id(p.trace): p.trace for p in batch if p.trace is not None}.values())
-        if not traces:
-            return None
         waited_s = asyncio.get_running_loop().time() - batch[0].arrived_at
         return self._tracer.batch_started(traces, len(batch), waited_s)
 

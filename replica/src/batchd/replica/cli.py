@@ -130,12 +130,12 @@ def start_tracing(manifest: BatchedDeployment) -> ReplicaTracing | None:
         return None
     from opentelemetry import trace
 
-    from batchd.api.otel import tracer_provider
+    from batchd.api.otel import pipeline
     from batchd.replica.tracing import ReplicaTracing
 
-    provider = tracer_provider(manifest.metadata.name)
-    trace.set_tracer_provider(provider)  # a handler's own spans go where the replica's go
-    return ReplicaTracing(provider, manifest, config)
+    spans = pipeline(manifest.metadata.name)
+    trace.set_tracer_provider(spans.provider)  # a handler's own spans go where the replica's go
+    return ReplicaTracing(spans, manifest, config)
 
 
 def _write_termination_log(message: str) -> None:

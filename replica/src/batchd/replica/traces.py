@@ -1,11 +1,12 @@
 """What the core tells of a request's and a batch's time, for tracing: the seams that the replica's
 tracing module (`batchd.replica.tracing`, the one module that imports OpenTelemetry) fills.
 
-A request carries its trace in `Client.trace`; the batcher tells it when its items left the queue,
-and opens a batch's trace (`BatchTracer.batch_started`) for each model call that carried a
-recorded request. While the model computes, the batch's trace is the current one here
-(`current_batch`), and it travels with the context to the handler's own event loop, where a
-handle to another deployment sends it on (`BatchTrace.call_headers`).
+A recorded request carries its trace in `Client.trace` (a request that is not recorded carries
+none, as with tracing off); the batcher tells it when its items left the queue, and opens a
+batch's trace (`BatchTracer.batch_started`) for each model call. While the model computes, the
+batch's trace is the current one here (`current_batch`), and it travels with the context to the
+handler's own event loop, where a handle to another deployment sends it on
+(`BatchTrace.call_started`).
 
 With tracing off nothing here is set: requests carry no trace, the batcher has no tracer, and no
 OpenTelemetry code is loaded.
@@ -19,16 +20,11 @@ from typing import Protocol
 
 
 class RequestTrace(Protocol):
-    """One request's span."""
+    """One recorded request's span."""
 
     @property
-    def sampled(self) -> bool:
-        """Whether it is recorded: only then does its batch get a span."""
-        ...
-
-    @property
-    def exemplar(self) -> dict[str, str] | None:
-        """`{"trace_id": ...}` of a recorded request, for the histograms' exemplars; else None."""
+    def exemplar(self) -> dict[str, str]:
+        """`{"trace_id": ...}`, for the latency histograms' exemplars."""
         ...
 
     def dispatched(self, queued_s: float, priority_class: str, caller: str) -> None:
@@ -46,7 +42,7 @@ class RequestTrace(Protocol):
 
     @property
     def captures_text(self) -> bool:
-        """Whether `prompt_text` keeps anything (recorded, and the deployment opted in)."""
+        """Whether `prompt_text` keeps anything (the deployment opted in)."""
         ...
 
     def prompt_text(self, prompt: str, completion: str, finish_reason: str) -> None:
@@ -72,7 +68,8 @@ class CallTrace(Protocol):
 
 
 class BatchTrace(Protocol):
-    """The span of one model call, the current one while the model computes it."""
+    """The trace of one model call, the current one while the model computes it: its span, where
+    it carried a recorded request."""
 
     def call_started(self, alias: str, deployment: str, url: str) -> CallTrace:
         """A call to another deployment (`alias` of model.calls, naming `deployment`, at `url`),
@@ -91,11 +88,9 @@ class BatchTrace(Protocol):
 class BatchTracer(Protocol):
     """Opens a batch's span."""
 
-    def batch_started(
-        self, requests: Sequence[RequestTrace], size: int, waited_s: float
-    ) -> BatchTrace | None:
-        """The span of a batch of `size` items whose oldest waited `waited_s`, carrying the items of
-        `requests` (those that have a trace); None when none of them is recorded."""
+    def batch_started(self, requests: Sequence[RequestTrace], size: int, waited_s: float) -> BatchTrace:
+        """The trace of a batch of `size` items whose oldest waited `waited_s`, carrying the items
+        of `requests` (the recorded ones; maybe none)."""
         ...
 
 
@@ -104,9 +99,9 @@ class Tracing(BatchTracer, Protocol):
 
     def request_started(
         self, operation: str, route_path: str, method: str, path: str, headers: list[tuple[bytes, bytes]]
-    ) -> RequestTrace:
+    ) -> RequestTrace | None:
         """The span of a request to the route `operation` (whose template is `route_path`),
-        continuing the caller's trace where its headers carry one."""
+        continuing the caller's trace where its headers carry one; None when it is not recorded."""
         ...
 
 

@@ -1,16 +1,21 @@
 """The replica's spans, in OpenTelemetry: the one module of the replica that imports it, loaded by
 `cli` only when tracing is configured (`batchd.api.tracing`).
 
-- A SERVER span per inference request, continuing the caller's `traceparent` (the router's, or a
-  traced client's): the HTTP route and status, the OpenTelemetry GenAI attributes where the route
-  or the model's task is one of theirs (`gen_ai.operation.name`, the model, token usage, time to
-  first token), the time its items waited in the queue, its priority class and its caller.
-- A span per batch, or model call: a child of the first recorded request it carried, so that the
-  request's trace shows where its time went, and LINKED to every request it carried, recorded or
-  not; with its size, its wait and its model time. It is the current span while the model
-  computes, so that spans a handler makes itself nest under it.
+Whether a request is recorded is decided first, from its headers alone (`batchd.api.tracecontext`):
+one that is not costs a header scan and a random draw, and gets nothing else.
+- A SERVER span per recorded inference request, continuing the caller's `traceparent` (the
+  router's, or a traced client's): the HTTP route and status, the OpenTelemetry GenAI attributes
+  where the route or the model's task is one of theirs (`gen_ai.operation.name`, the model, token
+  usage, time to first token), the time its items waited in the queue, its priority class and
+  its caller.
+- A span per batch, or model call, that carried a recorded request: a child of the first of them,
+  so that its trace shows where the request's time went, and LINKED to every recorded request it
+  carried; with its size, its wait and its model time. It is the current span while the model
+  computes, so that spans a handler makes itself nest under it. A batch that carried none is
+  current too, as a context nobody records, so that a handler's spans in it are not recorded.
 - A CLIENT span per call the model makes to another deployment (`handles`), whose context goes
-  to the callee: a composed request is one trace, callee included.
+  to the callee: a composed request is one trace, callee included. A call for requests nobody
+  records tells the callee so, and it records nothing either.
 
 No prompt or answer text goes into a span unless the deployment opted in (`capture_prompts`).
 """
@@ -23,13 +28,11 @@ from typing import Any
 import orjson
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv.attributes import error_attributes, http_attributes, url_attributes
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
-from batchd.api import __version__
-from batchd.api.otel import extract, inject, propagation_fields
+from batchd.api.otel import Pipeline
 from batchd.api.routes import (
     OPENAI_CHAT_COMPLETIONS,
     OPENAI_COMPLETIONS,
@@ -37,7 +40,9 @@ from batchd.api.routes import (
     V2_GENERATE,
     V2_GENERATE_STREAM,
 )
+from batchd.api.spans import OwnSpan, new_span_id, new_trace_id, remote_context
 from batchd.api.spec import BatchedDeployment
+from batchd.api.tracecontext import caller_of, traceparent, unrecorded_traceparent
 from batchd.api.tracing import TracingConfig
 from batchd.replica.traces import RequestTrace
 
@@ -73,12 +78,12 @@ CALLEE_DEPLOYMENT = "batchd.callee.deployment"
 
 
 class ReplicaTracing:
-    """`batchd.replica.traces.Tracing`, with the OpenTelemetry SDK."""
+    """`batchd.replica.traces.Tracing`, in OpenTelemetry: only the requests it records get a span."""
 
-    def __init__(self, provider: TracerProvider, manifest: BatchedDeployment, config: TracingConfig) -> None:
-        self._provider = provider
-        self._tracer = provider.get_tracer("batchd.replica", __version__)
-        self._fields = propagation_fields()
+    def __init__(self, pipeline: Pipeline, manifest: BatchedDeployment, config: TracingConfig) -> None:
+        self._pipeline = pipeline
+        self._spans = pipeline.writer("batchd.replica")
+        self._sampler = config.sampler
         self._capture = config.capture_prompts
         self._model = manifest.model_name
         self._deployment = manifest.metadata.name
@@ -86,8 +91,11 @@ class ReplicaTracing:
 
     def request_started(
         self, operation: str, route_path: str, method: str, path: str, headers: list[tuple[bytes, bytes]]
-    ) -> _RequestSpan:
-        parent = extract(headers, self._fields)
+    ) -> _RequestSpan | None:
+        parent = caller_of(headers)
+        trace_id = self._sampler.decide(parent)
+        if not trace_id:
+            return None  # not recorded: nothing more is spent on it
         gen_ai_operation = ROUTE_OPERATIONS.get(operation, self._task_operation)
         attributes: dict[str, Any] = {
             http_attributes.HTTP_REQUEST_METHOD: method,
@@ -102,21 +110,21 @@ class ReplicaTracing:
             attributes[gen_ai.GEN_AI_RESPONSE_MODEL] = self._model
         else:
             name = f"{method} {route_path}"
-        span = self._tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
+        context = None if parent is None else remote_context(parent)
+        span = self._spans.start(name, trace_id, context, SpanKind.SERVER, attributes)
         return _RequestSpan(span, self._capture)
 
     def batch_started(
         self, requests: Sequence[RequestTrace], size: int, waited_s: float
-    ) -> _BatchSpan | None:
+    ) -> _BatchSpan | _UnrecordedBatch:
         spans = [request for request in requests if isinstance(request, _RequestSpan)]
-        parent = next((request for request in spans if request.sampled), None)
-        if parent is None:
-            return None  # nobody will look for this batch: no span
-        links = [Link(request.span.get_span_context()) for request in spans]
-        span = self._tracer.start_span(
+        if not spans:
+            return _UnrecordedBatch()
+        parent = spans[0].span.context
+        span = self._spans.start(
             f"batch {self._model}",
-            context=trace.set_span_in_context(parent.span),
-            links=links,
+            parent.trace_id,
+            parent,
             attributes={
                 DEPLOYMENT: self._deployment,
                 gen_ai.GEN_AI_REQUEST_MODEL: self._model,
@@ -124,49 +132,33 @@ class ReplicaTracing:
                 BATCH_REQUESTS: len(spans),
                 BATCH_WAIT_S: waited_s,
             },
+            links=[request.span.context for request in spans],
         )
-        return _BatchSpan(span, self._tracer)
+        return _BatchSpan(span)
 
     def shutdown(self) -> None:
-        self._provider.shutdown()
+        self._pipeline.shutdown()
 
 
 class _RequestSpan:
-    """One request's SERVER span; what the core tells it is kept only when it is recorded."""
+    """One recorded request's SERVER span."""
 
-    __slots__ = (
-        "_capture",
-        "_first_token_s",
-        "_messages",
-        "_queued_s",
-        "_tokens",
-        "sampled",
-        "span",
-        "trace_id",
-    )
+    __slots__ = ("_capture", "_first_token_s", "_messages", "_queued_s", "_tokens", "exemplar", "span")
 
-    def __init__(self, span: Span, capture: bool) -> None:
+    def __init__(self, span: OwnSpan, capture: bool) -> None:
         self.span = span
-        context = span.get_span_context()
-        self.sampled = context.trace_flags.sampled
-        self.trace_id = format(context.trace_id, "032x") if self.sampled else None
+        self.exemplar = {"trace_id": format(span.trace_id, "032x")}
         self._capture = capture
         self._queued_s: float | None = None
         self._first_token_s: float | None = None
         self._tokens: tuple[int, int] | None = None
         self._messages: list[tuple[str, str, str]] = []
 
-    @property
-    def exemplar(self) -> dict[str, str] | None:
-        return None if self.trace_id is None else {"trace_id": self.trace_id}
-
     def dispatched(self, queued_s: float, priority_class: str, caller: str) -> None:
-        if not self.sampled:
-            return
         if self._queued_s is None:  # the first of its items: the class and caller are the request's
-            self.span.set_attribute(PRIORITY_CLASS, priority_class)
+            self.span.attributes[PRIORITY_CLASS] = priority_class
             if caller:
-                self.span.set_attribute(FAIRNESS_ID, caller)
+                self.span.attributes[FAIRNESS_ID] = caller
         self._queued_s = max(self._queued_s or 0.0, queued_s)
 
     def first_token(self, seconds: float) -> None:
@@ -179,30 +171,30 @@ class _RequestSpan:
 
     @property
     def captures_text(self) -> bool:
-        return self._capture and self.sampled
+        return self._capture
 
     def prompt_text(self, prompt: str, completion: str, finish_reason: str) -> None:
-        if self._capture and self.sampled:
+        if self._capture:
             self._messages.append((prompt, completion, finish_reason))
 
     def finished(self, status: int, outcome: str, error: BaseException | None) -> None:
         span = self.span
-        if self.sampled:
-            attributes: dict[str, Any] = {http_attributes.HTTP_RESPONSE_STATUS_CODE: status, OUTCOME: outcome}
-            if self._queued_s is not None:
-                attributes[QUEUE_S] = self._queued_s
-            if self._first_token_s is not None:
-                attributes[gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = self._first_token_s
-            if self._tokens is not None:
-                attributes[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] = self._tokens[0]
-                attributes[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] = self._tokens[1]
-            if self._messages:
-                attributes.update(_messages(self._messages))
-            span.set_attributes(attributes)
-            if error is not None:
-                span.set_attribute(error_attributes.ERROR_TYPE, type(error).__qualname__)
-                if status >= 500:  # a server span is in error for what the server failed, not the client
-                    span.set_status(Status(StatusCode.ERROR, str(error)))
+        attributes = span.attributes
+        attributes[http_attributes.HTTP_RESPONSE_STATUS_CODE] = status
+        attributes[OUTCOME] = outcome
+        if self._queued_s is not None:
+            attributes[QUEUE_S] = self._queued_s
+        if self._first_token_s is not None:
+            attributes[gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = self._first_token_s
+        if self._tokens is not None:
+            attributes[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] = self._tokens[0]
+            attributes[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] = self._tokens[1]
+        if self._messages:
+            attributes.update(_messages(self._messages))
+        if error is not None:
+            attributes[error_attributes.ERROR_TYPE] = type(error).__qualname__
+            if status >= 500:  # a server span is in error for what the server failed, not the client
+                span.fail(str(error))
         span.end()
 
 
@@ -220,35 +212,62 @@ def _messages(messages: list[tuple[str, str, str]]) -> dict[str, str]:
 
 
 class _BatchSpan:
-    """A batch's span, current (in OpenTelemetry's context too) until `finished`."""
+    """A recorded batch's span, current (in OpenTelemetry's context too, for a handler's own spans)
+    until `finished`."""
 
-    __slots__ = ("_token", "_tracer", "span")
+    __slots__ = ("_token", "span")
 
-    def __init__(self, span: Span, tracer: trace.Tracer) -> None:
+    def __init__(self, span: OwnSpan) -> None:
         self.span = span
-        self._tracer = tracer
-        self._token = otel_context.attach(trace.set_span_in_context(span))
+        self._token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(span.context)))
 
     def call_started(self, alias: str, deployment: str, url: str) -> _CallSpan:
-        span = self._tracer.start_span(
+        batch = self.span
+        span = batch.writer.start(
             f"call {alias}",
-            context=trace.set_span_in_context(self.span),
-            kind=SpanKind.CLIENT,
-            attributes={CALLEE_ALIAS: alias, CALLEE_DEPLOYMENT: deployment, url_attributes.URL_FULL: url},
+            batch.trace_id,
+            batch.context,
+            SpanKind.CLIENT,
+            {CALLEE_ALIAS: alias, CALLEE_DEPLOYMENT: deployment, url_attributes.URL_FULL: url},
         )
         return _CallSpan(span)
 
     def isolated(self, extra_calls: int) -> None:
-        self.span.set_attribute(BATCH_ISOLATION_CALLS, extra_calls)
+        self.span.attributes[BATCH_ISOLATION_CALLS] = extra_calls
 
     def finished(self, model_s: float, error: BaseException | None) -> None:
         span = self.span
-        span.set_attribute(BATCH_MODEL_S, model_s)
+        span.attributes[BATCH_MODEL_S] = model_s
         if error is not None:
-            span.set_attribute(error_attributes.ERROR_TYPE, type(error).__qualname__)
-            span.set_status(Status(StatusCode.ERROR, str(error)))
+            span.attributes[error_attributes.ERROR_TYPE] = type(error).__qualname__
+            span.fail(str(error))
         otel_context.detach(self._token)
         span.end()
+
+
+# The context of a batch nobody records: the spans a handler makes in it are not recorded either
+# (parent-based sampling follows it), so that no trace is recorded in part.
+_UNRECORDED = trace.set_span_in_context(
+    NonRecordingSpan(SpanContext(new_trace_id(), new_span_id(), False, TraceFlags(0)))
+)
+
+
+class _UnrecordedBatch:
+    """A batch that carried no recorded request: no span, and calls that tell the callee so."""
+
+    __slots__ = ("_token",)
+
+    def __init__(self) -> None:
+        self._token = otel_context.attach(_UNRECORDED)
+
+    def call_started(self, alias: str, deployment: str, url: str) -> _UnrecordedCall:
+        return _UnrecordedCall()
+
+    def isolated(self, extra_calls: int) -> None:
+        pass
+
+    def finished(self, model_s: float, error: BaseException | None) -> None:
+        otel_context.detach(self._token)
 
 
 class _CallSpan:
@@ -256,18 +275,33 @@ class _CallSpan:
 
     __slots__ = ("headers", "span")
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, span: OwnSpan) -> None:
         self.span = span
-        self.headers = inject(trace.set_span_in_context(span))
+        context = span.context
+        self.headers = {"traceparent": traceparent(context.trace_id, context.span_id, True).decode()}
+        if context.trace_state:
+            self.headers["tracestate"] = context.trace_state.to_header()
 
     def finished(self, status: int | None, error: BaseException | None) -> None:
         span = self.span
         if status is not None:
-            span.set_attribute(http_attributes.HTTP_RESPONSE_STATUS_CODE, status)
+            span.attributes[http_attributes.HTTP_RESPONSE_STATUS_CODE] = status
         if error is not None:
-            span.set_attribute(error_attributes.ERROR_TYPE, type(error).__qualname__)
-            span.set_status(Status(StatusCode.ERROR, str(error)))
+            span.attributes[error_attributes.ERROR_TYPE] = type(error).__qualname__
+            span.fail(str(error))
         span.end()
+
+
+class _UnrecordedCall:
+    """A call made for requests nobody records: the callee is told not to record it either."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self) -> None:
+        self.headers = {"traceparent": unrecorded_traceparent().decode()}
+
+    def finished(self, status: int | None, error: BaseException | None) -> None:
+        pass
 
 
 __all__ = ["ReplicaTracing"]

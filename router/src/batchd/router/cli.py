@@ -72,16 +72,13 @@ def main(argv: list[str] | None = None) -> int:
 def start_tracing() -> RouterTracing | None:
     """The router's tracing, where the standard OpenTelemetry environment configures it (the
     chart's `tracing` values); None, and no OpenTelemetry import, when it does not."""
-    if TracingConfig.from_environ(os.environ) is None:
+    config = TracingConfig.from_environ(os.environ)
+    if config is None:
         return None
-    from opentelemetry import trace
-
-    from batchd.api.otel import tracer_provider
+    from batchd.api.otel import pipeline
     from batchd.router.tracing import RouterTracing
 
-    provider = tracer_provider(SERVICE_NAME)
-    trace.set_tracer_provider(provider)
-    return RouterTracing(provider)
+    return RouterTracing(pipeline(SERVICE_NAME), config.sampler)
 
 
 if __name__ == "__main__":

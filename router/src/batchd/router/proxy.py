@@ -198,7 +198,7 @@ class Router:
         if scope["query_string"]:
             target = f"{target}?{scope['query_string'].decode('latin-1')}"
         watch = ClientWatch(receive) if body.complete else None
-        headers = request_headers(scope["headers"], self._replaced)
+        headers = request_headers(scope["headers"], self._replaced if trace is not None else frozenset())
         request = Outbound(
             ref, model, scope["method"], target, headers, body, deadline, watch, priority, trace
         )

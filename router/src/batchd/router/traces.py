@@ -9,7 +9,7 @@ from typing import Protocol
 
 
 class RouteTrace(Protocol):
-    """One request's SERVER span at the router."""
+    """One request's trace at the router: its SERVER span where it is recorded."""
 
     def routed(self, namespace: str, name: str, model: str) -> None:
         """It goes to this deployment, for this model."""
@@ -41,18 +41,20 @@ class RouteTrace(Protocol):
 
 
 class Tracing(Protocol):
-    """The router's tracing: a span per routed request."""
+    """The router's tracing: a span per recorded request."""
 
     @property
     def propagation_headers(self) -> frozenset[bytes]:
-        """The headers that carry a caller's context: the router sends its own in their place."""
+        """The headers that carry a caller's context: where a request has a trace, the router sends
+        its own in their place."""
         ...
 
     def request_started(
         self, method: str, route: str, path: str, headers: list[tuple[bytes, bytes]]
-    ) -> RouteTrace:
-        """The span of a request to `route` (a path template), continuing the caller's trace where
-        its headers carry one."""
+    ) -> RouteTrace | None:
+        """The trace of a request to `route` (a path template), continuing the caller's where its
+        headers carry one; None for one it does not record whose caller's context goes on as it
+        came."""
         ...
 
     def shutdown(self) -> None:
