@@ -121,6 +121,8 @@ def test_probes_use_the_health_routes_and_allow_a_slow_model_load() -> None:
     assert c["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
     startup_budget_s = c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"]
     assert startup_budget_s >= 600
+    # Asked often: a replica that can serve is Ready within a couple of seconds.
+    assert c["startupProbe"]["periodSeconds"] <= 2 and c["readinessProbe"]["periodSeconds"] <= 2
     assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     assert c["livenessProbe"]["timeoutSeconds"] == 30  # a starved replica is slow, not dead

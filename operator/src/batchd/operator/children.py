@@ -43,6 +43,8 @@ CONFIG_HASH_ANNOTATION = "serving.batchd.dev/config-hash"
 NOT_FOR_REPLICAS = {"num_replicas", "autoscaling", "rollout"}
 CONTAINER = "replica"
 CANARY_KINDS = ("Deployment", "Service", "ConfigMap")
+STARTUP_PROBE_PERIOD_S = 1
+READINESS_PROBE_PERIOD_S = 2
 
 
 def replica_manifest(bd: BatchedDeployment, batching_revision: int = 0) -> str:
@@ -195,11 +197,16 @@ def deployment(
         "env": _env(bd, settings, track),
         "resources": dict(bd.spec.resources),
         "volumeMounts": mounts,
-        # Ready only once the model is loaded and warmed; the startup probe gives it that long.
+        # Ready only once the model is loaded and warmed; the startup probe gives it that long. Both
+        # ask often (a cheap GET), as Knative's activator does: a replica that can serve is sent
+        # requests within a second or two, which a scale-up, a cold start and a canary step wait on.
         "startupProbe": _probe(
-            "/v2/health/ready", period_s=10, failures=max(1, math.ceil(settings.model_load_timeout_s / 10))
+            "/v2/health/ready",
+            period_s=STARTUP_PROBE_PERIOD_S,
+            failures=max(1, math.ceil(settings.model_load_timeout_s / STARTUP_PROBE_PERIOD_S)),
         ),
-        "readinessProbe": _probe("/v2/health/ready", period_s=5, failures=2),
+        # Unready after about 10 s of not answering, as before the faster probing.
+        "readinessProbe": _probe("/v2/health/ready", period_s=READINESS_PROBE_PERIOD_S, failures=5),
         # A hung handler turns /live to 503 at once; a replica merely too busy to answer (its CPU
         # shared with replicas starting beside it) must not be killed with its queue: Ray Serve's
         # health check waits 30 s too.

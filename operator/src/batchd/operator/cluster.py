@@ -68,8 +68,8 @@ class Cluster:
         return parsed
 
     def forget(self, key: Key) -> None:
+        """A deleted resource's parse. (Its lock stays: a loop may still wait on it.)"""
         self._parsed.pop(key, None)
-        self.locks.pop(key, None)
 
     async def read(self, namespace: str, name: str) -> Resource | None:
         """The resource as the API server has it now; None once it is gone."""

@@ -24,7 +24,7 @@ import datetime
 import math
 from collections.abc import Sequence
 
-from batchd.api.spec import BatchedDeployment, CanaryStep, RolloutSpec
+from batchd.api.spec import BatchedDeployment, CanaryStep, ModelSpec, RolloutSpec
 from batchd.api.status import Condition, RolloutPhase, RolloutStatus
 from batchd.operator.status import condition, stamp
 
@@ -61,7 +61,7 @@ def canary_of(bd: BatchedDeployment, rollout: RolloutStatus) -> BatchedDeploymen
     return _with_revision(bd, rollout.canary_model, rollout.canary_image)
 
 
-def _with_revision(bd: BatchedDeployment, model: object, image: str | None) -> BatchedDeployment:
+def _with_revision(bd: BatchedDeployment, model: ModelSpec, image: str | None) -> BatchedDeployment:
     spec = bd.spec.model_copy(update={"model": model, "image": image or None})
     return bd.model_copy(update={"spec": spec})
 
