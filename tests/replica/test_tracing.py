@@ -1,12 +1,14 @@
 """The replica's spans, read from the SDK's in-memory exporter: a SERVER span per request that
 continues the caller's trace, a batch span linked to every request it carried, a CLIENT span per
-call to another deployment whose context the callee continues, and exemplars on the latency
-histogram. The real exporter and a real Jaeger are `tests/e2e/test_tracing.py`'s and
-`tests/testing/test_jaeger.py`'s."""
+call to another deployment whose context the callee continues, a span per decoding run of
+token-level generation linked to every request in it, prompt text only where the deployment opted
+in, and exemplars on the latency histogram. The real exporter and a real Jaeger are
+`tests/e2e/test_tracing.py`'s, `tests/router/test_tracing.py`'s and `tests/replica/test_jaeger.py`'s."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,6 +28,7 @@ from batchd.replica.front.server import replica_protocol
 from batchd.replica.settings import ReplicaSettings
 from batchd.replica.tracing import ReplicaTracing
 from batchd.testing.manifests import manifest
+from batchd.testing.models import build_gpt2
 from batchd.testing.servers import uvicorn_in_thread
 from batchd.testing.waiting import eventually
 
@@ -55,12 +58,15 @@ class Traced:
 
 @contextmanager
 def serve(
-    document: dict[str, Any], direct: bool = True, calls: dict[str, str] | None = None
+    document: dict[str, Any],
+    direct: bool = True,
+    calls: dict[str, str] | None = None,
+    config: TracingConfig | None = None,
 ) -> Iterator[Traced]:
     exporter = InMemorySpanExporter()
     spans = pipeline("test", SimpleSpanProcessor(exporter))
     parsed = parse_manifest(document)
-    tracing = ReplicaTracing(spans, parsed, TracingConfig())
+    tracing = ReplicaTracing(spans, parsed, config or TracingConfig())
     app = create_app(parsed, ReplicaSettings(calls=calls or {}), tracing=tracing)
     with uvicorn_in_thread(app, http=replica_protocol(app.replica, access_log=not direct)) as url:
         exporter.clear()  # the readiness probes' requests are no inference routes: nothing, but be sure
@@ -189,3 +195,81 @@ def check_composed_trace(caller: Traced, callee: Traced) -> None:
     assert {format(span.context.trace_id, "032x") for span in [*caller_spans, *callee_spans]} == {
         CALLER_TRACE
     }
+
+
+PROMPT = "The secret recipe of the house is"
+TOKENS = 24  # per answer: long enough that requests sent together share a decoding run
+
+
+@pytest.fixture(scope="module")
+def gpt2_document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A tiny GPT-2 on token-level scheduling, every answer exactly TOKENS long."""
+    directory = build_gpt2(tmp_path_factory.mktemp("tiny-gpt2"))
+    model = {
+        "task": "text-generation",
+        "source": f"file://{directory}",
+        "device": "cpu",
+        "call_kwargs": {"max_new_tokens": TOKENS, "min_new_tokens": TOKENS},
+        "generation": {"max_new_tokens": TOKENS},
+    }
+    return manifest("gpt2", model, batching={"max_batch_size": 4, "request_timeout_s": 60})
+
+
+async def complete_together(url: str, count: int) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        answers = await asyncio.gather(
+            *(
+                client.post("/v1/completions", json={"model": "gpt2", "prompt": PROMPT, "max_tokens": TOKENS})
+                for _ in range(count)
+            )
+        )
+    assert [a.status_code for a in answers] == [200] * count, [a.text for a in answers]
+
+
+def finished_requests(traced: Traced, count: int) -> tuple[list[ReadableSpan], list[ReadableSpan]]:
+    """The requests' SERVER spans and the decoding runs' spans, once every request is linked."""
+
+    def probe() -> tuple[list[ReadableSpan], list[ReadableSpan]] | None:
+        spans = list(traced.exporter.get_finished_spans())
+        requests, runs = by_kind(spans, SpanKind.SERVER), by_kind(spans, SpanKind.INTERNAL)
+        linked = sum(len(run.links) for run in runs)
+        return (requests, runs) if len(requests) == count and linked == count else None
+
+    found = eventually(probe, what=f"{count} requests and the decoding runs linked to them")
+    assert found is not None
+    return found
+
+
+async def test_a_decoding_run_is_linked_to_every_request_it_carried(gpt2_document: dict[str, Any]) -> None:
+    with serve(gpt2_document) as traced:
+        await complete_together(traced.url, 3)
+        requests, runs = finished_requests(traced, 3)
+    # Every request linked once, from the run it rode in, which is a child of its first request.
+    links = [(link.context.trace_id, link.context.span_id) for run in runs for link in run.links]
+    assert sorted(links) == sorted((r.context.trace_id, r.context.span_id) for r in requests)
+    for run in runs:
+        assert run.name == "decode gpt2"
+        assert run.parent is not None and run.parent.span_id in {link.context.span_id for link in run.links}
+        attributes = dict(run.attributes or {})
+        assert attributes["batchd.batch.requests"] == len(run.links) == attributes["batchd.decode.sequences"]
+        assert int(str(attributes["batchd.decode.prefills"])) >= 1
+        assert int(str(attributes["batchd.decode.steps"])) >= TOKENS - 1
+        assert float(str(attributes["batchd.batch.model_s"])) > 0
+    for request in requests:  # the GenAI usage, and no text
+        attributes = dict(request.attributes or {})
+        assert attributes["gen_ai.usage.output_tokens"] == TOKENS
+        assert not any(PROMPT in str(value) for value in attributes.values())
+        assert "gen_ai.input.messages" not in attributes and "gen_ai.output.messages" not in attributes
+
+
+async def test_prompt_text_is_in_spans_only_where_the_deployment_opted_in(
+    gpt2_document: dict[str, Any],
+) -> None:
+    with serve(gpt2_document, config=TracingConfig(capture_prompts=True)) as traced:
+        await complete_together(traced.url, 1)
+        ((request,), _) = finished_requests(traced, 1)
+    attributes = request.attributes or {}
+    (message,) = json.loads(str(attributes["gen_ai.input.messages"]))
+    assert message["parts"] == [{"type": "text", "content": PROMPT}]
+    (answer,) = json.loads(str(attributes["gen_ai.output.messages"]))
+    assert answer["finish_reason"] == "length" and answer["parts"][0]["content"]

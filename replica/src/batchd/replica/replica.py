@@ -130,7 +130,13 @@ class Replica:
             return
         metrics = GenerationMetrics(self.metrics.registry, self.manifest.metadata.name, self.model_name)
         service = model.generation_service(
-            GenerationSetup(self.manifest.spec.batching, self.batcher, sequences=metrics, steps=metrics)
+            GenerationSetup(
+                self.manifest.spec.batching,
+                self.batcher,
+                sequences=metrics,
+                steps=metrics,
+                tracer=self.tracing,
+            )
         )
         metrics.track(
             running=lambda: service.running,

@@ -94,8 +94,34 @@ class BatchTracer(Protocol):
         ...
 
 
-class Tracing(BatchTracer, Protocol):
-    """The replica's tracing: a span per request, and one per batch."""
+class DecodingTrace(Protocol):
+    """The span of one decoding run of token-level generation: from the first recorded request
+    that joins the engine's running sequences until none is left running. Told on the engine's
+    thread."""
+
+    def joined(self, requests: Sequence[RequestTrace], sequences: int) -> None:
+        """`sequences` sequences joined the run, those of `requests` recorded (maybe none)."""
+        ...
+
+    def stepped(self, kind: str, sequences: int, seconds: float) -> None:
+        """A forward pass (`prefill` or `decode`) of `sequences` rows took `seconds`."""
+        ...
+
+    def finished(self) -> None:
+        """No sequence is left running: the span ends."""
+        ...
+
+
+class DecodingTracer(Protocol):
+    """Opens a decoding run's span."""
+
+    def decoding_started(self, first: RequestTrace) -> DecodingTrace:
+        """The span of a decoding run that `first` (a recorded request) joins first."""
+        ...
+
+
+class Tracing(BatchTracer, DecodingTracer, Protocol):
+    """The replica's tracing: a span per request, and one per batch or decoding run."""
 
     def request_started(
         self, operation: str, route_path: str, method: str, path: str, headers: list[tuple[bytes, bytes]]

@@ -13,6 +13,9 @@ one that is not costs a header scan and a random draw, and gets nothing else.
   carried; with its size, its wait and its model time. It is the current span while the model
   computes, so that spans a handler makes itself nest under it. A batch that carried none is
   current too, as a context nobody records, so that a handler's spans in it are not recorded.
+- A span per decoding run of token-level generation (from the first recorded request that joins
+  the running sequences until none is left running): a child of that request, LINKED to every
+  recorded request that joined it, with its sequences, forward passes and model time.
 - A CLIENT span per call the model makes to another deployment (`handles`), whose context goes
   to the callee: a composed request is one trace, callee included. A call for requests nobody
   records tells the callee so, and it records nothing either.
@@ -73,6 +76,10 @@ BATCH_REQUESTS = "batchd.batch.requests"
 BATCH_WAIT_S = "batchd.batch.wait_s"  # from the batch's oldest item arriving to the batch leaving
 BATCH_MODEL_S = "batchd.batch.model_s"  # the model's time on the batch
 BATCH_ISOLATION_CALLS = "batchd.batch.isolation_calls"
+DECODE_SEQUENCES = "batchd.decode.sequences"  # sequences that joined the run while it was recorded
+DECODE_PREFILLS = "batchd.decode.prefills"  # forward passes over new prompts
+DECODE_STEPS = "batchd.decode.steps"  # forward passes making one token of every running sequence
+DECODE_MAX_RUNNING = "batchd.decode.max_running"  # the most rows of one forward pass
 CALLEE_ALIAS = "batchd.callee.alias"
 CALLEE_DEPLOYMENT = "batchd.callee.deployment"
 
@@ -135,6 +142,14 @@ class ReplicaTracing:
             links=[request.span.context for request in spans],
         )
         return _BatchSpan(span)
+
+    def decoding_started(self, first: RequestTrace) -> _DecodingSpan:
+        assert isinstance(first, _RequestSpan)
+        parent = first.span.context
+        attributes = {DEPLOYMENT: self._deployment, gen_ai.GEN_AI_REQUEST_MODEL: self._model}
+        return _DecodingSpan(
+            self._spans.start(f"decode {self._model}", parent.trace_id, parent, attributes=attributes)
+        )
 
     def shutdown(self) -> None:
         self._pipeline.shutdown()
@@ -242,6 +257,45 @@ class _BatchSpan:
             span.attributes[error_attributes.ERROR_TYPE] = type(error).__qualname__
             span.fail(str(error))
         otel_context.detach(self._token)
+        span.end()
+
+
+class _DecodingSpan:
+    """A decoding run's span, kept by the engine's thread alone."""
+
+    __slots__ = ("_links", "_max_running", "_model_s", "_prefills", "_sequences", "_steps", "span")
+
+    def __init__(self, span: OwnSpan) -> None:
+        self.span = span
+        self._links: list[SpanContext] = []
+        self._sequences = self._prefills = self._steps = self._max_running = 0
+        self._model_s = 0.0
+
+    def joined(self, requests: Sequence[RequestTrace], sequences: int) -> None:
+        self._sequences += sequences
+        self._links += (request.span.context for request in requests if isinstance(request, _RequestSpan))
+
+    def stepped(self, kind: str, sequences: int, seconds: float) -> None:
+        if kind == "prefill":
+            self._prefills += 1
+        else:
+            self._steps += 1
+        self._max_running = max(self._max_running, sequences)
+        self._model_s += seconds
+
+    def finished(self) -> None:
+        span = self.span
+        span.links = self._links
+        span.attributes.update(
+            {
+                DECODE_SEQUENCES: self._sequences,
+                BATCH_REQUESTS: len(self._links),
+                DECODE_PREFILLS: self._prefills,
+                DECODE_STEPS: self._steps,
+                DECODE_MAX_RUNNING: self._max_running,
+                BATCH_MODEL_S: self._model_s,
+            }
+        )
         span.end()
 
 
