@@ -28,7 +28,7 @@ from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-from batchd.api.tracecontext import TraceParent
+from batchd.api.tracecontext import TraceParent, traceparent
 
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 UNSET = Status(StatusCode.UNSET)
@@ -47,6 +47,14 @@ def remote_context(parent: TraceParent) -> SpanContext:
     state = TraceState.from_header([parent.state.decode("latin-1")]) if parent.state else None
     flags = SAMPLED if parent.sampled else TraceFlags(0)
     return SpanContext(parent.trace_id, parent.span_id, True, flags, state)
+
+
+def context_headers(context: SpanContext) -> dict[str, str]:
+    """The `traceparent` (and `tracestate`) that carry a recorded span's context to the next hop."""
+    headers = {"traceparent": traceparent(context.trace_id, context.span_id, True).decode()}
+    if context.trace_state:
+        headers["tracestate"] = context.trace_state.to_header()
+    return headers
 
 
 class SpanWriter:

@@ -43,9 +43,9 @@ from batchd.api.routes import (
     V2_GENERATE,
     V2_GENERATE_STREAM,
 )
-from batchd.api.spans import OwnSpan, new_span_id, new_trace_id, remote_context
+from batchd.api.spans import OwnSpan, context_headers, new_span_id, new_trace_id, remote_context
 from batchd.api.spec import BatchedDeployment
-from batchd.api.tracecontext import caller_of, traceparent, unrecorded_traceparent
+from batchd.api.tracecontext import caller_of, unrecorded_traceparent
 from batchd.api.tracing import TracingConfig
 from batchd.replica.traces import RequestTrace
 
@@ -331,10 +331,7 @@ class _CallSpan:
 
     def __init__(self, span: OwnSpan) -> None:
         self.span = span
-        context = span.context
-        self.headers = {"traceparent": traceparent(context.trace_id, context.span_id, True).decode()}
-        if context.trace_state:
-            self.headers["tracestate"] = context.trace_state.to_header()
+        self.headers = context_headers(span.context)
 
     def finished(self, status: int | None, error: BaseException | None) -> None:
         span = self.span

@@ -23,13 +23,12 @@ from opentelemetry.semconv.attributes import error_attributes, http_attributes, 
 from opentelemetry.trace import SpanKind
 
 from batchd.api.otel import Pipeline
-from batchd.api.spans import OwnSpan, remote_context
+from batchd.api.spans import OwnSpan, context_headers, remote_context
 from batchd.api.tracecontext import (
     TRACEPARENT,
     TRACESTATE,
     HeadSampler,
     caller_of,
-    traceparent,
     unrecorded_traceparent,
 )
 
@@ -104,11 +103,8 @@ class _RouteSpan:
 
     def upstream_headers(self) -> bytes:
         if self._headers is None:  # the same for every attempt
-            context = self.span.context
-            lines = b"traceparent: %b\r\n" % traceparent(context.trace_id, context.span_id, True)
-            if context.trace_state:
-                lines += b"tracestate: %b\r\n" % context.trace_state.to_header().encode("latin-1")
-            self._headers = lines
+            headers = context_headers(self.span.context).items()
+            self._headers = "".join(f"{name}: {value}\r\n" for name, value in headers).encode("latin-1")
         return self._headers
 
     def finished(self, status: int, error: BaseException | None) -> None:
