@@ -118,7 +118,7 @@ def draw(results: Results, path: Path) -> None:
             if goal is not None:
                 left.hlines(goal, n - 0.4, n + 0.4, colors="#c44e52", linestyles="dashed")
         left.set_xticks(list(positions), labels)
-        left.set_ylim(0, 1.1)
+        left.set_ylim(0, max(1.1, *(f.rps_ratio * 1.05 for f in found if f.rps_ratio == f.rps_ratio)))
         left.set_ylabel("requests/s, ratio to tracing off")
         left.set_title("throughput (dashed: goal)")
         width = 0.4
