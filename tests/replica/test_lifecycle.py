@@ -35,8 +35,11 @@ def inflight(url: str) -> float:
 
 
 async def test_sigterm_during_load_answers_every_accepted_request(tmp_path: Path) -> None:
-    # Ray Serve's tutorial adder: 0.2 s a batch of at most 4, so 16 requests take about a second to serve.
-    with replica_process(ROOT / "examples" / "adder.yaml", tmp_path) as replica:
+    # Batches of at most 4 held a second each: the 16 requests are all accepted long before the
+    # first batch is answered, however slowly a busy machine sends them, and take 4 s to serve.
+    slow = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 1.0}}
+    document = manifests.manifest("adder", slow, batching={"max_batch_size": 4, "batch_wait_timeout_s": 0})
+    with replica_process(write_manifest(tmp_path, document), tmp_path) as replica:
         async with httpx.AsyncClient(base_url=replica.url, timeout=60) as client:
             calls = [
                 asyncio.ensure_future(client.post("/v1/models/adder:predict", json={"instances": [n]}))

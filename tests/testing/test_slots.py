@@ -7,7 +7,14 @@ import os
 
 import pytest
 
-from batchd.testing.kubernetes.network import ClusterAddresses, SlotInUse, claim_slot
+from batchd.testing.kubernetes.network import (
+    ClusterAddresses,
+    SlotInUse,
+    add_cluster_address,
+    claim_slot,
+    remove_cluster_address,
+)
+from batchd.testing.kubernetes.processes import run
 
 UNUSED = ClusterAddresses(99)  # no worker or benchmark takes it: this test never meets a real cluster
 
@@ -24,3 +31,18 @@ def test_a_slot_held_by_one_run_is_refused_to_another_until_released() -> None:
     finally:
         held.close()
     claim_slot(UNUSED).close()  # free again once released
+
+
+def test_a_slots_address_is_added_beside_a_longer_one_it_is_the_start_of() -> None:
+    longer, shorter = UNUSED, ClusterAddresses(9)  # 198.18.250.100, then 198.18.250.10
+    claims = [claim_slot(longer), claim_slot(shorter)]
+    try:
+        add_cluster_address(longer)
+        add_cluster_address(shorter)
+        on_loopback = run(["ip", "-o", "addr", "show", "dev", "lo"]).stdout.split()
+        assert {"198.18.250.100/32", "198.18.250.10/32"} <= set(on_loopback)
+    finally:
+        remove_cluster_address(shorter)
+        remove_cluster_address(longer)
+        for claim in claims:
+            claim.close()

@@ -177,8 +177,8 @@ def add_cluster_address(cluster: ClusterAddresses) -> None:
             "(`tools/own-network.sh .venv/bin/python -m pytest ...`, as `make test-fast` does)"
         )
     run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])  # between the nodes' links
-    # As `inet 198.18.250.2/32`: the bare address is also the start of 198.18.250.20's.
-    if f" {cluster.api}/" not in run(["ip", "-o", "addr", "show", "dev", "lo"]).stdout:
+    # Whole addresses: 198.18.250.2 is not there because 198.18.250.20 is.
+    if f"{cluster.api}/32" not in run(["ip", "-o", "addr", "show", "dev", "lo"]).stdout.split():
         run(["ip", "addr", "add", f"{cluster.api}/32", "dev", "lo"])
 
 
