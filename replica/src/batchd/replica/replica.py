@@ -24,6 +24,7 @@ from batchd.replica.errors import Draining, InvalidInput, NotReady, Stalled, Too
 from batchd.replica.metrics import GenerationMetrics, ReplicaMetrics
 from batchd.replica.models.base import BatchModel, GenerationSetup, TextGenerator
 from batchd.replica.settings import ReplicaSettings
+from batchd.replica.traces import Tracing
 from batchd.replica.waiting import NO_CLIENT, Client, Submitted
 
 if TYPE_CHECKING:  # the generation package imports torch, which only text-generation replicas need
@@ -38,12 +39,15 @@ HUNG_FACTOR = 3
 class Replica:
     """Loads the model, owns the batcher, and answers inference requests through it."""
 
-    def __init__(self, manifest: BatchedDeployment, settings: ReplicaSettings) -> None:
+    def __init__(
+        self, manifest: BatchedDeployment, settings: ReplicaSettings, tracing: Tracing | None = None
+    ) -> None:
         self.manifest = manifest
         self.settings = settings
         self.model_name = manifest.model_name
+        self.tracing = tracing  # None: untraced (no OpenTelemetry code is loaded)
         self.metrics = ReplicaMetrics(deployment=manifest.metadata.name, model=self.model_name)
-        self.batcher = Batcher(manifest.spec.batching, observer=self.metrics)
+        self.batcher = Batcher(manifest.spec.batching, observer=self.metrics, tracer=tracing)
         self.model: BatchModel | None = None  # set once loaded and warmed
         self.inflight = 0  # requests accepted and not yet answered; kept by the inference routes
         self.load_error: Exception | None = None
@@ -126,7 +130,13 @@ class Replica:
             return
         metrics = GenerationMetrics(self.metrics.registry, self.manifest.metadata.name, self.model_name)
         service = model.generation_service(
-            GenerationSetup(self.manifest.spec.batching, self.batcher, sequences=metrics, steps=metrics)
+            GenerationSetup(
+                self.manifest.spec.batching,
+                self.batcher,
+                sequences=metrics,
+                steps=metrics,
+                tracer=self.tracing,
+            )
         )
         metrics.track(
             running=lambda: service.running,

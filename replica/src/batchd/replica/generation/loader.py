@@ -68,6 +68,7 @@ class TokenGenerationModel:
         batcher is not used: sequences have the engine's own queue."""
         if self._service is None:
             self.engine.observer = setup.steps
+            self.engine.tracer = setup.tracer
             self._service = TokenLevel(self.engine, self.preparer, setup.config, setup.sequences)
             self.engine.start(asyncio.get_running_loop())
         return self._service

@@ -124,7 +124,7 @@ class TokenLevel:
         caller = client.caller if self._config.fair_share else NO_CALLER
 
         def start(deliver: Deliver) -> Callable[[], None]:
-            sequence = SequenceState(request, deliver, lane=lane, caller=caller)
+            sequence = SequenceState(request, deliver, lane=lane, caller=caller, trace=client.trace)
             self.engine.submit(sequence)
             return lambda: self.engine.cancel(sequence)
 

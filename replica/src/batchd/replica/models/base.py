@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the generation package imports torch, which only text-gener
     from batchd.replica.generation.engine import StepObserver
     from batchd.replica.generation.service import GenerationService
     from batchd.replica.generation.streams import SequenceObserver
+    from batchd.replica.traces import DecodingTracer
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class GenerationSetup:
     batcher: Batcher
     sequences: SequenceObserver
     steps: StepObserver
+    tracer: DecodingTracer | None = None  # the decoding runs' spans; None untraced
 
 
 @runtime_checkable
