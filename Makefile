@@ -6,7 +6,7 @@ VERSION := $(shell cat VERSION)
 REGISTRY ?= ghcr.io/batchd
 PROJECTS := api operator replica tests/support bench router
 
-.PHONY: demo test test-fast test-kubernetes-range bench lint crd images tools kubernetes install clean
+.PHONY: demo test test-fast test-kubernetes-range bench lint crd images tools kubernetes jaeger install clean
 
 install: $(VENV)/.installed
 
@@ -45,6 +45,12 @@ tools:
 kubernetes:
 	@tools/build-kubernetes.sh >/dev/null
 
+# The real trace backend the tracing tests and benchmark export to and read back from: Jaeger
+# (v1.76.0, its v2 binary) built from its Go module into ~/.cache/batchd beside the Kubernetes
+# binaries, with the same Go caches (tools/build-jaeger.sh).
+jaeger:
+	@tools/build-jaeger.sh >/dev/null
+
 # The Kubernetes minors batchd supports (README): the install and operator tests run on the oldest
 # and the newest of them, each built like the pinned one (not part of `make test`).
 KUBERNETES_RANGE := v1.34.4 v1.37.2
@@ -72,7 +78,7 @@ PYTEST := $(PY) -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadgroup
 
 # Everything, the end-to-end tests through real processes included (the aim: under 12 minutes on
 # 2 cores, a fresh install included).
-test: install tools kubernetes images
+test: install tools kubernetes jaeger images
 	$(PYTEST) --durations=15
 
 # The edit loop (under 3 minutes on 2 cores): everything but the tests marked `slow`, which run
@@ -82,7 +88,7 @@ test: install tools kubernetes images
 # control plane alone (seconds to start) serves the fast tests of what the API server admits, in a
 # network namespace of its own (tools/own-network.sh): no node, so neither root nor the node's
 # packages (`tools`) are needed.
-test-fast: install kubernetes
+test-fast: install kubernetes jaeger
 	tools/own-network.sh $(PYTEST) -m "not slow"
 
 # batchd beside bare uvicorn, itself unbatched and the model alone: the README's goals, with no

@@ -19,7 +19,7 @@ settings.register_profile("explore", database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "batchd"))
 
 # `start_prometheus`; `control_plane` (a real Kubernetes control plane) and `kube_namespace`.
-pytest_plugins = ["batchd.testing.prometheus", "batchd.testing.kubernetes.fixtures"]
+pytest_plugins = ["batchd.testing.prometheus", "batchd.testing.jaeger", "batchd.testing.kubernetes.fixtures"]
 
 # Tests that hold a load on real processes for tens of seconds and assert how the system follows it
 # (autoscaling, the operator under faults, the benchmarks' smoke runs). `make test` runs them one

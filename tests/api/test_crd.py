@@ -161,6 +161,17 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         _with("spec.autoscaling", {"max_replicas": 2, "downscale_delay_s": -1}),
         "spec.autoscaling.downscale_delay_s",
     ),
+    ("tracing without an endpoint", _with("spec.tracing", {"sampling_ratio": 0.5}), "spec.tracing"),
+    (
+        "tracing endpoint not a URL",
+        _with("spec.tracing", {"endpoint": "jaeger:4318"}),
+        "spec.tracing.endpoint",
+    ),
+    (
+        "sampling ratio above one",
+        _with("spec.tracing", {"endpoint": "http://jaeger:4318", "sampling_ratio": 1.5}),
+        "spec.tracing.sampling_ratio",
+    ),
 ]
 
 

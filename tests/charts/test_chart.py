@@ -11,6 +11,8 @@ import kubernetes_validate
 import pytest
 
 from batchd.api.pod import labels
+from batchd.api.spec import TracingSpec
+from batchd.api.tracing import pod_environment
 from batchd.operator import children
 from batchd.operator.settings import Settings
 from batchd.testing import ROOT
@@ -130,10 +132,11 @@ def test_custom_values_reach_the_operator() -> None:
     values = SCENARIOS["custom-values"]
     pod = operator(render(values), "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert container["image"] == "registry.example.com/ml/batchd-operator:0.1.0-rc1"
     assert env["BATCHD_REPLICA_IMAGE"] == "registry.example.com/ml/batchd-replica:0.1.0-rc1-cuda"
     assert env["BATCHD_MODEL_MIRROR"] == "/models/mirror"
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
     assert pod["imagePullSecrets"] == [{"name": "registry-credentials"}]
     assert pod["tolerations"] == values["tolerations"]
 
@@ -156,6 +159,8 @@ def test_custom_values_reach_the_operator() -> None:
         ({"router": {"hold": {"timeoutSeconds": 0}}}, "timeoutSeconds"),
         ({"router": {"hold": {"maxPerDeployment": "many"}}}, "maxPerDeployment"),
         ({"router": {"enabled": "yes"}}, "enabled"),
+        ({"tracing": {"endpoint": "jaeger:4318"}}, "endpoint"),
+        ({"tracing": {"endpoint": "http://jaeger:4318", "samplingRatio": 2}}, "samplingRatio"),
     ],
 )
 def test_the_values_schema_refuses_bad_values_naming_them(values: dict[str, Any], named: str) -> None:
@@ -163,6 +168,36 @@ def test_the_values_schema_refuses_bad_values_naming_them(values: dict[str, Any]
     with pytest.raises(helm.HelmError) as refused:
         chart.validate_schema(values)
     assert named in str(refused.value)
+
+
+@pytest.mark.parametrize("component", ["operator", "router"])
+def test_tracing_gives_the_operator_and_the_router_what_replica_pods_get(component: str) -> None:
+    """The chart's OpenTelemetry environment is the one `batchd.api.tracing` renders for replica
+    pods (the chart cannot import it: this test holds the two together)."""
+    endpoint, ratio = "http://jaeger.observability:4318", 0.05
+    objects = render({"tracing": {"endpoint": endpoint, "samplingRatio": ratio}})
+    (deployment,) = [
+        o
+        for o in objects
+        if o["kind"] == "Deployment" and o["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    rendered = [item for item in container["env"] if item["name"].startswith("OTEL_")]
+    resource = {
+        "k8s.deployment.name": deployment["metadata"]["name"],
+        "k8s.container.name": container["name"],
+        "service.version": yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"],
+    }
+    spec = TracingSpec(endpoint=endpoint, sampling_ratio=ratio)
+    assert rendered == pod_environment(spec, f"batchd-{component}", resource)
+    untraced = render()
+    assert not [
+        item
+        for o in untraced
+        if o["kind"] == "Deployment"
+        for item in o["spec"]["template"]["spec"]["containers"][0]["env"]
+        if item["name"].startswith("OTEL_")
+    ]
 
 
 def test_every_copy_of_the_crd_equals_the_one_in_crds() -> None:

@@ -84,6 +84,7 @@ PERFORMANCE_CHARTS = {
     "autoscaling": ("autoscaling.png",),
     "generation": ("generation.png",),
     "router": ("router-keepalive.png", "router-zero.png"),
+    "tracing": ("tracing.png",),
     "peers": ("peers.png",),
     "prefix": ("prefix.png",),
     "priority": ("priority.png",),

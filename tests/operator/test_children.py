@@ -48,6 +48,7 @@ GPU = bd(
     volumes=[{"name": "shm", "emptyDir": {"medium": "Memory"}}],
     volumeMounts=[{"name": "shm", "mountPath": "/dev/shm"}],
     batching={"request_timeout_s": 120},
+    tracing={"endpoint": "http://otel-collector.observability:4318", "sampling_ratio": 0.1},
 )
 EXAMPLES = [
     load_manifest(path)
@@ -199,6 +200,42 @@ def test_scaling_autoscaling_and_batching_changes_never_roll_the_pods() -> None:
     )
     assert (retuned.spec.batching.max_batch_size, retuned.batching_revision) == (64, 5)
     assert retuned.spec.autoscaling is None  # the replica never sees what only the operator acts on
+
+
+def test_tracing_gives_the_pods_the_standard_opentelemetry_environment() -> None:
+    env = {item["name"]: item for item in container(children.deployment(GPU, SETTINGS))["env"]}
+    values = {name: item.get("value") for name, item in env.items()}
+    assert values["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
+    assert values["OTEL_TRACES_SAMPLER"] == "parentbased_traceidratio"
+    assert values["OTEL_TRACES_SAMPLER_ARG"] == "0.1"
+    assert values["OTEL_SERVICE_NAME"] == "minilm"  # the deployment's name, unless the block names one
+    assert values["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] == "false"
+    # The pod's own facts come from the downward API, and the resource attributes name them.
+    assert env["OTEL_RESOURCE_ATTRIBUTES_POD_NAME"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.name"}
+    }
+    attributes = dict(pair.split("=", 1) for pair in values["OTEL_RESOURCE_ATTRIBUTES"].split(","))
+    assert attributes["k8s.pod.name"] == "$(OTEL_RESOURCE_ATTRIBUTES_POD_NAME)"
+    assert attributes["k8s.namespace.name"] == "$(OTEL_RESOURCE_ATTRIBUTES_NAMESPACE)"
+    assert attributes["k8s.deployment.name"] == "minilm"
+    assert attributes["service.version"] == children.revision(GPU, SETTINGS)
+    names = list(env)  # a $(VAR) reference expands only to a variable defined before it
+    assert names.index("OTEL_RESOURCE_ATTRIBUTES") > names.index("OTEL_RESOURCE_ATTRIBUTES_POD_NAME")
+    canary = container(children.deployment(GPU, SETTINGS, track="canary"))["env"]
+    assert "k8s.deployment.name=minilm-canary" in next(
+        item["value"] for item in canary if item["name"] == "OTEL_RESOURCE_ATTRIBUTES"
+    )
+
+
+def test_without_tracing_the_pods_carry_no_opentelemetry_variable() -> None:
+    env = container(children.deployment(bd(), SETTINGS))["env"]
+    assert not [item for item in env if item["name"].startswith("OTEL_")]
+
+
+def test_a_tracing_change_rolls_the_pods_and_keeps_the_revision() -> None:
+    base, traced = bd(), bd(tracing={"endpoint": "http://jaeger:4318"})
+    assert _template_hash(traced) != _template_hash(base)  # the env changed: new pods
+    assert children.revision(traced, SETTINGS) == children.revision(base, SETTINGS)  # no canary for it
 
 
 def test_pods_are_labelled_by_revision_and_a_rollout_change_rolls_nothing() -> None:

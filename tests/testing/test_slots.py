@@ -4,9 +4,12 @@ naming who holds it, instead of sharing the slot's addresses and removing them f
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
+from batchd.testing import ROOT
 from batchd.testing.kubernetes.network import (
     ClusterAddresses,
     SlotInUse,
@@ -46,3 +49,20 @@ def test_a_slots_address_is_added_beside_a_longer_one_it_is_the_start_of() -> No
         remove_cluster_address(longer)
         for claim in claims:
             claim.close()
+
+
+def test_a_run_in_a_network_namespace_of_its_own_shares_no_slot_with_the_machine() -> None:
+    held = claim_slot(UNUSED)
+    try:
+        claim = (
+            "from batchd.testing.kubernetes.network import ClusterAddresses, claim_slot; "
+            "claim_slot(ClusterAddresses(99))"
+        )
+        inside = subprocess.run(
+            [str(ROOT / "tools" / "own-network.sh"), sys.executable, "-c", claim],
+            capture_output=True,
+            text=True,
+        )
+        assert inside.returncode == 0, inside.stderr
+    finally:
+        held.close()

@@ -117,3 +117,39 @@ lets it list pods there). */}}
 {{- define "batchd.operatorReadsRoutersByRole" -}}
 {{- if and .Values.router.enabled .Values.rbac.create .Values.watchNamespaces (not (has .Release.Namespace .Values.watchNamespaces)) }}true{{ end }}
 {{- end }}
+
+{{/*
+The standard OpenTelemetry environment of a pod that traces (batchd.api.tracing renders the same
+for replica pods; tests/charts compare the two): `serviceName` names it, `component` its
+container; the pod's own facts come from the downward API. Nothing without tracing.endpoint.
+*/}}
+{{- define "batchd.tracingEnv" -}}
+{{- with .root.Values.tracing }}
+{{- if .endpoint }}
+- name: OTEL_SERVICE_NAME
+  value: {{ $.serviceName | quote }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ trimSuffix "/" .endpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: "http/protobuf"
+- name: OTEL_TRACES_EXPORTER
+  value: "otlp"
+- name: OTEL_TRACES_SAMPLER
+  value: "parentbased_traceidratio"
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .samplingRatio | toString | quote }}
+- name: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
+  value: "false"
+- name: OTEL_RESOURCE_ATTRIBUTES_POD_NAME
+  valueFrom: {fieldRef: {fieldPath: metadata.name}}
+- name: OTEL_RESOURCE_ATTRIBUTES_POD_UID
+  valueFrom: {fieldRef: {fieldPath: metadata.uid}}
+- name: OTEL_RESOURCE_ATTRIBUTES_NAMESPACE
+  valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+- name: OTEL_RESOURCE_ATTRIBUTES_NODE_NAME
+  valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ printf "k8s.pod.name=$(OTEL_RESOURCE_ATTRIBUTES_POD_NAME),k8s.pod.uid=$(OTEL_RESOURCE_ATTRIBUTES_POD_UID),k8s.namespace.name=$(OTEL_RESOURCE_ATTRIBUTES_NAMESPACE),k8s.node.name=$(OTEL_RESOURCE_ATTRIBUTES_NODE_NAME),k8s.deployment.name=%s,k8s.container.name=%s,service.version=%s" $.deployment $.component $.root.Chart.AppVersion | quote }}
+{{- end }}
+{{- end }}
+{{- end }}

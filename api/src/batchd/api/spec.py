@@ -538,6 +538,38 @@ class RolloutSpec(_Strict):
 DEFAULT_CANARY_STEPS = (CanaryStep(traffic_percent=10), CanaryStep(traffic_percent=50))
 
 
+# The OTLP/HTTP receiver's base URL: spans go to `<endpoint>/v1/traces`.
+TRACING_ENDPOINT_PATTERN = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"
+
+
+class TracingSpec(_Strict):
+    """OpenTelemetry traces of the deployment's replicas, exported over OTLP/HTTP: a span per
+    request (with the GenAI attributes where they apply), a span per batch linked to every request
+    it carried, and the caller's `traceparent` continued. The operator turns this block into the
+    standard `OTEL_*` environment of the replica pods, with the pod's Kubernetes resource
+    attributes; without it the replicas trace nothing and load no OpenTelemetry code."""
+
+    endpoint: Annotated[str, Field(pattern=TRACING_ENDPOINT_PATTERN, max_length=1024)]
+    """The base URL of an OTLP/HTTP receiver, e.g. `http://jaeger-collector.observability:4318`
+    (an OpenTelemetry Collector, Jaeger, Tempo): spans are sent to `<endpoint>/v1/traces`
+    (`OTEL_EXPORTER_OTLP_ENDPOINT`)."""
+
+    sampling_ratio: Annotated[float, Field(ge=0, le=1)] = 1.0
+    """The share of new traces recorded, from 0 to 1 (`OTEL_TRACES_SAMPLER_ARG` of the
+    `parentbased_traceidratio` sampler). A request that arrives with a `traceparent` (through the
+    router, or from a traced client) follows its caller's decision instead, so a trace is kept or
+    dropped whole."""
+
+    service_name: Annotated[str | None, Field(min_length=1, max_length=253)] = None
+    """The `service.name` the spans carry (`OTEL_SERVICE_NAME`). Default: the BatchedDeployment's
+    name."""
+
+    capture_prompts: bool = False
+    """Whether spans may carry the text of prompts and generated answers
+    (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`). Off by default: prompts often hold
+    personal data, and a trace backend is read by more people than the model's logs."""
+
+
 class BatchedDeploymentSpec(_Strict):
     """The `spec` of a BatchedDeployment."""
 
@@ -566,6 +598,11 @@ class BatchedDeploymentSpec(_Strict):
     volume_mounts: list[KubeObject] = Field(default_factory=list, alias="volumeMounts")
     rollout: RolloutSpec = Field(
         default_factory=RolloutSpec, description="How a new revision (model or image) is rolled out."
+    )
+    tracing: TracingSpec | None = Field(
+        default=None,
+        description="OpenTelemetry traces of the replicas, exported over OTLP/HTTP. "
+        "Default: no tracing. A change rolls the pods, as a change of env does.",
     )
 
 

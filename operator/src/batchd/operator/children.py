@@ -31,6 +31,7 @@ from batchd.api.pod import (
 )
 from batchd.api.revisions import revision_of
 from batchd.api.spec import BATCHING_REVISION_ANNOTATION, BatchedDeployment
+from batchd.api.tracing import pod_environment
 from batchd.operator.settings import Settings
 
 Manifest = dict[str, Any]
@@ -40,6 +41,7 @@ CACHE_DIR = "/var/cache/batchd"
 CONFIG_HASH_ANNOTATION = "serving.batchd.dev/config-hash"
 # Fields of the spec that only the operator acts on.
 NOT_FOR_REPLICAS = {"num_replicas", "autoscaling", "rollout"}
+CONTAINER = "replica"
 CANARY_KINDS = ("Deployment", "Service", "ConfigMap")
 STARTUP_PROBE_PERIOD_S = 1
 READINESS_PROBE_PERIOD_S = 2
@@ -117,7 +119,7 @@ def _probe(path: str, *, period_s: int, failures: int, timeout_s: int = 5) -> Ma
     }
 
 
-def _env(bd: BatchedDeployment, settings: Settings) -> list[Manifest]:
+def _env(bd: BatchedDeployment, settings: Settings, track: Track = STABLE) -> list[Manifest]:
     ours: list[Manifest] = [
         {"name": "BATCHD_PVC_ROOT", "value": PVC_ROOT},
         {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},
@@ -133,6 +135,15 @@ def _env(bd: BatchedDeployment, settings: Settings) -> list[Manifest]:
         ours.append(
             {"name": "BATCHD_CALLS", "value": json.dumps(call_addresses(bd, settings), sort_keys=True)}
         )
+    if bd.spec.tracing is not None:
+        # The standard OpenTelemetry environment, with the pod's Kubernetes resource attributes; the
+        # revision is the service's version, so the spans of a canary and the stable pods differ.
+        resource = {
+            "k8s.deployment.name": child_name(bd.metadata.name, track),
+            "k8s.container.name": CONTAINER,
+            "service.version": revision(bd, settings),
+        }
+        ours += pod_environment(bd.spec.tracing, bd.metadata.name, resource)
     # The user's variables win: theirs replace ours of the same name instead of duplicating them.
     theirs = [dict(item) for item in bd.spec.env]
     overridden = {item.get("name") for item in theirs}
@@ -177,13 +188,13 @@ def deployment(
         *(dict(mount) for mount in bd.spec.volume_mounts),
     ]
     container: Manifest = {
-        "name": "replica",
+        "name": CONTAINER,
         "image": image,
         "imagePullPolicy": settings.image_pull_policy,
         "command": ["batchd"],
         "args": ["serve", CONFIG_PATH, "--host", "0.0.0.0", "--port", str(REPLICA_PORT)],
         "ports": [{"name": "http", "containerPort": REPLICA_PORT, "protocol": "TCP"}],
-        "env": _env(bd, settings),
+        "env": _env(bd, settings, track),
         "resources": dict(bd.spec.resources),
         "volumeMounts": mounts,
         # Ready only once the model is loaded and warmed; the startup probe gives it that long. Both

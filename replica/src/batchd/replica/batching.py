@@ -40,6 +40,13 @@ from batchd.replica.errors import (
     blamed_on,
 )
 from batchd.replica.queueing import FIRST_COME, NO_CALLER, PendingQueue, PriorityClass
+from batchd.replica.traces import (
+    BatchTrace,
+    BatchTracer,
+    RequestTrace,
+    reset_current_batch,
+    set_current_batch,
+)
 from batchd.replica.waiting import NO_CLIENT, Client, Submitted, Watches
 
 logger = logging.getLogger(__name__)
@@ -102,6 +109,7 @@ class _Pending:
     deadline: float  # loop.time() when its request stops waiting (`waiting`)
     priority_class: str = ""
     caller: str = ""
+    trace: RequestTrace | None = None  # its request's span, where the replica traces
 
     def abandoned(self) -> bool:
         return self.future.done()
@@ -150,9 +158,12 @@ class _DrainRate:
 class Batcher:
     """Turns `infer(items)` calls from many requests into `run_batch(batch)` calls on the model."""
 
-    def __init__(self, config: BatchingSpec, observer: BatchObserver | None = None) -> None:
+    def __init__(
+        self, config: BatchingSpec, observer: BatchObserver | None = None, tracer: BatchTracer | None = None
+    ) -> None:
         self._config = config
         self._observer: BatchObserver = observer or NullBatchObserver()
+        self._tracer = tracer  # None: untraced, and nothing per batch is spent on it
         self._run_batch: RunBatch | None = None
         self._running_items = 0  # items inside batches the model is computing now
         self._running_sheddable = 0  # of those, the items of sheddable classes
@@ -254,7 +265,8 @@ class Batcher:
         futures = []
         for item in items:
             future = loop.create_future()
-            self._queue.push(_Pending(item, future, now, deadline, class_name, caller), lane, caller)
+            pending = _Pending(item, future, now, deadline, class_name, caller, client.trace)
+            self._queue.push(pending, lane, caller)
             futures.append(future)
         # A window that is open changes its mind only when the batch is full, or, with a latency
         # objective, at every arrival (it re-plans); waking the former for anything else costs a
@@ -383,6 +395,10 @@ class Batcher:
                     self._observer.class_served(
                         pending.priority_class, pending.caller, now - pending.arrived_at
                     )
+                    if pending.trace is not None:
+                        pending.trace.dispatched(
+                            now - pending.arrived_at, pending.priority_class, pending.caller
+                        )
                 return batch
 
     def _full(self) -> bool:
@@ -437,6 +453,9 @@ class Batcher:
         waited for the device too, which would bend the cost line adaptive batching learns)."""
         started = time.perf_counter()
         failed = True
+        span = self._batch_span(batch)
+        token = set_current_batch(span) if span is not None else None
+        error: BaseException | None = None
         sheddable = self._queue.sheddable
         shed_count = sum(1 for pending in batch if pending.priority_class in sheddable) if sheddable else 0
         self._running_items += len(batch)
@@ -444,21 +463,26 @@ class Batcher:
         try:
             await self._resolve(batch)
             failed = False
-        except BaseException as error:
-            if not isinstance(error, Exception):  # even a cancelled batch resolves its futures
+        except BaseException as raised:
+            error = raised
+            if not isinstance(raised, Exception):  # even a cancelled batch resolves its futures
                 _fail(batch, Draining())
                 raise
             logger.exception("batch of %d failed", len(batch))
-            if not self._config.isolate_failures or isinstance(error, BatchWide):
-                _fail(batch, error)
+            if not self._config.isolate_failures or isinstance(raised, BatchWide):
+                _fail(batch, raised)
             elif len(batch) > 1:  # only the items that fail alone fail
-                await self._isolate(batch, error)
+                await self._isolate(batch, raised, span)
             else:  # a lone item is alone already
-                _fail(batch, blamed_on(batch[0].item, error))
+                _fail(batch, blamed_on(batch[0].item, raised))
         finally:
             self._running_items -= len(batch)
             self._running_sheddable -= shed_count
             duration = time.perf_counter() - started
+            if span is not None:
+                span.finished(duration, error)
+                if token is not None:
+                    reset_current_batch(token)
             self._rate.record(len(batch), duration)
             if not failed:
                 if alone:
@@ -469,6 +493,14 @@ class Batcher:
                     late = sum(1 for pending in batch if now - pending.arrived_at > objective_s)
                     self._observer.objective_checked(len(batch), late)
             self._observer.batch_finished(len(batch), duration, failed)
+
+    def _batch_span(self, batch: list[_Pending]) -> BatchTrace | None:
+        """The batch's trace, linked to the recorded requests it carries; None untraced."""
+        if self._tracer is None:
+            return None
+        traces = list({id(p.trace): p.trace for p in batch if p.trace is not None}.values())
+        waited_s = asyncio.get_running_loop().time() - batch[0].arrived_at
+        return self._tracer.batch_started(traces, len(batch), waited_s)
 
     async def _resolve(self, batch: list[_Pending]) -> None:
         """One model call for `batch`, its results set on the futures still waiting for them."""
@@ -489,7 +521,7 @@ class Batcher:
             if not pending.future.done():
                 pending.future.set_result(result)
 
-    async def _isolate(self, batch: list[_Pending], error: Exception) -> None:
+    async def _isolate(self, batch: list[_Pending], error: Exception, span: BatchTrace | None = None) -> None:
         """Find the items that fail alone, so that only they fail (`isolate_failures`).
 
         A failed group is split in halves and each half run again, down to single items; when
@@ -535,6 +567,8 @@ class Batcher:
             await split(batch, error)
         finally:
             self._observer.batch_isolated(calls, sum(1 for pending in batch if _failed(pending.future)))
+            if span is not None:
+                span.isolated(calls)
             _fail(batch, error)  # anything a cancellation left undecided
 
 

@@ -15,14 +15,20 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from batchd.api.httpserver import UVICORN_OPTIONS
 from batchd.api.manifest import ManifestError, load_manifest
+from batchd.api.spec import BatchedDeployment
+from batchd.api.tracing import TracingConfig, environment
 from batchd.replica.front.app import create_app
 from batchd.replica.front.server import ReplicaServer, replica_protocol
 from batchd.replica.settings import ReplicaSettings, check_call_url
+
+if TYPE_CHECKING:  # imported only when tracing is configured: OpenTelemetry is loaded with it
+    from batchd.replica.tracing import ReplicaTracing
 
 TERMINATION_LOG = Path("/dev/termination-log")
 
@@ -83,7 +89,8 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    app = create_app(manifest, settings, manifest_path=args.manifest)
+    tracing = start_tracing(manifest)
+    app = create_app(manifest, settings, manifest_path=args.manifest, tracing=tracing)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -95,7 +102,11 @@ def serve(args: argparse.Namespace) -> int:
         **{**UVICORN_OPTIONS, "http": replica_protocol(app.replica, access_log=args.access_log)},
     )
     server = ReplicaServer(config, app.replica, settings.drain_timeout_s)
-    server.run()
+    try:
+        server.run()
+    finally:
+        if tracing is not None:
+            tracing.shutdown()  # what is still buffered goes out before the process exits
     if app.replica.hung:
         # Its thread cannot be stopped, and the interpreter would wait for it at exit.
         logging.shutdown()
@@ -105,6 +116,26 @@ def serve(args: argparse.Namespace) -> int:
         _write_termination_log(f"model {manifest.model_name!r} failed to load: {load_error}")
         return 3
     return 0
+
+
+def start_tracing(manifest: BatchedDeployment) -> ReplicaTracing | None:
+    """The replica's tracing, where the environment configures it: in a pod the operator rendered
+    `spec.tracing` into it; locally a manifest's `spec.tracing` fills in what the environment does
+    not say, as the operator would. None (and no OpenTelemetry import) when tracing is off."""
+    if manifest.spec.tracing is not None:
+        for name, value in environment(manifest.spec.tracing, manifest.metadata.name).items():
+            os.environ.setdefault(name, value)
+    config = TracingConfig.from_environ(os.environ)
+    if config is None:
+        return None
+    from opentelemetry import trace
+
+    from batchd.api.otel import pipeline
+    from batchd.replica.tracing import ReplicaTracing
+
+    spans = pipeline(manifest.metadata.name)
+    trace.set_tracer_provider(spans.provider)  # a handler's own spans go where the replica's go
+    return ReplicaTracing(spans, manifest, config)
 
 
 def _write_termination_log(message: str) -> None:

@@ -50,6 +50,7 @@ from batchd.api.headers import REFUSED_HEADER
 from batchd.replica.batch_deadline import seconds_left
 from batchd.replica.errors import CalleeError, CalleeOverloaded, CalleeTimeout, CalleeUnavailable
 from batchd.replica.json_encoding import plain
+from batchd.replica.traces import current_batch
 
 __all__ = [
     "CallClient",
@@ -212,23 +213,49 @@ class DeploymentHandle:
         left = seconds_left(self._default_timeout_s)
         if left <= 0:
             raise self._error(CalleeTimeout, "not called: the requests it was for are past their deadline")
+        batch = current_batch()  # the traced batch this call is made for, if any
+        if batch is None:
+            return await self._within(left, items, route, _JSON)
+        call = batch.call_started(self.alias, self.deployment, self.url)
+        answered: list[int] = []
+        try:
+            results = await self._within(left, items, route, {**_JSON, **call.headers}, answered)
+        except BaseException as error:
+            call.finished(answered[-1] if answered else None, error)
+            raise
+        call.finished(200, None)
+        return results
+
+    async def _within(
+        self,
+        left: float,
+        items: list[Any],
+        route: _Route,
+        headers: Mapping[str, str],
+        answered: list[int] | None = None,
+    ) -> list[Any]:
         try:
             async with asyncio.timeout(left):
-                return await self._send(items, route)
+                return await self._send(items, route, headers, answered)
         except TimeoutError:
             raise self._error(
                 CalleeTimeout, f"no answer within the {left:.3g} s left to the requests it was called for"
             ) from None
 
-    async def _send(self, items: list[Any], route: _Route) -> list[Any]:
+    async def _send(
+        self, items: list[Any], route: _Route, headers: Mapping[str, str], answered: list[int] | None
+    ) -> list[Any]:
+        """`answered`: where each answer's status is noted (for the call's span)."""
         session = self._client.session()
         for attempt in (1, 2):
             final = attempt == 2
             try:
                 name = self._model_name or await self._discover_once(session)
                 path, body = route.request(name, items)
-                async with session.post(f"{self.url}{path}", data=body, headers=_JSON) as response:
+                async with session.post(f"{self.url}{path}", data=body, headers=headers) as response:
                     status, payload = response.status, await response.read()
+                    if answered is not None:
+                        answered.append(status)
                     refused = _REFUSED in response.headers
                     retry_after = response.headers.get("Retry-After")
             except aiohttp.ClientError as error:

@@ -21,6 +21,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from batchd.replica.errors import ERROR_TABLE
@@ -146,8 +147,8 @@ class ReplicaMetrics:
     def reloaded(self, outcome: str) -> None:
         self._reloads[outcome].inc()
 
-    def request_done(self, outcome: str, duration_s: float) -> None:
-        self._answered.observe(outcome, duration_s)
+    def request_done(self, outcome: str, duration_s: float, exemplar: dict[str, str] | None = None) -> None:
+        self._answered.observe(outcome, duration_s, exemplar)
 
     def rejected(self, reason: str) -> None:
         self._rejections[reason].inc()
@@ -187,7 +188,10 @@ class AnsweredRequests(Collector):
     They move on every request, and prometheus-client's Counter and Histogram take a lock for
     each change (three a request: about 4 us, a twelfth of the replica's CPU per request on a
     trivial model). Here a request adds to plain numbers, on the event loop that answers it, and
-    the families are made when the registry is read."""
+    the families are made when the registry is read.
+
+    Where the replica traces, each bucket keeps the trace id of the last recorded request that fell
+    in it as its exemplar (OpenMetrics), so that a slow bucket leads to a trace of its own."""
 
     def __init__(self, registry: CollectorRegistry, labels: Sequence[str], values: Sequence[str]) -> None:
         self._labels = (*labels, "outcome")
@@ -196,12 +200,18 @@ class AnsweredRequests(Collector):
         # Per outcome: how many answers fell in each bucket (not cumulative; the last is +Inf).
         self._buckets = {o: [0] * (len(SECONDS_BUCKETS) + 1) for o in OUTCOMES}
         self._sums = dict.fromkeys(OUTCOMES, 0.0)
+        self._exemplars: dict[str, list[Exemplar | None]] = {
+            o: [None] * (len(SECONDS_BUCKETS) + 1) for o in OUTCOMES
+        }
         self._created = time.time()
         registry.register(self)
 
-    def observe(self, outcome: str, duration_s: float) -> None:
-        self._buckets[outcome][bisect_left(self._bounds, duration_s)] += 1
+    def observe(self, outcome: str, duration_s: float, exemplar: dict[str, str] | None = None) -> None:
+        bucket = bisect_left(self._bounds, duration_s)
+        self._buckets[outcome][bucket] += 1
         self._sums[outcome] += duration_s
+        if exemplar is not None:
+            self._exemplars[outcome][bucket] = Exemplar(exemplar, duration_s, time.time())
 
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily(
@@ -217,7 +227,12 @@ class AnsweredRequests(Collector):
             cumulative = cumulative_buckets(self._bounds, self._buckets[outcome])
             running = int(cumulative[-1][1])
             requests.add_metric(values, running, created=self._created)
-            durations.add_metric(values, cumulative, self._sums[outcome])
+            exemplars = list(self._exemplars[outcome])
+            buckets = [
+                (bound, count) if exemplar is None else (bound, count, exemplar)
+                for (bound, count), exemplar in zip(cumulative, exemplars, strict=True)
+            ]
+            durations.add_metric(values, buckets, self._sums[outcome])
             durations.add_sample(
                 "batchd_request_duration_seconds_created",
                 dict(zip(self._labels, values, strict=True)),
@@ -391,8 +406,8 @@ class GenerationMetrics:
         self.kv_cache_usage.set_function(kv_usage)
 
     # SequenceObserver, for the generation service.
-    def first_token(self, seconds: float) -> None:
-        self.time_to_first_token.observe(seconds)
+    def first_token(self, seconds: float, exemplar: dict[str, str] | None = None) -> None:
+        self.time_to_first_token.observe(seconds, exemplar)
 
     def sequence_done(self, prompt_tokens: int, generated_tokens: int, per_token_s: float | None) -> None:
         self.prompt_tokens.inc(prompt_tokens)

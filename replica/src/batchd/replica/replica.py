@@ -25,6 +25,7 @@ from batchd.replica.errors import Draining, InvalidInput, NotReady, Stalled, Too
 from batchd.replica.metrics import GenerationMetrics, ReplicaMetrics
 from batchd.replica.models.base import BatchModel, GenerationSetup, TextGenerator
 from batchd.replica.settings import ReplicaSettings
+from batchd.replica.traces import Tracing
 from batchd.replica.waiting import NO_CLIENT, Client, Submitted
 
 if TYPE_CHECKING:  # the generation package imports torch, which only text-generation replicas need
@@ -39,12 +40,15 @@ HUNG_FACTOR = 3
 class Replica:
     """Loads the model, owns the batcher, and answers inference requests through it."""
 
-    def __init__(self, manifest: BatchedDeployment, settings: ReplicaSettings) -> None:
+    def __init__(
+        self, manifest: BatchedDeployment, settings: ReplicaSettings, tracing: Tracing | None = None
+    ) -> None:
         self.manifest = manifest
         self.settings = settings
         self.model_name = manifest.model_name
+        self.tracing = tracing  # None: untraced (no OpenTelemetry code is loaded)
         self.metrics = ReplicaMetrics(deployment=manifest.metadata.name, model=self.model_name)
-        self.batcher = Batcher(manifest.spec.batching, observer=self.metrics)
+        self.batcher = Batcher(manifest.spec.batching, observer=self.metrics, tracer=tracing)
         self.model: BatchModel | None = None  # set once loaded and warmed
         self.inflight = 0  # requests accepted and not yet answered; kept by the inference routes
         self.load_error: Exception | None = None
@@ -132,6 +136,7 @@ class Replica:
             sequences=metrics,
             steps=metrics,
             memory_request_bytes=memory_request_bytes(self.manifest.spec.resources),
+            tracer=self.tracing,
         )
         service = model.generation_service(setup)
         metrics.track(

@@ -17,6 +17,7 @@ from typing import Any
 
 from batchd.api.headers import TIMEOUT_HEADER
 from batchd.replica.errors import ClientDisconnected, DeadlineExceeded
+from batchd.replica.traces import RequestTrace
 
 # Resolves when the request's client has gone away (for HTTP: the ASGI disconnect message).
 Abandoned = Callable[[], Awaitable[object]]
@@ -33,16 +34,18 @@ _CLIENT_TIMEOUT = TIMEOUT_HEADER.decode()
 class Client:
     """What the replica knows of a request's client: how it learns that the client has gone
     (`gone`), how long the client still waits (`timeout_s`, from `batchd-timeout-s`), the priority
-    class it asks for (`priority`, from `batchd-priority`; None: the default class) and who it is,
+    class it asks for (`priority`, from `batchd-priority`; None: the default class), who it is,
     for fair shares within its class (`caller`, from `batchd-fairness-id`, else what the body
     says) and for the prefix cache's scope (`tenant`: from the header only, which a gateway sets,
-    never from the body, which the client writes)."""
+    never from the body, which the client writes), and the request's span where the replica
+    traces (`trace`)."""
 
     gone: Abandoned | None = None
     timeout_s: float | None = None
     priority: str | None = None
     caller: str = ""
     tenant: str = ""
+    trace: RequestTrace | None = None
 
     def asking(self, priority: str | None, caller: str | None) -> Client:
         """This client, in class `priority` and as `caller` where its headers said neither (the
@@ -53,6 +56,7 @@ class Client:
             self.priority if self.priority is not None else priority,
             self.caller or caller or "",
             self.tenant,
+            self.trace,
         )
 
     def deadline(self, admitted: float, request_timeout_s: float) -> tuple[float, str]:

@@ -26,6 +26,7 @@ from batchd.router.metrics import RouterMetrics
 from batchd.router.prefixes import PrefixIndex
 from batchd.router.proxy import Router
 from batchd.router.settings import RouterSettings
+from batchd.router.traces import Tracing
 from batchd.router.upstream import Upstream
 from batchd.router.watching import Watcher, watched_kinds
 
@@ -64,6 +65,7 @@ class RouterApp:
     settings: RouterSettings
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
     rng: random.Random = field(default_factory=random.Random)
+    tracing: Tracing | None = None  # None: untraced
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -84,6 +86,7 @@ class RouterApp:
             self.synced,
             self.rng,
             self.prefixes,
+            self.tracing,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._api: KubeClient | None = None
@@ -156,5 +159,7 @@ class RouterApp:
         self.upstream.close()
 
 
-def create_app(settings: RouterSettings, metrics: RouterMetrics | None = None) -> RouterApp:
-    return RouterApp(settings, metrics or RouterMetrics())
+def create_app(
+    settings: RouterSettings, metrics: RouterMetrics | None = None, tracing: Tracing | None = None
+) -> RouterApp:
+    return RouterApp(settings, metrics or RouterMetrics(), tracing=tracing)

@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from batchd.api.environment import SettingsError
 from batchd.api.httpserver import UVICORN_OPTIONS
+from batchd.api.tracing import TracingConfig
 from batchd.router.app import create_app
 from batchd.router.server import FINISH_S, RouterServer
 from batchd.router.settings import RouterSettings
+
+if TYPE_CHECKING:  # imported only when tracing is configured: OpenTelemetry is loaded with it
+    from batchd.router.tracing import RouterTracing
+
+SERVICE_NAME = "batchd-router"  # where the environment names none
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -38,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    app = create_app(settings)
+    tracing = start_tracing()
+    app = create_app(settings, tracing=tracing)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -54,7 +63,22 @@ def main(argv: list[str] | None = None) -> int:
         server.run()
     except KeyboardInterrupt:
         return 130
+    finally:
+        if tracing is not None:
+            tracing.shutdown()  # what is still buffered goes out before the process exits
     return 0 if server.started else 3
+
+
+def start_tracing() -> RouterTracing | None:
+    """The router's tracing, where the standard OpenTelemetry environment configures it (the
+    chart's `tracing` values); None, and no OpenTelemetry import, when it does not."""
+    config = TracingConfig.from_environ(os.environ)
+    if config is None:
+        return None
+    from batchd.api.otel import pipeline
+    from batchd.router.tracing import RouterTracing
+
+    return RouterTracing(pipeline(SERVICE_NAME), config.sampler)
 
 
 if __name__ == "__main__":

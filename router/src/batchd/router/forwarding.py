@@ -21,6 +21,7 @@ from batchd.router.metrics import RouterMetrics
 from batchd.router.picker import pick
 from batchd.router.prefixes import HIT, PrefixAsk, PrefixIndex, pick_by_prefix
 from batchd.router.settings import RouterSettings
+from batchd.router.traces import RouteTrace
 from batchd.router.upstream import Answer, ConnectFailed, SendFailed, Upstream, relay
 
 
@@ -38,6 +39,7 @@ class Outbound:
     watch: ClientWatch | None
     priority: int = 0  # of its class at the deployment; negative: sheddable, never retried
     prefix: PrefixAsk | None = None  # a text-generation request to route by its prompt
+    trace: RouteTrace | None = None  # its span, where the router traces
 
     def client_left(self) -> bool:
         return self.watch is not None and self.watch.left
@@ -72,9 +74,9 @@ class Forwarder:
         """To the better of two replicas; to one other after a refusal or no connection at all."""
         ref, model = request.ref, request.model
         tried: list[str] = []
-        pool = self._revision(ref)
+        pool = self._revision(ref, request.trace)
         while True:
-            replica = self._pick(ref, pool, tried, request.prefix)
+            replica = self._pick(ref, pool, tried, request.prefix, request.trace)
             if replica is None:
                 raise Unreachable(
                     f"model {model!r}: no replica of {ref} could be reached (tried {', '.join(tried)})"
@@ -106,6 +108,8 @@ class Forwarder:
             if not last_chance and response.refused() and self._others(request.ref, pool, tried):
                 await response.read()  # a short answer: the connection stays usable
                 self.metrics.retries.labels(request.ref.namespace, request.ref.name, "refused").inc()
+                if request.trace is not None:
+                    request.trace.retried(replica, "refused")
                 raise _TryAnother
             await relay(response, send)
             return response.status
@@ -127,6 +131,8 @@ class Forwarder:
             if request.deadline <= time.monotonic():
                 raise DeadlineExceeded(f"model {model!r}: the request's {TIMEOUT_HEADER.decode()} passed")
             extra = remaining_header(request.deadline)
+        if request.trace is not None:
+            extra += request.trace.upstream_headers()
         within_s = answer_bound_s(self.directory.request_timeout_s(ref), self.settings, request.deadline)
         try:
             async with asyncio.timeout(within_s):
@@ -151,6 +157,8 @@ class Forwarder:
             if last_chance:
                 raise Unreachable(f"model {model!r}: no replica of {ref} could be reached: {error}") from None
             self.metrics.retries.labels(ref.namespace, ref.name, "unreachable").inc()
+            if request.trace is not None:
+                request.trace.retried(replica, "unreachable")
             raise _TryAnother from None
         except SendFailed as error:
             if request.client_left():
@@ -160,7 +168,7 @@ class Forwarder:
                 f"not sent again, as it may have been computed ({error})"
             ) from None
 
-    def _revision(self, ref: DeploymentRef) -> tuple[str, ...]:
+    def _revision(self, ref: DeploymentRef, trace: RouteTrace | None) -> tuple[str, ...]:
         """The replicas of the revision that takes this request: during a canary rollout, the
         canary's with its share's chance, else the stable revision's."""
         canaries, percent = self.directory.canary(ref)
@@ -168,6 +176,8 @@ class Forwarder:
             return self.directory.replicas(ref)  # no rollout: nothing drawn, nothing counted
         canary = self.rng.random() * 100 < percent
         self.metrics.revisions.labels(ref.namespace, ref.name, "canary" if canary else "stable").inc()
+        if trace is not None:
+            trace.revision(canary)
         return canaries if canary else self.directory.replicas(ref)
 
     def _others(self, ref: DeploymentRef, pool: tuple[str, ...], tried: list[str]) -> bool:
@@ -176,7 +186,12 @@ class Forwarder:
         return any(replica not in tried for replica in (*pool, *self.directory.replicas(ref)))
 
     def _pick(
-        self, ref: DeploymentRef, pool: tuple[str, ...], tried: list[str], prefix: PrefixAsk | None
+        self,
+        ref: DeploymentRef,
+        pool: tuple[str, ...],
+        tried: list[str],
+        prefix: PrefixAsk | None,
+        trace: RouteTrace | None,
     ) -> str | None:
         """The better of two of the revision's replicas (or, by its prompt, the one holding its
         prefix), less those tried; when none is left (a canary scaled away meanwhile), of the
@@ -197,4 +212,6 @@ class Forwarder:
         if replica is not None:
             choice = "prefix" if outcome == HIT else "two_choices" if len(candidates) > 1 else "only_choice"
             self.metrics.decisions.labels(ref.namespace, ref.name, choice).inc()
+            if trace is not None:
+                trace.picked(replica, candidates)
         return replica

@@ -45,10 +45,11 @@ from batchd.router.forwarding import Forwarder, Outbound
 from batchd.router.holding import Holds
 from batchd.router.loads import Loads
 from batchd.router.metrics import RouterMetrics
-from batchd.router.naming import json_body, model_in_document, routed, scoped
+from batchd.router.naming import DEPLOYMENT_PREFIX, json_body, model_in_document, routed, scoped
 from batchd.router.own_routes import answer_own
 from batchd.router.prefixes import LoadGuard, PrefixAsk, PrefixIndex, chunk_hashes, prompt_text
 from batchd.router.settings import RouterSettings
+from batchd.router.traces import RouteTrace, Tracing
 from batchd.router.upstream import SendFailed, Upstream, request_headers
 
 
@@ -66,8 +67,12 @@ class Router:
         synced: Callable[[], bool],
         rng: random.Random | None = None,
         prefixes: PrefixIndex | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.settings = settings
+        self.tracing = tracing  # None: untraced (no OpenTelemetry code is loaded)
+        # The caller's trace headers, which a traced router replaces with its own context.
+        self._replaced = frozenset() if tracing is None else tracing.propagation_headers
         self.directory = directory
         self.holds = holds
         self.metrics = metrics
@@ -102,8 +107,12 @@ class Router:
             )
             return
         self.inflight += 1
+        trace = None
+        if self.tracing is not None:
+            route = found.route.path if found is not None else f"{DEPLOYMENT_PREFIX}{{namespace}}/{{name}}/*"
+            trace = self.tracing.request_started(method, route, path, scope["headers"])
         try:
-            await self._inference(found, named, scope, receive, send)
+            await self._inference(found, named, scope, receive, send, trace)
         finally:
             self.inflight -= 1
 
@@ -117,12 +126,14 @@ class Router:
         scope: Message,
         receive: Receive,
         send: Send,
+        trace: RouteTrace | None = None,
     ) -> None:
         """`found`: an inference route, whose model picks the deployment; else `named`: a
         deployment by name and the path its replica answers."""
         ref: DeploymentRef | None = None
         received: list[Message] = []
         document: Any = None  # the JSON body, where it was read to find the model
+        failure: BaseException | None = None
         try:
             if not self.synced():
                 raise NotSynced("the router has not yet read the deployments from the API server")
@@ -143,14 +154,23 @@ class Router:
                 scope = {**scope, "path": inner, "raw_path": inner.encode("latin-1")}
                 inner_route = routed(scope["method"], inner)
                 route = inner_route.route if inner_route is not None else None
-            status = await self._route(ref, model, scope, receive, send, received, route, document)
+            if trace is not None:
+                trace.routed(ref.namespace, ref.name, model)
+            status = await self._route(ref, model, scope, receive, send, received, route, document, trace)
         except RouterError as error:
+            failure = error
             answer = http_answer(error, self.settings)
             status = answer.status
             await send({"type": "http.response.start", "status": status, "headers": answer.headers})
             await send({"type": "http.response.body", "body": answer.body})
-        except ClientGone:
-            status = 499
+        except ClientGone as error:
+            failure, status = error, 499
+        except BaseException as error:  # uvicorn cuts the connection: the span still ends
+            if trace is not None:
+                trace.finished(500, error)
+            raise
+        if trace is not None:
+            trace.finished(status, failure)
         if ref is not None:
             self.metrics.requests.labels(ref.namespace, ref.name, f"{status // 100}xx").inc()
 
@@ -209,13 +229,19 @@ class Router:
         received: list[Message],
         route: Route | None = None,
         document: Any = None,
+        trace: RouteTrace | None = None,
     ) -> int:
         """`received`: what was read of the request so far (the body, when the model is named in it,
         parsed: `document`)."""
         deadline = deadline_of(scope["headers"])
         priority = self.directory.priority_of(ref, priority_class_of(scope["headers"]))
         if not self.directory.replicas(ref):
-            await self._hold(ref, model, receive, deadline, received, priority)
+            held_at = time.monotonic()
+            try:
+                await self._hold(ref, model, receive, deadline, received, priority)
+            finally:
+                if trace is not None:
+                    trace.held(time.monotonic() - held_at)
         prefix = await self._prefix_of(ref, route, scope["headers"], receive, received, document)
         if not received:
             received.append(await receive())
@@ -226,9 +252,9 @@ class Router:
         if scope["query_string"]:
             target = f"{target}?{scope['query_string'].decode('latin-1')}"
         watch = ClientWatch(receive) if body.complete else None
-        headers = request_headers(scope["headers"])
+        headers = request_headers(scope["headers"], self._replaced if trace is not None else frozenset())
         request = Outbound(
-            ref, model, scope["method"], target, headers, body, deadline, watch, priority, prefix
+            ref, model, scope["method"], target, headers, body, deadline, watch, priority, prefix, trace
         )
         try:
             return await self.forwarder.forward(request, send)

@@ -44,16 +44,18 @@ _NOT_RELAYED = HOP_BY_HOP | {REFUSED_HEADER}
 WHOLE_ANSWER_MAX_BYTES = 64 * 1024
 
 
-def request_headers(raw: list[tuple[bytes, bytes]]) -> tuple[bytes, int | None]:
-    """The client's headers as the replica gets them (all but the connection's own), and the
-    Content-Length the client sent, if any."""
+def request_headers(
+    raw: list[tuple[bytes, bytes]], replaced: frozenset[bytes] = frozenset()
+) -> tuple[bytes, int | None]:
+    """The client's headers as the replica gets them (all but the connection's own, and those the
+    router sends its own of: `replaced`), and the Content-Length the client sent, if any."""
     lines = []
     length = None
     for name, value in raw:
         lowered = name.lower()
         if lowered == b"content-length":
             length = int(value)
-        elif lowered not in _NOT_FORWARDED:
+        elif lowered not in _NOT_FORWARDED and lowered not in replaced:
             lines.append(b"%b: %b\r\n" % (name, value))
     return b"".join(lines), length
 

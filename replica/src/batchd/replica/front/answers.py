@@ -2,7 +2,9 @@
 (`direct`) answer the same request the same way, byte for byte, from these.
 
 A request is in flight from its start to its answer (`Replica.inflight`, which the operator
-reads), then counted once: a success, or the outcome and refusal its error's table entry says.
+reads), then counted once: a success, or the outcome and refusal its error's table entry says;
+where the replica traces, its span starts with it and ends with its answer, and a recorded
+request's trace id is the exemplar of the duration it is counted in.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from batchd.replica.errors import (
     http_error,
 )
 from batchd.replica.replica import Replica
+from batchd.replica.traces import RequestTrace
 from batchd.replica.waiting import NO_CLIENT, Abandoned, Client
 
 logger = logging.getLogger(__name__)
@@ -30,9 +33,11 @@ logger = logging.getLogger(__name__)
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
-def client_of(headers: list[tuple[bytes, bytes]], gone: Abandoned | None) -> Client:
+def client_of(
+    headers: list[tuple[bytes, bytes]], gone: Abandoned | None, trace: RequestTrace | None = None
+) -> Client:
     """The request's client: how long it still waits, its priority class and who it is, where its
-    headers say, and `gone` (see `client_waiting`)."""
+    headers say, `gone` (see `client_waiting`) and the request's span."""
     timeout = priority = caller = None
     for name, value in headers:
         if name == TIMEOUT_HEADER:
@@ -41,16 +46,20 @@ def client_of(headers: list[tuple[bytes, bytes]], gone: Abandoned | None) -> Cli
             priority = value
         elif name == FAIRNESS_HEADER:
             caller = value
-    return client_waiting(timeout, gone, priority, caller)
+    return client_waiting(timeout, gone, priority, caller, trace)
 
 
 def client_waiting(
-    timeout: bytes | None, gone: Abandoned | None, priority: bytes | None = None, caller: bytes | None = None
+    timeout: bytes | None,
+    gone: Abandoned | None,
+    priority: bytes | None = None,
+    caller: bytes | None = None,
+    trace: RequestTrace | None = None,
 ) -> Client:
     """A client that waits `timeout` seconds (the `batchd-timeout-s` value, None where it did not
-    say), in the class `priority` names, as `caller`; InvalidInput (a 400) naming the header and
-    the value when the timeout is no positive number."""
-    if timeout is None and priority is None and caller is None:
+    say), in the class `priority` names, as `caller`, its request traced by `trace`; InvalidInput
+    (a 400) naming the header and the value when the timeout is no positive number."""
+    if timeout is None and priority is None and caller is None and trace is None:
         return NO_CLIENT if gone is None else Client(gone)
     try:
         timeout_s = None if timeout is None else parse_timeout_s(timeout)
@@ -58,7 +67,7 @@ def client_waiting(
         raise InvalidInput(str(error)) from None
     caller_id = "" if caller is None else caller.decode("latin-1")
     class_name = None if priority is None else priority.decode("latin-1")
-    return Client(gone, timeout_s, class_name, caller_id, tenant=caller_id)
+    return Client(gone, timeout_s, class_name, caller_id, tenant=caller_id, trace=trace)
 
 
 def opened(replica: Replica) -> float:
@@ -67,24 +76,36 @@ def opened(replica: Replica) -> float:
     return time.perf_counter()
 
 
-def succeeded(replica: Replica, started: float) -> None:
+def succeeded(replica: Replica, started: float, trace: RequestTrace | None = None) -> None:
     replica.inflight -= 1
-    replica.metrics.request_done("success", time.perf_counter() - started)
+    if trace is None:
+        replica.metrics.request_done("success", time.perf_counter() - started)
+        return
+    replica.metrics.request_done("success", time.perf_counter() - started, trace.exemplar)
+    trace.finished(200, "success", None)
 
 
-def failed(replica: Replica, error: BaseException, started: float) -> ErrorAnswer:
+def failed(
+    replica: Replica, error: BaseException, started: float, trace: RequestTrace | None = None
+) -> ErrorAnswer:
     """Counts a request that failed (its outcome, and why it was refused where it was); its table entry."""
     replica.inflight -= 1
     answer = answer_for(error)
-    replica.metrics.request_done(answer.outcome, time.perf_counter() - started)
+    replica.metrics.request_done(
+        answer.outcome, time.perf_counter() - started, None if trace is None else trace.exemplar
+    )
     if answer.rejection:
         replica.metrics.rejected(answer.rejection)
+    if trace is not None:
+        trace.finished(answer.status, answer.outcome, error)
     return answer
 
 
-def dropped(replica: Replica) -> None:
+def dropped(replica: Replica, trace: RequestTrace | None = None) -> None:
     """The server cancelled a request (its task, at shutdown): out of flight, counted nowhere."""
     replica.inflight -= 1
+    if trace is not None:
+        trace.finished(499, "cancelled", None)
 
 
 def error_answer(error: BaseException, body: ErrorBodyMaker) -> tuple[HttpError, bytes]:

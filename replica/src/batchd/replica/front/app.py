@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 from starlette.responses import Response
 
 from batchd.api import __version__
@@ -29,6 +29,7 @@ from batchd.replica.models.base import BatchModel
 from batchd.replica.replica import Replica
 from batchd.replica.retuning import watch_manifest
 from batchd.replica.settings import ReplicaSettings
+from batchd.replica.traces import Tracing
 
 ModelLoader = Callable[[], BatchModel]
 
@@ -51,9 +52,11 @@ def create_app(
     settings: ReplicaSettings,
     load: ModelLoader | None = None,
     manifest_path: Path | None = None,
+    tracing: Tracing | None = None,
 ) -> InferenceRoutes:
-    """The replica's ASGI app; with `manifest_path`, changes to that file's batching retune it live."""
-    replica = Replica(manifest, settings)
+    """The replica's ASGI app; with `manifest_path`, changes to that file's batching retune it live;
+    with `tracing`, its requests and batches are traced."""
+    replica = Replica(manifest, settings, tracing)
     loader = load or default_loader(manifest, settings)
 
     @asynccontextmanager
@@ -79,6 +82,10 @@ def create_app(
         # The server's own docs stay available; they cost nothing on the request path.
         docs_url="/docs",
         redoc_url=None,
+        # FastAPI's own OpenTelemetry spans would cover only what it serves here: the kubelet's
+        # probes and the operator's /load polls, several a second and nobody's request. The
+        # inference routes, in front of it, have the replica's spans (`batchd.replica.tracing`).
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.replica = replica
     app.include_router(open_inference.router)
@@ -91,8 +98,10 @@ def create_app(
         return replica.load()
 
     @app.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
-        return Response(generate_latest(replica.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(request: Request) -> Response:
+        # OpenMetrics where the scraper asks for it (Prometheus does): only it carries exemplars.
+        encode, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encode(replica.metrics.registry), media_type=content_type)
 
     @app.exception_handler(LookupError)
     async def not_served(request: Request, error: Exception) -> Response:

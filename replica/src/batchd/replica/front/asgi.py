@@ -60,12 +60,21 @@ class InferenceRoutes:
             else:
                 await self.app(scope, receive, send)
             return
-        endpoint = self._endpoints[found.route.operation]
+        route = found.route
+        endpoint = self._endpoints[route.operation]
         replica = self.replica
         started = answers.opened(replica)
+        tracing = replica.tracing
+        trace = (
+            None
+            if tracing is None
+            else tracing.request_started(
+                route.operation, route.path, scope["method"], scope["path"], scope["headers"]
+            )
+        )
         stream: _StreamSender | None = None
         try:
-            client = answers.client_of(scope["headers"], partial(_disconnected, receive))
+            client = answers.client_of(scope["headers"], partial(_disconnected, receive), trace)
             body = await _read_body(receive, self._max_body)
             call = Call(replica, found.model_name, body, scope, client)
             if endpoint.streaming is not None:
@@ -79,7 +88,7 @@ class InferenceRoutes:
             elif not isinstance(payload, BinaryAnswer):
                 payload = json_bytes(payload)  # here, so a result that is no JSON is an error answer
         except Exception as error:
-            answer = answers.failed(replica, error, started)
+            answer = answers.failed(replica, error, started, trace)
             if stream is not None and stream.started:  # the status line is gone: the error is the last event
                 if answer.outcome == "error":
                     logger.error("stream failed: %s", describe(error))
@@ -89,9 +98,9 @@ class InferenceRoutes:
                 await _send_json(send, http.status, body, http.headers)
             return
         except BaseException:
-            answers.dropped(replica)
+            answers.dropped(replica, trace)
             raise
-        answers.succeeded(replica, started)
+        answers.succeeded(replica, started, trace)
         if stream is not None:
             return
         if isinstance(payload, BinaryAnswer):

@@ -40,6 +40,7 @@ from batchd.replica.front.keepalive import BoundedHttpToolsProtocol
 from batchd.replica.front.protocols.kserve_v1 import decode_instances, predictions
 from batchd.replica.json_encoding import json_bytes
 from batchd.replica.replica import Replica
+from batchd.replica.traces import RequestTrace
 from batchd.replica.waiting import Submitted
 
 
@@ -104,7 +105,15 @@ class DirectProtocol(BoundedHttpToolsProtocol):
         keep_alive = self.parser.should_keep_alive()
         if self.counts_last_request():
             keep_alive = False
-        return _Prediction(self, replica, keep_alive, client)
+        tracing = replica.tracing
+        trace = (
+            None
+            if tracing is None
+            else tracing.request_started(
+                KSERVE_V1_PREDICT.operation, KSERVE_V1_PREDICT.path, "POST", self.path.decode(), self.headers
+            )
+        )
+        return _Prediction(self, replica, keep_alive, client, trace)
 
     def on_body(self, body: bytes) -> None:
         direct = self._direct
@@ -154,11 +163,18 @@ class _Prediction:
         "response_complete",
         "started",
         "submitted",
+        "trace",
     )
 
     def __init__(
-        self, protocol: DirectProtocol, replica: Replica, keep_alive: bool, client: list[bytes | None]
+        self,
+        protocol: DirectProtocol,
+        replica: Replica,
+        keep_alive: bool,
+        client: list[bytes | None],
+        trace: RequestTrace | None,
     ) -> None:
+        self.trace = trace
         self.protocol = protocol
         self.client = client  # its batchd- headers: timeout, priority, caller
         self.replica = replica
@@ -176,7 +192,7 @@ class _Prediction:
         try:
             # The client is watched by the protocol (`abandon`), not by a coroutine of its own.
             timeout, priority, caller = self.client
-            client = answers.client_waiting(timeout, None, priority, caller)
+            client = answers.client_waiting(timeout, None, priority, caller, self.trace)
             items = decode_instances(parse_json(b"".join(self.chunks)))
             self.submitted = self.replica.submit(items, "instances", client)
         except Exception as error:
@@ -205,11 +221,11 @@ class _Prediction:
             return
         finally:
             submitted.close()
-        answers.succeeded(self.replica, self.started)
+        answers.succeeded(self.replica, self.started, self.trace)
         self._write(200, answers.JSON_HEADERS, body)
 
     def _failed(self, error: BaseException) -> None:
-        answers.failed(self.replica, error, self.started)
+        answers.failed(self.replica, error, self.started, self.trace)
         answer, body = answers.error_answer(error, error_body)
         self._write(answer.status, answer.headers, body)
 

@@ -44,6 +44,7 @@ from batchd.replica.generation.prefix_cache import BLOCK_TOKENS, PrefixCache, ex
 from batchd.replica.generation.sampling import generator_for, next_tokens, token_logprobs
 from batchd.replica.generation.text import Decoder, TextStream
 from batchd.replica.queueing import FIRST_COME, NO_CALLER, PendingQueue, PriorityClass
+from batchd.replica.traces import DecodingTrace, DecodingTracer, RequestTrace
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class SequenceState:
     caller: str = NO_CALLER  # its fairness id, for turns within its class
     salt: str = ""  # whose cached prefixes it may use: its caller's scope (see `prefix_cache`)
     arrived_at: float = field(default_factory=time.monotonic)
+    trace: RequestTrace | None = None  # its request's span, where it is recorded
     # The engine's own:
     generated: int = 0
     length: int = 0  # tokens in the cache
@@ -114,6 +116,8 @@ class GenerationEngine:
         self._cache = SlotCache(max_running, context_tokens)
         self.prefix_cache = PrefixCache(prefix_cache_bytes)
         self.observer = observer  # set once metrics exist
+        self.tracer: DecodingTracer | None = None  # set, traced, before the thread starts
+        self._decoding: DecodingTrace | None = None  # the engine thread's: the run's span
         # Shared with the event loop (it submits): read and changed under `_wake`'s lock.
         self._waiting: PendingQueue[SequenceState] = PendingQueue(FIRST_COME)
         self._rows: list[SequenceState] = []  # row i of the cache is self._rows[i]
@@ -227,6 +231,9 @@ class GenerationEngine:
                     events = self._fail(list(self._rows), RuntimeError("the generation engine failed"))
                 if events:
                     self._dispatch(events)
+                if self._decoding is not None and not self._rows:
+                    self._decoding.finished()  # the run is over: nothing is left running
+                    self._decoding = None
 
     def _iterate(self) -> list[tuple[SequenceState, Chunk]]:
         events: list[tuple[SequenceState, Chunk]] = []
@@ -234,6 +241,8 @@ class GenerationEngine:
             self._remove(sequence)
         new = self._admit()
         if new:
+            if self.tracer is not None:
+                self._trace_joined(new, self.tracer)
             self._prefill(new, events)
         if self._rows:
             self._decode(events)
@@ -267,6 +276,15 @@ class GenerationEngine:
         keys = extend_keys(sequence.block_keys, prompt, sequence.salt, cache.secret)
         sequence.cached_slots = cache.match(keys)
         return min(len(sequence.cached_slots) * BLOCK_TOKENS, len(prompt) - 1)
+
+    def _trace_joined(self, new: list[SequenceState], tracer: DecodingTracer) -> None:
+        """The decoding run's span, opened by the first recorded request to join it."""
+        recorded = [s.trace for s in new if s.trace is not None]
+        if self._decoding is None:
+            if not recorded:
+                return  # a run nobody records has no span
+            self._decoding = tracer.decoding_started(recorded[0])
+        self._decoding.joined(recorded, len(new))
 
     def _prefill(self, new: list[SequenceState], events: list[tuple[SequenceState, Chunk]]) -> None:
         """The new sequences' prompts (less what the prefix cache holds of each), left-padded, in
@@ -351,8 +369,11 @@ class GenerationEngine:
         finally:
             self.step_started = None
         logits: torch.Tensor = output.logits[:, -1]
+        seconds = time.perf_counter() - started
         if self.observer is not None:
-            self.observer.step_done(kind, ids.shape[0], time.perf_counter() - started)
+            self.observer.step_done(kind, ids.shape[0], seconds)
+        if self._decoding is not None:
+            self._decoding.stepped(kind, ids.shape[0], seconds)
         return logits
 
     def _take(

@@ -194,10 +194,18 @@ class RequestLevel:
     ) -> list[Completion]:
         started = time.perf_counter()
         completions: list[Completion] = await self.batcher.infer(requests, client)
-        if self._observer is not None:
-            for completion in completions:
-                self._observer.first_token(time.perf_counter() - started)
+        trace = client.trace
+        exemplar = None if trace is None else trace.exemplar
+        for request, completion in zip(requests, completions, strict=True):
+            seconds = time.perf_counter() - started  # the whole answer comes at once
+            if self._observer is not None:
+                self._observer.first_token(seconds, exemplar)
                 self._observer.sequence_done(completion.prompt_tokens, completion.generated_tokens, None)
+            if trace is not None:
+                trace.first_token(seconds)
+                trace.tokens(completion.prompt_tokens, completion.generated_tokens)
+                if trace.captures_text:
+                    trace.prompt_text(request.prompt, completion.text, completion.finish_reason)
         return completions
 
     def reconfigure(self, config: BatchingSpec) -> None:

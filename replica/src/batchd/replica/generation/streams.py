@@ -25,7 +25,7 @@ def _nothing() -> None:
 class SequenceObserver(Protocol):
     """Where the service reports each request's timings; the metrics module implements it."""
 
-    def first_token(self, seconds: float) -> None: ...
+    def first_token(self, seconds: float, exemplar: dict[str, str] | None = None) -> None: ...
 
     def sequence_done(self, prompt_tokens: int, generated_tokens: int, per_token_s: float | None) -> None: ...
 
@@ -63,6 +63,9 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
         self._chunks = 0
         self.generated_tokens = 0
         self.cached_tokens = 0  # of the prompt, from the prefix cache (said by the first chunk)
+        trace = client.trace
+        # The answer's text, kept only for a span that records it (the deployment opted in).
+        self._text: list[str] | None = [] if trace is not None and trace.captures_text else None
 
     async def __aenter__(self) -> SequenceStream:
         self._on_open()
@@ -134,12 +137,17 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
 
     def _account(self, chunk: Chunk) -> None:
         now = time.perf_counter()
+        trace = self._client.trace
         if self._first is None and chunk.tokens:
             self._first = now
             if self._observer is not None:
-                self._observer.first_token(now - self._started)
+                self._observer.first_token(now - self._started, None if trace is None else trace.exemplar)
+            if trace is not None:
+                trace.first_token(now - self._started)
         self.generated_tokens += chunk.tokens
         self.cached_tokens += chunk.cached_tokens
+        if self._text is not None:
+            self._text.append(chunk.text)
         if chunk.finish_reason is not None:
             self._finished = True
             if self._observer is not None:
@@ -149,6 +157,10 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
                     else None
                 )
                 self._observer.sequence_done(len(self.request.prompt_ids), self.generated_tokens, per_token)
+            if trace is not None:
+                trace.tokens(len(self.request.prompt_ids), self.generated_tokens)
+                if self._text is not None:
+                    trace.prompt_text(self.request.prompt, "".join(self._text), chunk.finish_reason)
 
     def _give_up(self, why: BaseException) -> None:
         if not self._finished:

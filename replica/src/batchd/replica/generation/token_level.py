@@ -133,7 +133,9 @@ class TokenLevel:
         salt = client.tenant if self._prefix_scope == "caller" else ""
 
         def start(deliver: Deliver) -> Callable[[], None]:
-            sequence = SequenceState(request, deliver, lane=lane, caller=caller, salt=salt)
+            sequence = SequenceState(
+                request, deliver, lane=lane, caller=caller, salt=salt, trace=client.trace
+            )
             self.engine.submit(sequence)
             return lambda: self.engine.cancel(sequence)
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the generation package imports torch, which only text-gener
     from batchd.replica.generation.engine import StepObserver
     from batchd.replica.generation.service import GenerationService
     from batchd.replica.generation.streams import SequenceObserver
+    from batchd.replica.traces import DecodingTracer
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class GenerationSetup:
     sequences: SequenceObserver
     steps: StepObserver
     memory_request_bytes: int | None = None
+    tracer: DecodingTracer | None = None  # the decoding runs' spans; None untraced
 
 
 @runtime_checkable

@@ -10,6 +10,7 @@ only that loop, never the one accepting requests.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,9 @@ class ModelExecutor:
         self._lock = threading.Lock()
 
     async def run_sync(self, function: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
+        # In the caller's context, as `run_async`'s coroutine is: the batch's deadline and span.
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self._pool, context.run, function, *args)
 
     async def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:
         future = asyncio.run_coroutine_threadsafe(coroutine, self._model_loop())

@@ -232,11 +232,13 @@ def start_router(
     cores: set[int] | None = None,
     host: str = "127.0.0.1",
     port: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> ServerProcess:
     """`batchd-router` in its own process, reading the cluster through `kubeconfig`; `settings` are
-    RouterSettings fields (`{"hold_timeout_s": 5}` -> `BATCHD_HOLD_TIMEOUT_S=5`). Not waited on:
-    `wait_ready` returns once it has listed the deployments and endpoints."""
-    env = {"KUBECONFIG": str(kubeconfig), "BATCHD_LOG_LEVEL": "warning"}
+    RouterSettings fields (`{"hold_timeout_s": 5}` -> `BATCHD_HOLD_TIMEOUT_S=5`), `env` other
+    variables (OTEL_*). Not waited on: `wait_ready` returns once it has listed the deployments and
+    endpoints."""
+    env = {**(env or {}), "KUBECONFIG": str(kubeconfig), "BATCHD_LOG_LEVEL": "warning"}
     env.update({f"BATCHD_{key.upper()}": str(value) for key, value in (settings or {}).items()})
     return start_process(
         name,

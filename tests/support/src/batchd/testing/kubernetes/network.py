@@ -146,7 +146,11 @@ def claim_slot(cluster: ClusterAddresses) -> TextIO:
     """This slot's addresses for this process alone, until the file returned is closed. Another
     test run on the machine that asks for the same slot fails at once, saying who holds it, rather
     than sharing the addresses and removing them from under the first run when it stops."""
-    handle = (Path(tempfile.gettempdir()) / f"batchd-cluster-slot-{cluster.slot}.lock").open("a+")
+    # Per network namespace: a run in a namespace of its own (`make test-fast`) has addresses of
+    # its own, and shares no slot with the machine's.
+    network = os.stat("/proc/self/ns/net").st_ino
+    path = Path(tempfile.gettempdir()) / f"batchd-cluster-slot-{cluster.slot}-net{network}.lock"
+    handle = path.open("a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

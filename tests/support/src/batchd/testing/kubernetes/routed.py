@@ -129,11 +129,14 @@ class RouterNamespaces:
         return kubeconfig
 
     @asynccontextmanager
-    async def router(self, **settings: Any) -> AsyncIterator[ServerProcess]:
-        """`batchd-router` watching this test's namespaces (`settings`: RouterSettings fields),
-        yielded once it has listed the deployments and endpoints; stopped on the way out."""
+    async def router(
+        self, env: dict[str, str] | None = None, **settings: Any
+    ) -> AsyncIterator[ServerProcess]:
+        """`batchd-router` watching this test's namespaces (`settings`: RouterSettings fields; `env`:
+        other variables), yielded once it has listed the deployments and endpoints; stopped on the
+        way out."""
         settings = {"namespaces": f"{self.namespace},{self.second_namespace}", **settings}
-        router = start_router(self._kubeconfig(), self.tmp_path / "logs", settings=settings)
+        router = start_router(self._kubeconfig(), self.tmp_path / "logs", settings=settings, env=env)
         with watched(ComponentLogs(None, files=[router.log_path])):
             try:
                 await asyncio.to_thread(router.wait_ready, 60)
