@@ -396,25 +396,31 @@ async def test_request_level_scheduling_gives_the_same_tokens_in_one_piece(
     assert len(streamed) == 1 and streamed[0]["done"] and streamed[0]["generated_tokens"] == LONG
 
 
-async def test_a_free_row_goes_to_the_higher_class_whatever_came_first(gpt2_dir: Path) -> None:
-    classes = [{"name": "search", "priority": 10}, {"name": "bulk", "priority": 0}]
+CLASSES = [{"name": "search", "priority": 10}, {"name": "bulk", "priority": 0}]
+SHORT = {"temperature": 0, "max_tokens": 4, "min_new_tokens": 4}
+
+
+def one_row(gpt2_dir: Path) -> Any:
+    """A replica of one row, with a high and a low class, on real uvicorn in this process."""
     document = gpt2_manifest(
-        gpt2_dir, name="tg", max_batch_size=1, priority_classes=classes, default_priority_class="bulk"
+        gpt2_dir, name="tg", max_batch_size=1, priority_classes=CLASSES, default_priority_class="bulk"
     )
-    short = {"temperature": 0, "max_tokens": 4, "min_new_tokens": 4}
+    return uvicorn_in_thread(create_app(parse_manifest(document), ReplicaSettings()))
+
+
+async def test_a_free_row_goes_to_the_higher_class_whatever_came_first(gpt2_dir: Path) -> None:
     path = "/v2/models/tg/generate"
-    with uvicorn_in_thread(create_app(parse_manifest(document), ReplicaSettings())) as url:
+    with one_row(gpt2_dir) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-            hold = sse(
-                client, "/v2/models/tg/generate_stream", {"text_input": PROMPTS[0], "parameters": GREEDY_LONG}
-            )
+            body = {"text_input": PROMPTS[0], "parameters": GREEDY_LONG}
+            hold = sse(client, "/v2/models/tg/generate_stream", body)
             events = await hold.__aenter__()
-            await anext(events)  # the only row is taken
+            await anext(events)  # the only row is taken, by a request of the default class
             done: list[str] = []
 
             async def one(name: str, headers: dict[str, str]) -> None:
                 answer = await client.post(
-                    path, json={"text_input": PROMPTS[1], "parameters": short}, headers=headers
+                    path, json={"text_input": PROMPTS[1], "parameters": SHORT}, headers=headers
                 )
                 assert answer.status_code == 200, answer.text
                 done.append(name)
@@ -423,14 +429,39 @@ async def test_a_free_row_goes_to_the_higher_class_whatever_came_first(gpt2_dir:
             await asyncio.to_thread(
                 wait_until, lambda: metric(url, "batchd_waiting_sequences") == 1, 30, "bulk waiting"
             )
-            search = asyncio.create_task(one("search", {"batchd-priority": "search"}))
-            await asyncio.to_thread(
-                wait_until, lambda: metric(url, "batchd_waiting_sequences") == 2, 30, "both waiting"
-            )
-            await hold.__aexit__(None, None, None)  # the row frees
-            await asyncio.gather(bulk, search)
+            search = asyncio.create_task(one("search", {"batchd-priority": "Search"}))  # any case
+            await asyncio.gather(search)  # it took the row of the running default-class sequence
+            assert done == ["search"] and metric(url, "batchd_waiting_sequences") == 1
+            rest = [event async for _, event in events]  # which then went on, ahead of bulk
+            await hold.__aexit__(None, None, None)
+            await bulk
             unknown = await client.post(
                 path, json={"text_input": "x"}, headers={"batchd-priority": "nightly"}
             )
     assert done == ["search", "bulk"]
+    assert rest[-1]["done"] and rest[-1]["generated_tokens"] == LONG
     assert unknown.status_code == 400 and "nightly" in unknown.json()["error"]
+
+
+async def test_a_paused_sequence_goes_on_where_it_stopped_with_the_tokens_generate_gives(
+    gpt2_dir: Path, generate: Any
+) -> None:
+    """Greedy, so the tokens are transformers' own; the high class pauses the low one mid-stream."""
+    with one_row(gpt2_dir) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            details = {**GREEDY_LONG, "details": True}
+            async with sse(
+                client, "/v2/models/tg/generate_stream", {"text_input": PROMPTS[1], "parameters": details}
+            ) as events:
+                streamed = [await anext(events)]
+                urgent = await client.post(
+                    "/v2/models/tg/generate",
+                    json={"text_input": PROMPTS[2], "parameters": {**SHORT, "details": True}},
+                    headers={"batchd-priority": "search"},
+                )
+                answered_at = time.monotonic()
+                streamed += [event async for event in events]
+    tokens = [token for _, event in streamed for token in event["token_ids"]]
+    assert urgent.status_code == 200 and urgent.json()["token_ids"] == generate(PROMPTS[2], 4)
+    assert tokens == generate(PROMPTS[1], LONG)
+    assert streamed[-1][0] > answered_at  # the urgent one did not wait for the long one's row

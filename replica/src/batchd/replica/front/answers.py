@@ -12,7 +12,8 @@ import time
 
 import orjson
 
-from batchd.api.headers import FAIRNESS_HEADER, PRIORITY_HEADER, TIMEOUT_HEADER, parse_timeout_s
+from batchd.api.headers import TIMEOUT_HEADER, parse_timeout_s
+from batchd.api.priority import named_in_headers
 from batchd.replica.errors import (
     ErrorAnswer,
     ErrorBodyMaker,
@@ -33,24 +34,22 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 def client_of(headers: list[tuple[bytes, bytes]], gone: Abandoned | None) -> Client:
     """The request's client: how long it still waits, its priority class and who it is, where its
     headers say, and `gone` (see `client_waiting`)."""
-    timeout = priority = caller = None
-    for name, value in headers:
-        if name == TIMEOUT_HEADER:
-            timeout = value
-        elif name == PRIORITY_HEADER:
-            priority = value
-        elif name == FAIRNESS_HEADER:
-            caller = value
-    return client_waiting(timeout, gone, priority, caller)
+    timeout = next((value for name, value in headers if name == TIMEOUT_HEADER), None)
+    priority, caller, composed = named_in_headers(headers)
+    return client_waiting(timeout, gone, priority, caller, composed)
 
 
 def client_waiting(
-    timeout: bytes | None, gone: Abandoned | None, priority: bytes | None = None, caller: bytes | None = None
+    timeout: bytes | None,
+    gone: Abandoned | None,
+    priority: bytes | None = None,
+    caller: bytes | None = None,
+    composed: bool = False,
 ) -> Client:
     """A client that waits `timeout` seconds (the `batchd-timeout-s` value, None where it did not
-    say), in the class `priority` names, as `caller`; InvalidInput (a 400) naming the header and
-    the value when the timeout is no positive number."""
-    if timeout is None and priority is None and caller is None:
+    say), in the class `priority` names, as `caller`, on a composer's call or not (`composed`);
+    InvalidInput (a 400) naming the header and the value when the timeout is no positive number."""
+    if timeout is None and priority is None and caller is None and not composed:
         return NO_CLIENT if gone is None else Client(gone)
     try:
         timeout_s = None if timeout is None else parse_timeout_s(timeout)
@@ -61,6 +60,7 @@ def client_waiting(
         timeout_s,
         None if priority is None else priority.decode("latin-1"),
         "" if caller is None else caller.decode("latin-1"),
+        composed,
     )
 
 

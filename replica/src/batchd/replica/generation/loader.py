@@ -68,7 +68,9 @@ class TokenGenerationModel:
         batcher is not used: sequences have the engine's own queue."""
         if self._service is None:
             self.engine.observer = setup.steps
-            self._service = TokenLevel(self.engine, self.preparer, setup.config, setup.sequences)
+            self._service = TokenLevel(
+                self.engine, self.preparer, setup.config, setup.sequences, setup.classes
+            )
             self.engine.start(asyncio.get_running_loop())
         return self._service
 
