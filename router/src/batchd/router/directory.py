@@ -8,14 +8,19 @@ replica (held requests go) or goes away (held requests fail).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from batchd.api.headers import PRIORITY_HEADER
+from pydantic import ValidationError
+
 from batchd.api.pod import CANARY_COMPONENT
-from batchd.api.spec import DEFAULT_PRIORITY_CLASS, BatchingSpec
+from batchd.api.priority import NO_CLASSES, PriorityClasses
+from batchd.api.spec import BatchingSpec
 from batchd.router.errors import AmbiguousModel, UnknownModel
+
+logger = logging.getLogger(__name__)
 
 # The label the EndpointSlice controller puts on each slice of a Service.
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -62,36 +67,22 @@ def request_timeout_of(deployment: Mapping[str, Any]) -> float:
     return float(value) if isinstance(value, (int, float)) and value > 0 else DEFAULT_REQUEST_TIMEOUT_S
 
 
-@dataclass(frozen=True, slots=True)
-class ClassPriorities:
-    """A deployment's priority classes (`spec.batching.priority_classes`): a class's priority by
-    name, and the default class's, which a request that names none or an unknown one gets here
-    (its replica answers an unknown name with a 400)."""
-
-    by_name: Mapping[str, int]
-    default: int = 0
-
-    def of(self, name: str | None) -> int:
-        return self.by_name.get(name, self.default) if name is not None else self.default
+# The fields of spec.batching that say a deployment's priority classes.
+CLASS_FIELDS = ("priority_classes", "default_priority_class")
 
 
-NO_CLASSES = ClassPriorities({})
-
-
-def priority_class_of(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-    """The class a request names in its batchd-priority header; None when it names none."""
-    return next((value.decode("latin-1") for name, value in headers if name.lower() == PRIORITY_HEADER), None)
-
-
-def priorities_of(deployment: Mapping[str, Any]) -> ClassPriorities:
+def classes_of(deployment: Mapping[str, Any]) -> PriorityClasses:
+    """A deployment's priority classes (`spec.batching`), as its replicas read them: the router
+    holds, retries and refuses by them what the replicas would."""
     batching = (deployment.get("spec") or {}).get("batching") or {}
-    by_name = {
-        str(entry.get("name")): int(entry.get("priority", 0))
-        for entry in batching.get("priority_classes") or []
-        if isinstance(entry, Mapping)
-    }
-    default = by_name.get(str(batching.get("default_priority_class") or DEFAULT_PRIORITY_CLASS), 0)
-    return ClassPriorities(by_name, default)
+    try:
+        spec = BatchingSpec.model_validate({key: batching[key] for key in CLASS_FIELDS if key in batching})
+    except ValidationError as error:  # the API server validated it: only a newer CRD than this router
+        logger.warning(
+            "%s: its priority classes are not read, none is named: %s", model_of(deployment)[0], error
+        )
+        return NO_CLASSES
+    return PriorityClasses.of(spec)
 
 
 def canary_percent_of(deployment: Mapping[str, Any]) -> int:
@@ -153,7 +144,7 @@ class Directory:
         self._models: dict[DeploymentRef, str] = {}
         self._names: dict[DeploymentRef, frozenset[str]] = {}
         self._timeouts: dict[DeploymentRef, float] = {}
-        self._priorities: dict[DeploymentRef, ClassPriorities] = {}
+        self._classes: dict[DeploymentRef, PriorityClasses] = {}
         self._by_model: dict[str, set[DeploymentRef]] = {}
         self._slices: dict[tuple[str, str], tuple[DeploymentRef, bool, tuple[str, ...]]] = {}
         self._replicas: dict[DeploymentRef, tuple[str, ...]] = {}
@@ -191,9 +182,9 @@ class Directory:
     def request_timeout_s(self, ref: DeploymentRef) -> float:
         return self._timeouts.get(ref, DEFAULT_REQUEST_TIMEOUT_S)
 
-    def priority_of(self, ref: DeploymentRef, class_name: str | None) -> int:
-        """The priority of the class a request names (None: it names none) at deployment `ref`."""
-        return self._priorities.get(ref, NO_CLASSES).of(class_name)
+    def classes(self, ref: DeploymentRef) -> PriorityClasses:
+        """The priority classes of deployment `ref` (`default` alone when it names none)."""
+        return self._classes.get(ref, NO_CLASSES)
 
     def deployments(self) -> dict[DeploymentRef, str]:
         return dict(self._models)
@@ -214,7 +205,7 @@ class Directory:
         self._models[ref] = model
         self._names[ref] = names
         self._timeouts[ref] = request_timeout_of(deployment)
-        self._priorities[ref] = priorities_of(deployment)
+        self._classes[ref] = classes_of(deployment)
         self._canary_percent[ref] = canary_percent_of(deployment)
         for name in names:
             self._by_model.setdefault(name, set()).add(ref)
@@ -289,7 +280,7 @@ class Directory:
     def _forget(self, ref: DeploymentRef) -> None:
         model = self._models.pop(ref, None)
         self._timeouts.pop(ref, None)
-        self._priorities.pop(ref, None)
+        self._classes.pop(ref, None)
         self._canary_percent.pop(ref, None)
         self._unindex(ref, self._names.pop(ref, frozenset()))
         if model is not None and self.listener is not None:
