@@ -36,7 +36,12 @@ from batchd.api.priority import (
 )
 from batchd.api.spec import SHEDDABLE_SHARE, BatchingSpec
 from batchd.replica import adaptive, errors
-from batchd.replica.batch_deadline import reset_batch_deadline, set_batch_deadline
+from batchd.replica.batch_deadline import (
+    reset_batch_class,
+    reset_batch_deadline,
+    set_batch_class,
+    set_batch_deadline,
+)
 from batchd.replica.errors import (
     BatchSizeMismatch,
     BatchWide,
@@ -116,7 +121,8 @@ class _Pending:
     arrived_at: float  # loop.time()
     deadline: float  # loop.time() when its request stops waiting (`waiting`)
     priority_class: str = ""
-    caller: str = ""
+    sender: str = ""  # the caller its request names (its calls carry it on)
+    caller: str = ""  # the queue's: its line (the sender, or "" without fair_share)
     counted_in: Any = None  # the queue's: where it counts while it waits alive
 
     def abandoned(self) -> bool:
@@ -280,12 +286,12 @@ class Batcher:
         now = loop.time()
         self.arrivals.add(len(items), now)
         deadline, late = client.deadline(now, self._config.request_timeout_s)
-        caller = caller if self._config.fair_share else NO_CALLER
+        line = caller if self._config.fair_share else NO_CALLER
         name = priority_class.name
         queued = []
         for item in items:
-            pending = _Pending(item, loop.create_future(), now, deadline, name)
-            self._queue.push(pending, name, caller)
+            pending = _Pending(item, loop.create_future(), now, deadline, name, caller)
+            self._queue.push(pending, name, line)
             queued.append(pending)
         if priority_class.queue_timeout_s is not None:
             for pending in queued:
@@ -512,9 +518,11 @@ class Batcher:
         # last request does (see `deadlines`).
         left = max(pending.deadline for pending in batch) - asyncio.get_running_loop().time()
         token = set_batch_deadline(time.monotonic() + left)
+        asked = set_batch_class(*self._batch_class(batch))
         try:
             results = await self._run_batch([pending.item for pending in batch])
         finally:
+            reset_batch_class(asked)
             reset_batch_deadline(token)
         if len(results) != len(batch):
             raise BatchSizeMismatch(
@@ -523,6 +531,22 @@ class Batcher:
         for pending, result in zip(batch, results, strict=True):
             if not pending.future.done():
                 pending.future.set_result(result)
+
+    def _batch_class(self, batch: list[_Pending]) -> tuple[str, str]:
+        """The class a batch's calls to other deployments carry: the highest of its requests'
+        (so that none of them waits behind the callee's lower classes), and the caller they
+        share ("" when they are several)."""
+        highest = batch[0]
+        for pending in batch:
+            found = self._classes.get(pending.priority_class)
+            if found is not None and found.priority > self._priority(highest):
+                highest = pending
+        sender = highest.sender
+        return highest.priority_class, sender if all(p.sender == sender for p in batch) else ""
+
+    def _priority(self, pending: _Pending) -> int:
+        found = self._classes.get(pending.priority_class)
+        return found.priority if found is not None else 0
 
     async def _isolate(self, batch: list[_Pending], error: Exception) -> None:
         """Find the items that fail alone, so that only they fail (`isolate_failures`).
