@@ -4,10 +4,13 @@ goes into the next batch, who makes room in a full queue, and what each refused 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -28,6 +31,7 @@ from batchd.replica.metrics import MAX_CALLER_SERIES, ClassFigures
 from batchd.replica.waiting import Client
 from batchd.testing import manifests
 from batchd.testing.servers import ServerProcess, replica_process, wait_until, write_manifest
+from batchd.testing.traffic import Traffic
 from tests.replica.test_batching import RecordingModel, make, occupied, until
 
 UNKNOWN_URGENT = (
@@ -298,3 +302,110 @@ async def test_first_come_order_serves_every_class_in_arrival_order_and_takes_no
     await asyncio.gather(busy, *low, *plain, *high)
     assert model.batches[1:] == [[100, 101, 102, 200], [201, 300]]
     await batcher.drain()
+
+
+# -- under overload, on real replicas: equal classes, and clients that give up -----------------------
+
+# A replica of 160 items/s whatever the CPU does: one batch of 8 every 50 ms.
+SLOW_ADDER = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 0.05}}
+CAPACITY_RPS = 160
+LOAD_S = 3.0
+
+
+def overloaded(directory: Path, name: str, **batching: Any) -> dict[str, Any]:
+    limits = {"max_batch_size": 8, "batch_wait_timeout_s": 0.005, **batching}
+    return manifests.manifest(name, SLOW_ADDER, batching=limits)
+
+
+@pytest.fixture(scope="module")
+def peers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Two classes of one priority, and a short queue."""
+    directory = tmp_path_factory.mktemp("peers")
+    equals = [{"name": "gold", "priority": 5}, {"name": "silver", "priority": 5}]
+    document = overloaded(directory, "peers", max_queued_requests=32, priority_classes=equals,
+                          default_priority_class="gold")  # fmt: skip
+    with replica_process(write_manifest(directory, document), directory) as server:
+        yield server
+
+
+def refusals(server: ServerProcess, reason: str) -> dict[str, float]:
+    """The replica's batchd_class_refusals_total for `reason`, by class."""
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(server.metrics()):
+        for sample in family.samples:
+            if sample.name == "batchd_class_refusals_total" and sample.labels["reason"] == reason:
+                found[sample.labels["priority_class"]] = sample.value
+    return found
+
+
+@pytest.mark.slow
+async def test_classes_of_equal_priority_are_served_alike_and_take_no_place_from_each_other(
+    peers: ServerProcess,
+) -> None:
+    url = f"{peers.url}/v1/models/peers:predict"
+    answers: Counter[str] = Counter()
+
+    async def one(session: aiohttp.ClientSession, priority_class: str) -> None:
+        async with session.post(
+            url, data=b'{"instances": [1]}', headers={"batchd-priority": priority_class}
+        ) as answer:
+            body = await answer.read()
+            answers[f"{priority_class} {answer.status} {body[:60].decode()}"] += 1
+
+    # Three times the capacity, an open loop whose requests alternate between the classes: the queue
+    # is full all along, and neither class's requests come sooner than the other's.
+    rate = 3 * CAPACITY_RPS
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+        started, sent = time.monotonic(), []
+        for n in range(int(rate * LOAD_S)):
+            await asyncio.sleep(max(0.0, started + n / rate - time.monotonic()))
+            sent.append(asyncio.ensure_future(one(session, ("gold", "silver")[n % 2])))
+        await asyncio.gather(*sent)
+    served = {name: answers[f'{name} 200 {{"predictions":[2]}}'] for name in ("gold", "silver")}
+    assert min(served.values()) * 1.2 >= max(served.values()), answers
+    assert refusals(peers, "displaced") == {"gold": 0, "silver": 0}
+    assert all(" 200 " in answer or "queue full" in answer for answer in answers), answers  # no place taken
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    directory = tmp_path_factory.mktemp("mixed")
+    ranks = [{"name": "high", "priority": 10}, {"name": "low", "priority": 0}]
+    document = overloaded(directory, "mixed", max_queued_requests=80, priority_classes=ranks,
+                          default_priority_class="low")  # fmt: skip
+    with replica_process(write_manifest(directory, document), directory) as server:
+        yield server
+
+
+@pytest.mark.slow
+async def test_requests_whose_clients_gave_up_hold_no_place_so_no_live_request_is_refused(
+    mixed: ServerProcess,
+) -> None:
+    path, body = "/v1/models/mixed:predict", b'{"instances": [1]}'
+    url = f"{mixed.url}{path}"
+    high: Counter[int] = Counter()
+
+    async def high_client(session: aiohttp.ClientSession, until: float) -> None:
+        while time.monotonic() < until:
+            async with session.post(url, data=body, headers={"batchd-priority": "high"}) as answer:
+                await answer.read()
+                high[answer.status] += 1
+
+    # The high class keeps every batch full (32 closed-loop clients: four batches' worth, twice
+    # what the replica serves at once), so the low class is never served: its clients give up
+    # after 200 ms. At most 120 x 0.2 = 24 of them wait alive at a time, and 32 of the high class:
+    # within the queue's 80, which the dead, who outnumber them, would fill if they counted.
+    low = Traffic(lambda: [mixed.url], path, body, 0.75 * CAPACITY_RPS, timeout_s=0.2)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+        until = time.monotonic() + LOAD_S
+        await asyncio.gather(low.run(LOAD_S), *(high_client(session, until) for _ in range(32)))
+    gave_up = sum(outcome.status is None for outcome in low.outcomes)
+    assert gave_up > 80, "too few clients of the low class gave up to fill the queue with the dead"
+    assert set(high) == {200}, high
+    answered = Counter(outcome.status for outcome in low.outcomes if outcome.status is not None)
+    assert set(answered) <= {200}, answered
+    text = mixed.metrics()
+    assert 'batchd_rejections_total{deployment="mixed",model="mixed",reason="queue_full"} 0.0' in text
+    assert refusals(mixed, "displaced") == {"high": 0, "low": 0}  # no live one had to make room either

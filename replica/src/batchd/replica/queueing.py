@@ -269,15 +269,20 @@ class PendingQueue(Generic[QueuedT]):
         return batch
 
     def room_for(
-        self, class_name: str, count: int, max_queued: int
+        self, class_name: str, count: int, max_queued: int, free: int = 0
     ) -> list[tuple[QueuedT, PriorityClass]] | None:
         """Whether `count` items of `class_name` may be queued now: the live items that make room
         for them, taken out of the queue, each with its class (none when they fit as they are),
-        or None when they are refused (then nothing was taken)."""
+        or None when they are refused (then nothing was taken). `free`: places that take items at
+        once (token-level generation's free rows); the items bound for them wait behind no one,
+        and count neither against the bound nor the sheddable mark."""
+        waiting = max(0, self._live - free)
         if not self.first_come and self._tallies[class_name].priority_class.sheddable:
-            fits = self._live < math.floor(max_queued * SHEDDABLE_SHARE) and self._live + count <= max_queued
+            fits = (
+                waiting < math.floor(max_queued * SHEDDABLE_SHARE) and self._live + count <= max_queued + free
+            )
             return [] if fits else None
-        short = self._live + count - max_queued
+        short = self._live + count - max_queued - free
         if short <= 0:
             return []
         if self.first_come:

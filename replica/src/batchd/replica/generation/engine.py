@@ -191,7 +191,7 @@ class GenerationEngine:
         at once): the waiting sequences of lower levels that make room for them, out of the queue
         and cancelled (the caller fails their requests), or None when they are refused."""
         with self._wake:
-            made = self._waiting.room_for(class_name, count, max_queued + self.free_rows)
+            made = self._waiting.room_for(class_name, count, max_queued, free=self.free_rows)
             for displaced, _ in made or ():
                 displaced.cancelled = True
             return made
@@ -284,6 +284,10 @@ class GenerationEngine:
         new = self._admit()
         if new:
             self._prefill(new, events)
+            if self._loop is not None:  # serving: their first tokens go now, not after the next step
+                served, self._served = self._served, []
+                self._dispatch(events, served)
+                events = []
         if self._rows:
             self._decode(events)
         return events
