@@ -157,6 +157,11 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "spec.autoscaling.scale_to_zero_delay_s",
     ),
     (
+        "a class's queue timeout of zero",
+        _with("spec.batching.priority_classes", [{"name": "search", "priority": 10, "queue_timeout_s": 0}]),
+        "spec.batching.priority_classes[0].queue_timeout_s",
+    ),
+    (
         "negative downscale delay",
         _with("spec.autoscaling", {"max_replicas": 2, "downscale_delay_s": -1}),
         "spec.autoscaling.downscale_delay_s",

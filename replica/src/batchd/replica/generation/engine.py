@@ -288,6 +288,8 @@ class GenerationEngine:
                 served, self._served = self._served, []
                 self._dispatch(events, served)
                 events = []
+            if self._joinable():
+                return events  # one came meanwhile that may join now: it does, before the next step
         if self._rows:
             self._decode(events)
         return events
@@ -320,6 +322,21 @@ class GenerationEngine:
                 new.append(sequence)
                 longest = max(longest, length)
         return new
+
+    def _joinable(self) -> bool:
+        """Whether a waiting sequence could take a row now: one is free, or one of a lower level
+        would be paused for it (at most one decoding step in `max_running` is put off for this)."""
+        with self._wake:
+            if not self._waiting.drop_dead_first():
+                return False
+            waiting = self._waiting.first()
+            assert waiting is not None
+            if self._paused and self._paused[0].priority >= waiting.priority:
+                return False  # a paused one goes first, and is in no hurry
+            if len(self._rows) < self.max_running:
+                return True
+            lowest = min((s.priority for s in self._rows), default=waiting.priority)
+            return not self._waiting.first_come and lowest < waiting.priority
 
     def _next_to_join(self) -> SequenceState | None:
         """The paused sequence of the highest level, unless a waiting one is of a higher level
