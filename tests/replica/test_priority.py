@@ -17,17 +17,19 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchd.api.spec import BatchingSpec
+from batchd.replica.batching import Batcher
 from batchd.replica.errors import (
     Displaced,
     InvalidInput,
     QueueFull,
+    QueueTimedOut,
     Shed,
     UnknownPriorityClass,
     answer_for,
     http_error,
 )
 from batchd.replica.front.protocols.openai.requests import who_asks
-from batchd.replica.metrics import MAX_CALLER_SERIES, ClassFigures
+from batchd.replica.metrics import MAX_CALLER_SERIES, ClassFigures, ReplicaMetrics
 from batchd.replica.waiting import Client
 from batchd.testing import manifests
 from batchd.testing.servers import ServerProcess, replica_process, wait_until, write_manifest
@@ -138,6 +140,82 @@ async def test_sheddable_work_is_refused_at_half_the_queue_while_the_default_cla
     more = queued(batcher, 4)  # the default class fills the rest of the queue
     model.gate.set()
     await asyncio.gather(busy, *kept, *more)
+    await batcher.drain()
+
+
+async def test_an_idle_replica_admits_a_sheddable_request_larger_than_half_the_queue() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=2, batch_wait_timeout_s=0, max_queued_requests=8,
+                   priority_classes=CLASSES, default_priority_class="batch")  # fmt: skip
+    busy = await occupied(model, batcher)
+    large = asyncio.ensure_future(batcher.infer(list(range(6)), asking("prefetch")))  # 6 of 8 places
+    await until(lambda: batcher.queue_depth == 6)
+    model.gate.set()
+    assert await large == [1, 2, 3, 4, 5, 6]
+    await busy
+    await batcher.drain()
+
+
+async def test_a_class_still_queued_after_its_queue_timeout_is_refused_with_503_and_the_others_wait_on() -> (
+    None
+):
+    model = RecordingModel()
+    metrics = ReplicaMetrics("d", "m")
+    timed = [{"name": "search", "priority": 10, "queue_timeout_s": 0.2}, {"name": "batch", "priority": 0}]
+    batcher = Batcher(
+        BatchingSpec.model_validate(
+            {
+                "max_batch_size": 1,
+                "batch_wait_timeout_s": 0,
+                "priority_classes": timed,
+                "default_priority_class": "batch",
+            }
+        ),
+        observer=metrics,
+    )
+    batcher.start(model)
+    busy = await occupied(model, batcher)
+    patient = asyncio.ensure_future(batcher.infer([1], asking("batch")))
+    with pytest.raises(QueueTimedOut) as late:
+        await batcher.infer([2], asking("search"))
+    answer = http_error(late.value)
+    assert answer.status == 503 and int(dict(answer.headers)[b"retry-after"]) >= 1
+    assert b"batchd-refused" not in dict(answer.headers)  # it had been accepted: not sent elsewhere
+    assert (
+        answer.body["error"]
+        == "priority class 'search': still queued after its queue_timeout_s of 0.2 s; retry later"
+    )
+    assert answer_for(late.value).rejection == "queue_timeout"
+    assert batcher.queue_depth == 1 and not patient.done()  # the batch class has no such limit
+    model.gate.set()
+    assert await patient == [2]
+    await busy
+    text = generate_latest(metrics.registry).decode()
+    assert 'priority_class="search",reason="queue_timeout"} 1.0' in text
+    await batcher.drain()
+
+
+async def test_requests_that_stopped_waiting_leave_the_depth_and_the_sheddable_count_at_once() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=2, batch_wait_timeout_s=0, priority_classes=CLASSES,
+                   default_priority_class="batch")  # fmt: skip
+    busy = await occupied(model, batcher)
+    leaving = queued(batcher, 3, "prefetch") + queued(batcher, 2)
+    staying = queued(batcher, 1, "prefetch")
+    await until(lambda: batcher.queue_depth == 6)
+    assert batcher.sheddable_items == 4 and dict(batcher.class_depths())["prefetch"] == 4
+    for request in leaving:
+        request.cancel()  # their clients went away
+    await until(lambda: batcher.queue_depth == 1)
+    assert batcher.sheddable_items == 1 and dict(batcher.class_depths()) == {
+        "search": 0,
+        "batch": 0,
+        "prefetch": 1,
+    }
+    model.gate.set()
+    await asyncio.gather(busy, *staying)
+    assert [item for batch in model.batches for item in batch] == [0, 0]  # the others never ran
+    await asyncio.gather(*leaving, return_exceptions=True)
     await batcher.drain()
 
 

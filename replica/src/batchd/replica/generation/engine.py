@@ -186,15 +186,17 @@ class GenerationEngine:
 
     def make_room(
         self, class_name: str, count: int, max_queued: int
-    ) -> list[tuple[SequenceState, PriorityClass]] | None:
+    ) -> tuple[list[tuple[SequenceState, PriorityClass]] | None, int]:
         """Whether `count` sequences of `class_name` may wait now (besides those the free rows take
         at once): the waiting sequences of lower levels that make room for them, out of the queue
-        and cancelled (the caller fails their requests), or None when they are refused."""
+        and cancelled (the caller fails their requests), or None when they are refused; and how
+        many sequences wait beyond the free rows, as the decision counted them."""
         with self._wake:
-            made = self._waiting.room_for(class_name, count, max_queued, free=self.free_rows)
+            free = self.free_rows
+            made = self._waiting.room_for(class_name, count, max_queued, free=free)
             for displaced, _ in made or ():
                 displaced.cancelled = True
-            return made
+            return made, max(0, len(self._waiting) - free)
 
     def submit(self, sequence: SequenceState) -> None:
         """Queue `sequence` in its class as its caller (after `make_room`)."""

@@ -133,10 +133,9 @@ class TokenLevel:
             raise Draining()
         priority_class, caller = class_of(self._classes, client)
         bound = self._config.max_queued_requests
-        made = self.engine.make_room(priority_class.name, count, bound)
+        # A sequence waits only when no row is free: those a free row takes are behind no one.
+        made, queued = self.engine.make_room(priority_class.name, count, bound)
         if made is None:
-            # A sequence waits only when no row is free: those a free row takes are behind no one.
-            queued = max(0, self.engine.waiting - self.engine.free_rows)
             refused = refusal(self.engine.queue, priority_class, count, bound, self._retry_after_s(), queued)
             reason = "shed" if isinstance(refused, Shed) else "queue_full"
             self._classes_observer.class_refused(priority_class.name, reason, count)
