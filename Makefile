@@ -79,9 +79,11 @@ test: install tools kubernetes images
 # end to end through real processes (pods on the test cluster's node, replica servers, the operator
 # as a process, Prometheus) or load a real transformers model. One marker for both: what makes them
 # slow is starting and warming real processes and models, and `make test` still runs them. The
-# control plane alone (seconds to start) serves the fast tests of what the API server admits.
-test-fast: install tools kubernetes
-	$(PYTEST) -m "not slow"
+# control plane alone (seconds to start) serves the fast tests of what the API server admits, in a
+# network namespace of its own (tools/own-network.sh): no node, so neither root nor the node's
+# packages (`tools`) are needed.
+test-fast: install kubernetes
+	tools/own-network.sh $(PYTEST) -m "not slow"
 
 # batchd beside bare uvicorn, itself unbatched and the model alone: the README's goals, with no
 # peer environment to make (`python -m batchd.bench.peers` adds Mosec, Ray Serve and the others).

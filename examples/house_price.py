@@ -1,4 +1,5 @@
-"""The house-price model of the seeds' `batching_config` page, with torch instead of Keras.
+"""The house-price model of Ray Serve's dynamic-batching guide (its `batching_config`), with torch
+instead of Keras.
 
 A small regression model, eight features of a district to its median house price in dollars,
 built and saved here (trained in about a second on synthetic data; no hub, no download):
@@ -6,7 +7,7 @@ built and saved here (trained in about a second on synthetic data; no hub, no do
     python -m examples.house_price build house_price_model.pt
     batchd serve examples/house-price.yaml        # max_batch_size 32, a 100 ms window
 
-The seed's `HousePricePredictor.__call__` read a request and ran `model.predict` on it; here the
+The guide's `HousePricePredictor.__call__` read a request and ran `model.predict` on it; here the
 batcher hands `predict` a batch of feature vectors gathered from many requests (KServe V1
 `{"instances": [[8 numbers], ...]}`, or an Open Inference V2 FP32 tensor of shape [N, 8]) and
 the model runs once on the [batch, 8] tensor.
@@ -141,7 +142,7 @@ def load(path: str | Path) -> PriceModel:
 
 
 class HousePricePredictor:
-    """The seed's deployment: load the saved model once, predict a whole batch per call."""
+    """The guide's deployment: load the saved model once, predict a whole batch per call."""
 
     def __init__(self, model_path: str = "house_price_model.pt") -> None:
         self.model = load(model_path)

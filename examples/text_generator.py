@@ -1,4 +1,4 @@
-"""The seeds' BatchTextGenerator, ported by dropping the Ray decorators.
+"""The BatchTextGenerator of Ray Serve's text-generator tutorial, ported by dropping the Ray decorators.
 
 Serve it with `handler: examples.text_generator:BatchTextGenerator.handle_batch` and
 `init_kwargs: {pipeline_key: text-generation, model_key: <a local model directory or hub id>}`

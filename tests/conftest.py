@@ -4,9 +4,19 @@ may leave a task running."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from hypothesis import settings
+
+from batchd.testing.kubernetes.logs import check_watched
+
+# Property tests run the same examples every run (a test that fails one run in ten would block
+# every landing) and keep no database in the checkout; `HYPOTHESIS_PROFILE=explore` draws new ones.
+settings.register_profile("batchd", derandomize=True, database=None)
+settings.register_profile("explore", database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "batchd"))
 
 # `start_prometheus`; `control_plane` (a real Kubernetes control plane) and `kube_namespace`.
 pytest_plugins = ["batchd.testing.prometheus", "batchd.testing.kubernetes.fixtures"]
@@ -50,6 +60,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # How long a test's tasks that are already finishing (cancelled, closing) may take to finish; a
 # task that is not finishing fails the test after it either way, so a busy machine costs no flake.
 FINISHING_S = 5.0
+
+
+@pytest.fixture(autouse=True)
+def clean_component_logs() -> Iterator[None]:
+    """Fail a test during which the operator or the router (as processes, or the chart's pods)
+    logged a traceback or an RBAC refusal."""
+    yield
+    found = check_watched()
+    if found:
+        pytest.fail("the operator's or the router's log shows:\n" + "\n".join(found), pytrace=False)
 
 
 @pytest.fixture(autouse=True)

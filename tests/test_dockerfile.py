@@ -102,6 +102,7 @@ def test_the_replica_image_runs_what_the_operator_asks_of_it() -> None:
     assert '--extra-index-url "${TORCH_INDEX_URL}"' in text  # the CPU-only variant
 
 
+@pytest.mark.slow  # pip fetches the build backend from PyPI, as the image build does
 def test_the_wheels_the_images_install_build_and_hold_their_modules(tmp_path: Path) -> None:
     subprocess.run(
         [

@@ -16,6 +16,10 @@ OUT=$CACHE/images
 VERSION=$(cat "$root/VERSION")
 REGISTRY=${REGISTRY:-ghcr.io/batchd}
 mkdir -p "$OUT"
+# One build at a time on this machine: two test workers that both find an image missing (its
+# inputs changed) would otherwise write the same archive at once; the second waits, then reuses it.
+exec 9>"$OUT/.build.lock"
+flock 9
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(operator router replica pause)
 
@@ -65,10 +69,12 @@ for target in "${targets[@]}"; do
     # needs. No --layers: buildah 1.28 then breaks `RUN --mount=type=bind,from=build`.
     buildah bud -q --isolation chroot --target "$target" --build-arg "PYTHON_IMAGE=$BASE" \
       --build-arg "VERSION=$VERSION" -t "$ref" -f "$root/Dockerfile" "$root" >&2
-    rm -f "$OUT/$target"-*.tar
     buildah push -q "$ref" "oci-archive:$archive.partial:$ref" >&2
     mv "$archive.partial" "$archive"
     buildah rmi -f "$ref" >/dev/null 2>&1 || true
+    # The two newest of a target stay: two checkouts on one machine (a branch beside main) then
+    # take turns without a rebuild each time, and the replica's GBs never pile up.
+    ls -t "$OUT/$target"-*.tar | tail -n +3 | xargs -r rm -f
   fi
   echo "$target $archive $ref"
 done

@@ -164,3 +164,35 @@ def test_canary_steps_must_rise_and_stay_within_100_percent_for_both(
     refusal, message = refusals(control_plane, module_namespace, past)
     assert "spec.rollout.steps[0].traffic_percent" in refusal and "100" in refusal, refusal
     assert "traffic_percent" in message and "120" in message, message
+
+
+def test_a_name_too_long_for_its_canarys_children_is_refused_by_both_naming_the_field(
+    control_plane: ControlPlane, module_namespace: str
+) -> None:
+    longest = "n" * 56  # the canary's Service adds "-canary": 63 characters, a Service's most
+    canary = {"strategy": "canary"}
+    assert admit(
+        control_plane, module_namespace, {**with_spec(rollout=canary), "metadata": {"name": longest}}
+    ).admitted
+    too_long = {**with_spec(rollout=canary), "metadata": {"name": longest + "n"}}
+    refusal, message = refusals(control_plane, module_namespace, too_long)
+    assert "metadata.name" in refusal and "56" in refusal and "spec.rollout.strategy canary" in refusal, (
+        refusal
+    )
+    assert "metadata.name" in message and repr(longest + "n") in message and "56" in message, message
+    # With the rolling strategy there is no canary: the name may have 63 characters.
+    rolling = {**GOOD, "metadata": {"name": "n" * 63}}
+    assert admit(control_plane, module_namespace, rolling).admitted
+    parse_manifest(rolling)
+
+
+def test_a_progress_deadline_is_defaulted_and_bounded_by_both(
+    control_plane: ControlPlane, module_namespace: str
+) -> None:
+    stored = admit(control_plane, module_namespace, with_spec(rollout={"strategy": "canary"})).stored
+    assert stored["spec"]["rollout"]["progress_deadline_s"] == 600
+    refusal, message = refusals(
+        control_plane, module_namespace, with_spec(rollout={"strategy": "canary", "progress_deadline_s": 5})
+    )
+    assert "spec.rollout.progress_deadline_s" in refusal and "30" in refusal, refusal
+    assert "spec.rollout.progress_deadline_s" in message and "(got 5)" in message, message

@@ -10,6 +10,7 @@ import yaml
 import kubernetes_validate
 import pytest
 
+from batchd.api.pod import labels
 from batchd.operator import children
 from batchd.operator.settings import Settings
 from batchd.testing import ROOT
@@ -110,7 +111,7 @@ def test_monitors_replace_scrape_annotations_and_select_the_replica_pods() -> No
     assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     pod_monitor = only(objects, "PodMonitor")
     # The PodMonitor must select the pods the operator actually makes, on the port they expose.
-    replica_labels = children.labels("minilm")
+    replica_labels = labels("minilm")
     assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= replica_labels.items()
     assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "http"
 

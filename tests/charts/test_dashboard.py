@@ -1,6 +1,6 @@
 """The Grafana dashboard: every panel's PromQL returns data from a real Prometheus.
 
-Prometheus scrapes a replica pod (the seeds' adder) under load on a real cluster, the real
+Prometheus scrapes a replica pod (Ray Serve's tutorial adder) under load on a real cluster, the real
 operator that manages its BatchedDeployment (on the chart's ServiceAccount), and a real
 text-generation replica (a tiny GPT-2, token-level batching; a process of this machine, as the
 model is built in the test's folder) that generates text meanwhile, for the generation panels. A
@@ -112,7 +112,7 @@ async def test_every_panel_returns_data_from_a_replica_under_load(
         installed(control_plane, tmp_path, {"router": {"enabled": False}}) as release,
         release.operator(tmp_path / "operator.log", env=operator_env),
     ):
-        # The seeds' adder (0.2 s a batch of up to 4), autoscaled and with a latency objective
+        # Ray Serve's tutorial adder (0.2 s a batch of up to 4), autoscaled and with a latency objective
         # (adaptive batching), in a replica pod.
         batching = {"max_batch_size": 4, "latency_objective_s": 1.0}
         release.apply(manifest("adder", autoscaling={"max_replicas": 2}, batching=batching))

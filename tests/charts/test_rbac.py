@@ -63,6 +63,9 @@ def calls_of(cluster: ControlPlane, user: str) -> set[Call]:
         if ref:
             resource = "/".join(filter(None, [ref.get("resource"), ref.get("subresource")]))
             calls.add((ref.get("apiGroup", ""), resource, event["verb"]))
+            if event["verb"] == "patch" and event.get("responseStatus", {}).get("code") == 201:
+                # An apply that made the object: the API server asked RBAC for `create` too.
+                calls.add((ref.get("apiGroup", ""), resource, "create"))
     return calls
 
 

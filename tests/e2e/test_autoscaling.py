@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
+from batchd.api.manifest import parse_manifest
+from batchd.api.revisions import batching_revision_of
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.bench.kit.promtext import parse_histogram
 from batchd.testing.kubernetes import handlers
@@ -128,7 +130,7 @@ async def test_load_scales_up_until_the_queues_are_under_target_then_back_down_l
         what="scale back to min_replicas",
     )
     assert "enough for 4 s" in status(release, "auto")["autoscaling"]["last_scale_reason"]
-    assert release.events("ScaledDown")
+    eventually(lambda: release.events("ScaledDown"), what="a ScaledDown event")
     assert len(outcomes) > 500
     lost = unanswered(outcomes)
     assert not lost, f"{len(lost)} of {len(outcomes)} requests got no usable answer, e.g. {lost[:3]}"
@@ -287,7 +289,7 @@ async def test_a_batching_change_under_load_reaches_the_same_processes_and_fails
         slow_adder(
             release, "retuned", num_replicas=2, batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.1}
         )
-        revision = (release.get("bd", "retuned") or {})["metadata"]["generation"]
+        revision = batching_revision_of(parse_manifest(release.get("bd", "retuned")).spec.batching)
 
         def applied() -> bool:
             batching = status(release, "retuned").get("batching", {})

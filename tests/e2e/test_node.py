@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from batchd.operator import children
+from batchd.api.pod import selector_string
 from batchd.testing import ROOT
 from batchd.testing.closed_loop import SteadyLoad
 from batchd.testing.kubernetes.components import forbidden
@@ -85,7 +85,7 @@ def test_a_drain_moves_the_replicas_to_another_node_losing_no_request(
             drain = cluster.kubectl(
                 "drain",
                 kube_node.name,
-                f"--pod-selector={children.selector_string('moved')}",
+                f"--pod-selector={selector_string('moved')}",
                 "--delete-emptydir-data",
                 "--timeout=150s",
                 timeout_s=180,

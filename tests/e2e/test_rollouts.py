@@ -1,12 +1,18 @@
-"""Canary rollouts end to end on a real cluster: the operator judging each new revision from its
-replicas' own figures, the chart's router splitting the requests, replicas as pods of the node.
+"""Rollouts end to end on a real cluster: every edit of a manifest, applied with `kubectl apply`,
+reaching the replicas as pods of the node while clients send through the chart's router.
 
-What a user who ships a new model version notices: a revision that fails a third of its items,
-or answers three times slower, is rolled back on its own, and clients saw only the failures of
-its first step; a good revision is promoted and its canary goes, with no request lost, though
-the operator was replaced mid-rollout; a router restarted mid-rollout splits as before; a second
-change mid-rollout replaces the canary with the newest revision; deleting the resource
-mid-rollout takes both revisions away.
+What a user who edits and ships a model notices:
+- rolling: a model switched from a handler to a pipeline task and back loses no request and ends
+  serving the last one; a nodeSelector that made the pods unschedulable, dropped from the file,
+  lets them be scheduled again;
+- canary (the operator judging each new revision from its replicas' own figures): a revision that
+  fails a third of its items, or answers three times slower, is rolled back on its own, and clients
+  saw only the failures of its first step; a good revision is promoted and its canary goes, with no
+  request lost, though the operator was replaced mid-rollout; a fix shipped while a bad revision
+  takes its first step is promoted on its own answers; a revision whose pods never become Ready is
+  rolled back at its progress deadline, losing nothing; a router restarted mid-rollout splits as
+  before; a second change mid-rollout replaces the canary with the newest revision; deleting the
+  resource mid-rollout takes both revisions away.
 """
 
 from __future__ import annotations
@@ -24,20 +30,22 @@ from typing import Any
 import httpx
 import pytest
 
-from batchd.api.revisions import REVISION_LABEL
-from batchd.operator.children import CANARY
+from batchd.api.pod import CANARY, REVISION_LABEL
 from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.components import forbidden
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
 from batchd.testing.kubernetes.release import ONE_ROUTER, Release, installed
 from batchd.testing.manifests import manifest, revision
+from batchd.testing.models import build_bert
+from batchd.testing.pods import is_ready
 from batchd.testing.traffic import Outcome, Traffic
 from batchd.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
-NAME = "shop"
+NAME = "shop"  # rolled out by canary
+EDITED = "reviews"  # rolled out by rolling update, as most deployments are
 START_S = 150.0  # a replica pod starts in seconds; the machine may be busy
 # Requests a second through the router, all along each test: well within what a replica serves
 # while the other pytest worker takes the machine's other core.
@@ -56,6 +64,13 @@ STABLE_DELAY_S = 0.02
 # mid-rollout, must make the same ones.
 OPERATOR_ENV = {"BATCHD_REPLICA_POLL_INTERVAL_S": "0.5"}
 VALUES = {"router": {**ONE_ROUTER["router"], "hold": {"timeoutSeconds": 120}}}
+# What both a text handler and a text-classification pipeline take.
+TEXT = b'{"instances": ["this movie was wonderful"]}'
+TEXT_TASK = {"task": "text-classification", "source": handlers.model_source()}
+
+
+def text_handler(version: int) -> dict[str, Any]:
+    return {"handler": "batchd.testing.batch_handlers:TextLength", "init_kwargs": {"version": version}}
 
 
 @dataclass(frozen=True)
@@ -68,30 +83,58 @@ class Stack:
         process that knows of the rollout only what the status and the labels say."""
         self.operator.close()
 
-    def ship(self, model: dict[str, Any], **analysis: Any) -> None:
-        """`kubectl apply` of the resource with this model (a new revision), and `analysis` over
-        the test's."""
-        rollout = {**ROLLOUT, "analysis": {**ANALYSIS, **analysis}}
+    def ship(self, model: dict[str, Any], rollout: dict[str, Any] | None = None, **analysis: Any) -> None:
+        """`kubectl apply` of the canary resource with this model (a new revision), `rollout` and
+        `analysis` over the test's."""
+        rollout = {**ROLLOUT, **(rollout or {}), "analysis": {**ANALYSIS, **analysis}}
         document = manifest(NAME, model, batching=BATCHING, rollout=rollout, **handlers.pod_spec())
         self.release.apply(document)
 
-    def rollout(self) -> dict[str, Any]:
-        found: dict[str, Any] = ((self.release.get("bd", NAME) or {}).get("status") or {}).get(
-            "rollout"
-        ) or {}
+    def edit(self, model: dict[str, Any], **spec: Any) -> None:
+        """`kubectl apply` of the rolled resource's file, as edited: this model, these fields."""
+        fields = {**handlers.pod_spec_with_model(), **spec}
+        self.release.apply(manifest(EDITED, model, batching=BATCHING, **fields))
+
+    def status(self, name: str = NAME) -> dict[str, Any]:
+        found: dict[str, Any] = (self.release.get("bd", name) or {}).get("status") or {}
         return found
 
-    def traffic(self) -> Traffic:
+    def rollout(self) -> dict[str, Any]:
+        found: dict[str, Any] = self.status().get("rollout") or {}
+        return found
+
+    def serving_last_edit(self) -> bool:
+        """Whether the rolled resource serves its spec's revision: converged, rolled out, and
+        every pod of its Deployment that runs carries that revision."""
+        body = self.release.get("bd", EDITED) or {}
+        status = body.get("status") or {}
+        if status.get("observed_generation") != body.get("metadata", {}).get("generation"):
+            return False
+        if self.release.condition(EDITED, "Progressing").get("reason") != "RolloutComplete":
+            return False
+        pods = self.release.pods(EDITED)
+        return bool(pods) and all(
+            pod["metadata"]["labels"][REVISION_LABEL] == status["revision"] and is_ready(pod) for pod in pods
+        )
+
+    def traffic(self, name: str = NAME, body: bytes = b'{"instances": [1]}') -> Traffic:
         url = self.release.service_url(f"{self.release.name}-router", 80)
-        return Traffic(lambda: [url], f"/v1/models/{NAME}:predict", b'{"instances": [1]}', RATE)
+        return Traffic(lambda: [url], f"/v1/models/{name}:predict", body, RATE)
 
     async def while_sending(
-        self, until: Any, what: str, timeout_s: float, meanwhile: Any = None
+        self,
+        until: Any,
+        what: str,
+        timeout_s: float,
+        meanwhile: Any = None,
+        *,
+        name: str = NAME,
+        body: bytes = b'{"instances": [1]}',
     ) -> tuple[list[Outcome], float]:
-        """Traffic through the router until `until()` holds (polled), then 5 s more; the outcomes,
-        and when (on their clock) `until()` first held. `meanwhile()` runs once the traffic has
-        begun."""
-        traffic = self.traffic()
+        """Traffic through the router to `name` until `until()` holds (polled), then 5 s more; the
+        outcomes, and when (on their clock) `until()` first held. `meanwhile()` runs once the
+        traffic has begun."""
+        traffic = self.traffic(name, body)
         started = time.perf_counter()
         running = asyncio.create_task(traffic.run(timeout_s + 10, start=started))
         try:
@@ -113,6 +156,7 @@ def stack(
     logs = tmp_path_factory.mktemp("rollouts")
     with installed(control_plane, logs, VALUES, wait=True) as release:
         release.apply(handlers.config_map())
+        release.apply(handlers.model_config_map(build_bert(logs / "classifier", "classification")))
         with contextlib.ExitStack() as operator:
             operator.enter_context(release.operator(logs / "operator.log", env=OPERATOR_ENV))
             stack = Stack(release, operator)
@@ -126,6 +170,68 @@ def stack(
 
 def statuses(outcomes: list[Outcome]) -> Counter[int | None]:
     return Counter(outcome.status for outcome in outcomes)
+
+
+@pytest.mark.timeout(4 * START_S)
+async def test_a_model_switched_from_a_handler_to_a_task_and_back_loses_nothing_and_serves_the_last(
+    stack: Stack,
+) -> None:
+    stack.edit(text_handler(1))
+    eventually(stack.serving_last_edit, timeout_s=START_S, what="the handler serving")
+    revisions = [stack.status(EDITED)["revision"]]
+
+    def switch() -> None:
+        for model in (TEXT_TASK, text_handler(2)):  # each a `kubectl apply` of the edited file
+            stack.edit(model)
+            eventually(
+                lambda: stack.serving_last_edit() and stack.status(EDITED)["revision"] not in revisions,
+                timeout_s=START_S,
+                what=f"{model} serving",
+            )
+            revisions.append(stack.status(EDITED)["revision"])
+
+    outcomes, _ = await stack.while_sending(
+        lambda: len(revisions) == 3, "the last model serving", 3 * START_S, switch, name=EDITED, body=TEXT
+    )
+    assert set(statuses(outcomes)) == {200}, statuses(outcomes)
+    status = stack.status(EDITED)
+    assert status["rollout"]["stable_model"]["handler"] == text_handler(2)["handler"]
+    assert (
+        "task" not in status["rollout"]["stable_model"] and "source" not in status["rollout"]["stable_model"]
+    )
+    assert stack.release.condition(EDITED, "Degraded")["status"] == "False"
+
+
+@pytest.mark.timeout(3 * START_S)
+async def test_a_dropped_node_selector_that_made_the_pods_unschedulable_lets_them_be_scheduled_again(
+    stack: Stack,
+) -> None:
+    nowhere = {"batchd.test/no-such-node": "true"}
+
+    def unschedulable_then_dropped() -> None:
+        stack.edit(text_handler(3), nodeSelector=nowhere)
+
+        def pending() -> bool:
+            return any(pod.get("status", {}).get("phase") == "Pending" for pod in stack.release.pods(EDITED))
+
+        eventually(pending, timeout_s=START_S, what="a pod no node can take")
+        stack.edit(text_handler(3))  # the nodeSelector dropped from the file
+
+    outcomes, _ = await stack.while_sending(
+        lambda: stack.serving_last_edit() and "nodeSelector" not in pod_template(stack),
+        "the pods scheduled again",
+        2 * START_S,
+        unschedulable_then_dropped,
+        name=EDITED,
+        body=TEXT,
+    )
+    assert set(statuses(outcomes)) == {200}, statuses(outcomes)  # the old pod served meanwhile
+    assert all(pod["spec"].get("nodeName") for pod in stack.release.pods(EDITED))
+
+
+def pod_template(stack: Stack) -> dict[str, Any]:
+    found: dict[str, Any] = (stack.release.get("deployment", EDITED) or {})["spec"]["template"]["spec"]
+    return found
 
 
 @pytest.mark.timeout(START_S + 120)
@@ -201,6 +307,56 @@ async def test_a_good_revision_is_promoted_losing_nothing_and_its_canary_goes_ac
     assert pods and {pod["metadata"]["labels"][REVISION_LABEL] for pod in pods} == {status["revision"]}
     assert stack.release.condition(NAME, "RolledBack")["status"] == "False"
     assert stack.release.events("Promoted")
+
+
+@pytest.mark.timeout(3 * START_S + 120)
+async def test_a_fix_shipped_while_a_bad_revision_takes_its_first_step_is_promoted_on_its_own_answers(
+    stack: Stack,
+) -> None:
+    stack.ship(revision(7, fail_percent=30, delay_s=STABLE_DELAY_S))
+    fixed: list[str] = []
+
+    def fix_in_the_first_step() -> None:
+        eventually(
+            lambda: stack.rollout().get("step_started_at") and stack.rollout().get("step") == 0,
+            timeout_s=START_S,
+            what="the bad revision taking its first step",
+        )
+        bad = stack.rollout()["canary_revision"]
+        stack.ship(revision(8, delay_s=STABLE_DELAY_S), max_p99_ratio=5)
+        eventually(lambda: stack.rollout()["canary_revision"] != bad, what="the fix as the canary")
+        fixed.append(stack.rollout()["canary_revision"])
+
+    outcomes, _ = await stack.while_sending(
+        lambda: stack.rollout().get("phase") == "Promoted",
+        "the fix promoted",
+        3 * START_S,
+        meanwhile=fix_in_the_first_step,
+    )
+    # The bad revision's failures (its first step's share, until the fix replaced it) were not
+    # counted against the fix: its pods carry another revision.
+    assert stack.status()["revision"] == fixed[0]
+    assert stack.release.condition(NAME, "RolledBack")["status"] == "False"
+    assert {outcome.status for outcome in outcomes} <= {200, 422}, statuses(outcomes)
+
+
+@pytest.mark.timeout(2 * START_S)
+async def test_a_canary_that_never_becomes_ready_is_rolled_back_at_its_progress_deadline_losing_nothing(
+    stack: Stack,
+) -> None:
+    never_ready = {"handler": "batchd.testing.batch_handlers:NoSuchHandler", "init_kwargs": {"version": 9}}
+    stack.ship(never_ready, rollout={"progress_deadline_s": 30})
+    outcomes, _ = await stack.while_sending(
+        lambda: stack.rollout().get("phase") == "RolledBack", "the deadline's rollback", START_S
+    )
+    assert set(statuses(outcomes)) == {200}, statuses(outcomes)
+    condition = stack.release.condition(NAME, "RolledBack")
+    assert (
+        condition["reason"] == "ProgressDeadlineExceeded" and "progress_deadline_s 30" in condition["message"]
+    )
+    assert any("progress_deadline_s" in message for message in stack.release.events("RolledBack", about=NAME))
+    canary = stack.release.get("deployment", f"{NAME}-canary")
+    assert canary is not None and canary["spec"]["replicas"] == 0
 
 
 async def test_mid_rollout_a_restarted_router_splits_a_second_change_replaces_the_canary_a_delete_takes_both(

@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from batchd.operator import children
+from batchd.api.pod import selector_string
 from batchd.testing.closed_loop import CONNECTIONS, UNSENT, KeepAliveClient, metric
 from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.components import forbidden
@@ -274,9 +274,7 @@ async def test_a_replica_killed_mid_load_loses_only_what_it_had_accepted(
     stack.apply("doomed", SLOW, batching=BATCHING, num_replicas=2)
     stack.ready_pods("doomed", 2)
     listed = json.loads(
-        stack.cluster.kubectl(
-            "get", "pods", "-n", ns, "-l", children.selector_string("doomed"), "-o", "json"
-        ).stdout
+        stack.cluster.kubectl("get", "pods", "-n", ns, "-l", selector_string("doomed"), "-o", "json").stdout
     )["items"]
     victim = listed[0]
     container = victim["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")

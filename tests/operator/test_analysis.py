@@ -47,8 +47,7 @@ def test_the_window_is_what_each_replica_answered_since_the_step_began() -> None
     now = exposed(success=[0.02] * 150, error=[0.02] * 110)
     window = analysis.since(now, start)
     assert (window.answered, window.failed) == (60, 10)
-    # A replica that restarted (counts went down) or was not there at the start: all of it is new.
-    assert analysis.since(start, now) == start
+    # A replica that was not there at the start (or restarted: another identity): all of it is new.
     assert analysis.since(now, None) == now
     both = analysis.total([window, window])
     assert (both.answered, both.failed) == (120, 20)
@@ -105,17 +104,33 @@ def test_a_step_passes_only_once_its_latency_could_be_judged() -> None:
 
 
 def test_a_steps_window_counts_each_revisions_replicas_from_the_steps_start() -> None:
-    at_start = {"stable-a": exposed(success=[0.02] * 100), "canary-a": exposed(success=[0.02] * 5)}
+    at_start = {"stable-a/0": exposed(success=[0.02] * 100), "canary-a/0": exposed(success=[0.02] * 5)}
     now = {
-        "stable-a": exposed(success=[0.02] * 130),
-        "canary-a": exposed(success=[0.02] * 5, error=[0.02] * 5),
-        "canary-b": exposed(success=[0.02] * 4),  # came after the first look
+        "stable-a/0": exposed(success=[0.02] * 130),
+        "canary-a/0": exposed(success=[0.02] * 5, error=[0.02] * 5),
+        "canary-b/0": exposed(success=[0.02] * 4),  # came after the first look
+        "older-canary/0": exposed(error=[0.02] * 50),  # a revision this rollout replaced: neither
     }
-    canaries = {"canary-a", "canary-b"}
+    canaries, stables = {"canary-a/0", "canary-b/0"}, {"stable-a/0"}
     # The first step: everything a canary replica answered is this revision's.
     first = analysis.step_starts(at_start, canaries, first_step=True)
-    canary, stable = analysis.windows(now, first, canaries)
+    canary, stable = analysis.windows(now, first, canaries, stables)
     assert (canary.answered, canary.failed, stable.answered) == (14, 5, 30)
     later = analysis.step_starts(at_start, canaries, first_step=False)
-    canary, _ = analysis.windows(now, later, canaries)
+    canary, _ = analysis.windows(now, later, canaries, stables)
     assert (canary.answered, canary.failed) == (9, 5)
+
+
+def test_a_restarted_replica_counts_from_zero_by_its_identity_not_by_a_falling_count() -> None:
+    at_start = {"canary-a/0": exposed(success=[0.02] * 100)}
+    # The container restarted (its restart count is 1 now) and has answered 120 already: more than
+    # at the step's start, so a falling count would not have told.
+    now = {"canary-a/1": exposed(success=[0.02] * 120)}
+    canary, _ = analysis.windows(
+        now, analysis.step_starts(at_start, set(), first_step=False), {"canary-a/1"}, ()
+    )
+    assert canary.answered == 120
+    # The same identity never counts backwards.
+    fewer = {"canary-a/0": exposed(success=[0.02] * 90)}
+    canary, _ = analysis.windows(fewer, at_start, {"canary-a/0"}, ())
+    assert canary.answered == 0

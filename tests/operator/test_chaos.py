@@ -22,6 +22,8 @@ import httpx
 import pytest
 
 from batchd.api.manifest import parse_manifest
+from batchd.api.pod import config_map_name
+from batchd.api.revisions import batching_revision_of
 from batchd.operator import children
 from batchd.testing.kubernetes.components import forbidden
 from batchd.testing.kubernetes.controlplane import ControlPlane, namespace, unique_name
@@ -108,10 +110,12 @@ def drift(api: httpx.Client, ns: str) -> list[str]:
                 bd, image
             ):
                 problems.append(f"{name}: the pod template is not the spec's")
-        config = found["ConfigMap"].get(children.config_map_name(name))
-        revision = (status.get("batching") or {}).get("revision", 0)
+        config = found["ConfigMap"].get(config_map_name(name))
+        revision = batching_revision_of(bd.spec.batching)
         if config is None or config["data"] != children.config_map(bd, revision)["data"]:
             problems.append(f"{name}: the replicas' manifest is not the spec's")
+        if (status.get("batching") or {}).get("revision") != revision:
+            problems.append(f"{name}: status.batching does not name the spec's batching revision")
         for kind in ("Service", "PodDisruptionBudget"):
             if name not in found[kind]:
                 problems.append(f"{name}: no {kind}")
@@ -122,7 +126,7 @@ def drift(api: httpx.Client, ns: str) -> list[str]:
             owners = [ref["name"] for ref in child["metadata"].get("ownerReferences", [])]
             if len(owners) != 1 or owners[0] not in live:
                 problems.append(f"orphan {kind} {child_name} (owners {owners})")
-            elif child_name not in (owners[0], children.config_map_name(owners[0])):
+            elif child_name not in (owners[0], config_map_name(owners[0])):
                 problems.append(f"duplicate {kind} {child_name} of {owners[0]}")
     return problems
 

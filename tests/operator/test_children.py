@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from batchd.api.manifest import load_manifest, parse_manifest
-from batchd.api.revisions import REVISION_LABEL, revision_of
+from batchd.api.pod import REVISION_LABEL
+from batchd.api.revisions import revision_of
 from batchd.api.spec import BatchedDeployment
 from batchd.operator import children
 from batchd.operator.settings import Settings
@@ -119,6 +120,8 @@ def test_probes_use_the_health_routes_and_allow_a_slow_model_load() -> None:
     assert c["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
     startup_budget_s = c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"]
     assert startup_budget_s >= 600
+    # Asked often: a replica that can serve is Ready within a couple of seconds.
+    assert c["startupProbe"]["periodSeconds"] <= 2 and c["readinessProbe"]["periodSeconds"] <= 2
     assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     assert c["livenessProbe"]["timeoutSeconds"] == 30  # a starved replica is slow, not dead
@@ -211,10 +214,6 @@ def test_pods_are_labelled_by_revision_and_a_rollout_change_rolls_nothing() -> N
     assert revision(canary) == revision(base) and _template_hash(canary) == _template_hash(base)
     assert children.config_map(canary) == children.config_map(base)  # replicas never read it
     assert REVISION_LABEL not in children.deployment(base, SETTINGS)["spec"]["selector"]["matchLabels"]
-
-
-def test_scale_patch_touches_only_the_replicas() -> None:
-    assert children.replicas_patch(4) == {"spec": {"replicas": 4}}
 
 
 def test_service_selects_exactly_this_deployments_pods() -> None:

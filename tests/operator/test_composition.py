@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from batchd.api.pod import selector_string
 from batchd.bench.kit.promtext import parse_histogram
-from batchd.operator import children
 from batchd.testing import manifests
 from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.controlplane import ControlPlane
@@ -38,7 +38,7 @@ def release(
 
 def pod_url(release: Release, name: str) -> str:
     listed = release.cluster.kubectl(
-        "get", "pods", "-n", release.namespace, "-l", children.selector_string(name), "-o", "json"
+        "get", "pods", "-n", release.namespace, "-l", selector_string(name), "-o", "json"
     ).stdout
     (pod,) = json.loads(listed)["items"]
     return f"http://{pod['status']['podIP']}:8000"

@@ -9,112 +9,22 @@ node's kubelet do the rest. A test that needs replicas to be ready runs real rep
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import pytest
 import yaml
 
 from batchd.api.crd import CRD_NAME
-from batchd.api.revisions import REVISION_LABEL
+from batchd.api.manifest import parse_manifest
+from batchd.api.pod import REVISION_LABEL, config_map_name, selector_string
+from batchd.api.revisions import batching_revision_of
 from batchd.operator import children
-from batchd.testing.kubernetes.components import refused
-from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
-from batchd.testing.kubernetes.release import Release, get_object, installed, list_objects
+from batchd.testing.kubernetes.operated import Namespace, Operator
 from batchd.testing.manifests import manifest
-from batchd.testing.servers import free_port
 from batchd.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
-
-
-@dataclass(frozen=True)
-class Operator:
-    release: Release
-    metrics_url: str
-    liveness_url: str
-
-    @property
-    def cluster(self) -> ControlPlane:
-        return self.release.cluster
-
-    def requests(self) -> int:
-        """How many requests the operator has made so far (the API server's count)."""
-        return len(self.cluster.audit_events(self.release.operator_user))
-
-    def refused(self, since: int, namespace: str) -> list[str]:
-        """The operator's requests in `namespace` the API server refused (RBAC's 403s and 422s alike),
-        from the `since`-th on."""
-        return refused(self.cluster, self.release.operator_user, since=since, namespace=namespace)
-
-
-@pytest.fixture(scope="module")
-def operator(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    logs = tmp_path_factory.mktemp("operator")
-    metrics_port, liveness_port = free_port(), free_port()
-    with installed(control_plane, logs) as release:
-        liveness = f"http://127.0.0.1:{liveness_port}/healthz"
-        env = {"BATCHD_METRICS_PORT": str(metrics_port), "BATCHD_LIVENESS_ENDPOINT": liveness}
-        with release.operator(logs / "operator.log", env):
-            yield Operator(release, f"http://127.0.0.1:{metrics_port}/metrics", liveness)
-
-
-class Namespace:
-    """What a test does in its own namespace, through kubectl as cluster-admin, and what it reads
-    there (through one client: tests poll these)."""
-
-    def __init__(self, cluster: ControlPlane, name: str, api: httpx.Client) -> None:
-        self.cluster = cluster
-        self.name = name
-        self.api = api
-
-    def kubectl(self, *args: str, **kwargs: Any) -> str:
-        return self.cluster.kubectl("-n", self.name, *args, **kwargs).stdout
-
-    def apply(self, document: dict[str, Any]) -> None:
-        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(document))
-
-    def get(self, kind: str, name: str) -> dict[str, Any]:
-        """The object, or {} when there is none."""
-        return get_object(self.api, kind, name, self.name) or {}
-
-    def bd(self, name: str) -> dict[str, Any]:
-        return self.get("batcheddeployment", name)
-
-    def condition(self, name: str, type_: str) -> dict[str, Any]:
-        for item in self.bd(name).get("status", {}).get("conditions", []):
-            if item["type"] == type_:
-                return dict(item)
-        return {}
-
-    def children(self, name: str) -> dict[str, dict[str, Any]]:
-        return {
-            "ConfigMap": self.get("configmap", children.config_map_name(name)),
-            "Deployment": self.get("deployment", name),
-            "Service": self.get("service", name),
-        }
-
-    def has_children(self, name: str) -> bool:
-        return all(self.children(name).values())
-
-    def replicas(self, name: str) -> int | None:
-        replicas: int | None = self.get("deployment", name).get("spec", {}).get("replicas")
-        return replicas
-
-    def events(self, reason: str) -> list[dict[str, Any]]:
-        return list_objects(self.api, "event", self.name, fieldSelector=f"reason={reason}")
-
-    def patch(self, target: str, change: dict[str, Any], *extra: str) -> None:
-        self.kubectl("patch", target, "--type=merge", "-p", json.dumps(change), *extra)
-
-
-@pytest.fixture
-def ns(control_plane: ControlPlane, kube_namespace: str) -> Iterator[Namespace]:
-    with control_plane.client() as api:
-        yield Namespace(control_plane, kube_namespace, api)
 
 
 def test_create_makes_children_owned_by_the_resource(operator: Operator, ns: Namespace) -> None:
@@ -130,7 +40,7 @@ def test_create_makes_children_owned_by_the_resource(operator: Operator, ns: Nam
         lambda: ns.bd("adder").get("status", {}).get("url") and ns.bd("adder")["status"], what="a status"
     )
     assert status["url"] == f"http://{operator.release.name}-router.{operator.release.namespace}.svc"
-    assert status["selector"] == children.selector_string("adder")
+    assert status["selector"] == selector_string("adder")
     assert operator.refused(start, ns.name) == []
 
 
@@ -158,7 +68,7 @@ def test_scale_through_spec_and_scale_subresource_changes_only_replicas(
         )
     )
     assert scale["spec"]["replicas"] == 5
-    assert scale["status"]["selector"] == children.selector_string("adder")
+    assert scale["status"]["selector"] == selector_string("adder")
     assert operator.refused(start, ns.name) == []
 
 
@@ -213,7 +123,7 @@ def test_deleted_or_edited_children_are_restored(operator: Operator, ns: Namespa
         ),
         what="the edited Deployment to be put back",
     )
-    name = children.config_map_name("adder")
+    name = config_map_name("adder")
     ns.patch(f"configmap/{name}", {"data": {"manifest.yaml": "x"}})
     eventually(
         lambda: ns.get("configmap", name).get("data") == original["ConfigMap"]["data"],
@@ -258,16 +168,20 @@ def test_a_batching_edit_reaches_the_replicas_manifest_without_rolling_the_pods(
     ns.patch("bd/adder", {"spec": {"batching": {"max_batch_size": 8}}})
 
     def replicas_manifest() -> str:
-        return str(
-            ns.get("configmap", children.config_map_name("adder")).get("data", {}).get("manifest.yaml", "")
-        )
+        return str(ns.get("configmap", config_map_name("adder")).get("data", {}).get("manifest.yaml", ""))
 
     eventually(lambda: "max_batch_size: 8" in replicas_manifest(), what="the new batching")
-    new_revision = ns.bd("adder")["metadata"]["generation"]
+    new_revision = batching_revision_of(parse_manifest(ns.bd("adder")).spec.batching)
     assert f"serving.batchd.dev/batching-revision: '{new_revision}'" in replicas_manifest()
     eventually(
-        lambda: ns.bd("adder")["status"]["batching"]["revision"] == new_revision > revision,
+        lambda: ns.bd("adder")["status"]["batching"]["revision"] == new_revision != revision,
         what="the status to name the new batching revision",
+    )
+    # Back to the first batching: the first revision again (a hash of the batching, not a count).
+    ns.patch("bd/adder", {"spec": {"batching": {"max_batch_size": 32}}})
+    eventually(
+        lambda: ns.bd("adder")["status"]["batching"]["revision"] == revision,
+        what="the status to name the first batching revision again",
     )
     assert template_hash(ns, "adder") == old_hash  # the running pods stay
 

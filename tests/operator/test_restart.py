@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from batchd.operator import children
+from batchd.api.pod import config_map_name
 from batchd.testing.closed_loop import SteadyLoad
 from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.components import refused
@@ -25,14 +25,17 @@ pytestmark = pytest.mark.slow
 
 
 def creates(release: Release, resource: str) -> int:
-    """The operator's creates of `resource` in the release's namespace (its ClusterRole lets it act
-    on every namespace of the session's cluster, where other tests' deployments live and go)."""
+    """How many `resource` objects the operator made in the release's namespace (its ClusterRole
+    lets it act on every namespace of the session's cluster, where other tests' deployments live
+    and go). It applies its children: an apply that made the object is answered 201 Created."""
     return sum(
         1
         for event in release.cluster.audit_events(release.operator_user)
-        if event["verb"] == "create"
+        if event["verb"] in ("create", "patch")
         and event["stage"] == "ResponseComplete"
+        and event.get("responseStatus", {}).get("code") == 201
         and event.get("objectRef", {}).get("resource") == resource
+        and not event["objectRef"].get("subresource")
         and event["objectRef"].get("namespace") == release.namespace
     )
 
@@ -56,7 +59,7 @@ def test_operator_restarted_midway_makes_no_duplicates(control_plane: ControlPla
                 for kind, child in (
                     ("deployment", name),
                     ("service", name),
-                    ("configmap", children.config_map_name(name)),
+                    ("configmap", config_map_name(name)),
                 ):
                     eventually(partial(release.get, kind, child), what=f"{kind} {child}")
                 eventually(partial(status_of, release, name), what=f"status of {name}")

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from batchd.api.environment import SettingsError
+from batchd.api.status import Condition, dump_section
 from batchd.operator import status
 from batchd.operator.settings import Settings
 
@@ -36,8 +37,9 @@ def deployment(
     }
 
 
-def by_type(conditions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {condition["type"]: condition for condition in conditions}
+def by_type(conditions: list[Condition]) -> dict[str, dict[str, Any]]:
+    """The conditions as the API server stores them, by type."""
+    return {condition.type: dump_section(condition) for condition in conditions}
 
 
 def test_all_ready_and_rolled_out() -> None:
@@ -105,17 +107,15 @@ def test_invalid_spec_is_degraded_with_the_message() -> None:
 
 
 def test_transition_time_moves_only_when_the_status_does() -> None:
-    first = status.merge_conditions(
-        [], status.conditions_from_deployment(deployment(1), desired=2, generation=1), NOW
-    )
-    same = status.merge_conditions(
+    first = status.stamped([], status.conditions_from_deployment(deployment(1), desired=2, generation=1), NOW)
+    same = status.stamped(
         first, status.conditions_from_deployment(deployment(1), desired=2, generation=1), LATER
     )
     assert same == first
-    ready = status.merge_conditions(
+    ready = status.stamped(
         first, status.conditions_from_deployment(deployment(2), desired=2, generation=1), LATER
     )
-    assert by_type(ready)["Ready"]["lastTransitionTime"] == "2026-01-01T00:05:00Z"
+    assert by_type(ready)["Ready"]["lastTransitionTime"] == "2026-01-01T00:05:00Z"  # as stored
     assert by_type(ready)["Degraded"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
     changes = status.transitions(first, ready)
     assert [(c.type, c.status) for c in changes] == [("Ready", "True"), ("Progressing", "False")]

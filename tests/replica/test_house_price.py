@@ -1,8 +1,9 @@
-"""The seeds' house-price model (examples/house_price.py, examples/house-price.yaml) served for real.
+"""The house-price model of Ray Serve's dynamic-batching guide (examples/house_price.py,
+examples/house-price.yaml) served for real.
 
 The model is built here (torch, synthetic districts, about a second) and served by `batchd serve`
 from the example manifest as written (max_batch_size 32, a 100 ms window), pointed at the built
-file. Clients send what the seed's clients send: feature vectors (KServe V1), and an FP32 [N, 8]
+file. Clients send what the guide's clients send: feature vectors (KServe V1), and an FP32 [N, 8]
 tensor from tritonclient (Open Inference V2, binary tensor data). The replica's own /metrics
 show the batches that formed.
 """

@@ -35,7 +35,7 @@ def inflight(url: str) -> float:
 
 
 async def test_sigterm_during_load_answers_every_accepted_request(tmp_path: Path) -> None:
-    # The seeds' adder: 0.2 s a batch of at most 4, so 16 requests take about a second to serve.
+    # Ray Serve's tutorial adder: 0.2 s a batch of at most 4, so 16 requests take about a second to serve.
     with replica_process(ROOT / "examples" / "adder.yaml", tmp_path) as replica:
         async with httpx.AsyncClient(base_url=replica.url, timeout=60) as client:
             calls = [

@@ -20,7 +20,7 @@ def positive(series: Series) -> bool:
 
 
 async def test_prometheus_sees_queue_depth_and_batch_sizes_under_load(tmp_path: Path) -> None:
-    # The seeds' adder: 0.2 s a batch of up to 4, so a burst keeps a queue for a few seconds.
+    # Ray Serve's tutorial adder: 0.2 s a batch of up to 4, so a burst keeps a queue for a few seconds.
     with replica_process(ROOT / "examples" / "adder.yaml", tmp_path) as replica:
         target = replica.url.removeprefix("http://")
         with prometheus([target], tmp_path / "prometheus") as prom:

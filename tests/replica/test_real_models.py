@@ -116,7 +116,7 @@ def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from transformers import GenerationConfig
 
     directory = build_gpt2(tmp_path_factory.mktemp("tiny-gpt2"))
-    # The seeds' handler calls the pipeline with no arguments: keep its default generation
+    # Ray Serve's tutorial handler calls the pipeline with no arguments: keep its default generation
     # within the tiny model's 256 positions, as a real checkpoint's generation_config would.
     config = GenerationConfig.from_pretrained(directory)
     config.max_new_tokens = 8

@@ -7,14 +7,15 @@ from typing import Any
 
 import pytest
 
+from batchd.api.pod import CANARY, SERVICE_NAME_LABEL, labels
 from batchd.api.priority import PriorityClass, UnknownPriorityClass, asked_class, named_in_headers
 from batchd.router.app import DirectoryEvents
 from batchd.router.client_deadline import answer_bound_s
 from batchd.router.directory import (
+    DeploymentRecord,
     DeploymentRef,
     Directory,
     ready_replicas,
-    request_timeout_of,
 )
 from batchd.router.errors import AmbiguousModel, UnknownModel
 from batchd.router.holding import Holds
@@ -36,7 +37,8 @@ def endpoint_slice(
         "metadata": {
             "name": name or f"{service}-x",
             "namespace": "default",
-            "labels": {"kubernetes.io/service-name": service},
+            # As the EndpointSlice controller copies them from the operator's Service.
+            "labels": {**labels(service), SERVICE_NAME_LABEL: service},
         },
         "addressType": "IPv4",
         "ports": [{"name": "metrics", "port": 9090}, {"name": "http", "port": port}],
@@ -171,7 +173,7 @@ def test_a_deployments_request_timeout_is_read_from_its_spec_or_the_specs_defaul
     directory.put_deployment(bd("plain"))
     assert directory.request_timeout_s(DeploymentRef("default", "quick")) == 2.5
     assert directory.request_timeout_s(DeploymentRef("default", "plain")) == 30.0  # the spec's default
-    assert request_timeout_of(bd("plain")) == 30.0
+    assert DeploymentRecord.of(bd("plain")).request_timeout_s == 30.0
 
 
 def test_a_replicas_answer_is_waited_for_request_timeout_and_a_margin_or_the_time_left() -> None:
@@ -219,9 +221,7 @@ def test_a_canarys_replicas_are_known_apart_with_the_share_the_operator_gives_th
     directory.put_deployment(rolling)
     directory.put_slice(endpoint_slice("adder", [("10.0.0.1", True)]))
     canary_slice = endpoint_slice("adder-canary", [("10.0.0.9", True)])
-    canary_slice["metadata"]["labels"].update(
-        {"app.kubernetes.io/component": "canary", "app.kubernetes.io/instance": "adder"}
-    )
+    canary_slice["metadata"]["labels"].update(labels("adder", CANARY))
     directory.put_slice(canary_slice)
     assert directory.replicas(ref) == ("10.0.0.1:8000",)
     assert directory.canary(ref) == (("10.0.0.9:8000",), 10)
@@ -235,3 +235,41 @@ def test_a_canarys_replicas_are_known_apart_with_the_share_the_operator_gives_th
     directory.delete_slice(canary_slice)
     directory.put_deployment(rolling)
     assert directory.canary(ref) == ((), 0)
+
+
+def test_one_record_per_deployment_reads_what_this_version_knows_of_the_spec() -> None:
+    """A newer CRD's fields, or a rule only the operator checks, never lose the deployment its
+    routes: the router reads what it knows and routes on."""
+    newer = bd("chat", model="chat")
+    newer["spec"]["model"]["served_model_name"] = "org/chat"
+    newer["spec"]["model"]["quantization"] = "int4"  # a field of a later version
+    newer["spec"]["batching"] = {
+        "request_timeout_s": 5,
+        "kv_cache": {"blocks": 10},
+        "priority_classes": [{"name": "page", "priority": 10, "weight": 3}, {"name": "bulk", "priority": -1}],
+        "default_priority_class": "bulk",
+    }
+    newer["spec"]["model"]["calls"] = {"helper": "other"}
+    newer["spec"]["model"]["init_kwargs"] = {"helper": 1}  # refused by the operator (Degraded)
+    newer["status"] = {"rollout": {"phase": "Progressing", "canary_percent": 20, "step_started_at": ""}}
+    record = DeploymentRecord.of(newer)
+    assert (record.model, record.names, record.request_timeout_s, record.canary_percent) == (
+        "chat",
+        frozenset({"chat", "org/chat"}),
+        5.0,
+        20,
+    )
+    assert (record.classes.names, record.classes.default.name) == (["page", "bulk"], "bulk")
+
+
+def test_classes_that_break_a_rule_together_name_none_and_the_deployment_still_routes() -> None:
+    directory = Directory()
+    broken = bd("chat")
+    broken["spec"]["batching"] = {
+        "request_timeout_s": 5,
+        "priority_classes": [{"name": "page", "priority": 10}],
+        "default_priority_class": "nightly",  # none of its classes: the operator reports Degraded
+    }
+    directory.put_deployment(broken)
+    ref = directory.resolve("chat")
+    assert directory.classes(ref).names == ["default"] and directory.request_timeout_s(ref) == 5.0

@@ -8,13 +8,18 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from batchd.api.kube_connection import ApiError
+from batchd.api.pod import SERVICE_NAME_LABEL, SLICE_SELECTOR, labels
 from batchd.router.directory import DeploymentRef, Directory
-from batchd.router.watching import SLICE_SELECTOR, Watcher, watched_kinds
+from batchd.router.watching import Watcher, watched_kinds
 
 
 def endpoint_slice(name: str, service: str, address: str) -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "namespace": "default", "labels": {"kubernetes.io/service-name": service}},
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {**labels(service), SERVICE_NAME_LABEL: service},
+        },
         "ports": [{"name": "http", "port": 8000}],
         "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
     }

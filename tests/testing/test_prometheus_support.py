@@ -61,6 +61,7 @@ def test_bad_promql_and_unmet_waits_fail_loudly(
         prom.wait_for("no_such_metric", lambda s: bool(s), timeout_s=2)
 
 
+@pytest.mark.slow  # promtool comes with Debian's prometheus, which `make test` installs, not `make test-fast`
 def test_promtool_finds_what_is_wrong_with_an_exposition() -> None:
     good = "# HELP demo_requests_total Requests.\n# TYPE demo_requests_total counter\ndemo_requests_total 1\n"
     assert promtool_check_metrics(good) == []

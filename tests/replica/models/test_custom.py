@@ -60,7 +60,7 @@ def gate_handler(
 
     class Gate:
         async def handle_async(self, texts: list[str]) -> list[str]:
-            return block(texts)  # blocking inside `async def`, as the seeds' handlers do
+            return block(texts)  # blocking inside `async def`, as Ray Serve's tutorial handlers do
 
         def handle_sync(self, texts: list[str]) -> list[str]:
             return block(texts)

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from batchd.api.pod import CANARY_SUFFIX, CRD_LABELS, MAX_CANARY_OWNER_NAME
 from batchd.api.spec import (
     GROUP,
     KIND,
@@ -30,6 +31,7 @@ from batchd.api.spec import (
     VERSION,
     BatchedDeploymentSpec,
 )
+from batchd.api.status import BatchedDeploymentStatus
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
 # Relative to the repository root, where `python -m batchd.api.crd` is run.
@@ -119,119 +121,18 @@ ROOT_RULES: list[dict[str, str]] = [
         "message": "metadata.name must be a DNS-1123 label (no dots, at most 63 characters): "
         "it also names the Service",
     },
+    # `_canary_children_fit_their_names` in spec.py. (`rollout` defaults to {}, so it is there on
+    # every stored object; `strategy` only once defaulted.)
+    {
+        "rule": "!has(self.spec.rollout) || !has(self.spec.rollout.strategy) "
+        f"|| self.spec.rollout.strategy != 'canary' || self.metadata.name.size() <= {MAX_CANARY_OWNER_NAME}",
+        # No fieldPath: `metadata` has no schema of its own to point into; the message names it.
+        "message": f"metadata.name may have at most {MAX_CANARY_OWNER_NAME} characters with "
+        f"spec.rollout.strategy canary: the canary's Service adds {CANARY_SUFFIX!r} to it",
+        "reason": "FieldValueInvalid",
+    },
 ]
 
-CONDITION_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["type", "status"],
-    "properties": {
-        "type": {"type": "string", "description": "Ready, Progressing or Degraded."},
-        "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-        "reason": {"type": "string", "description": "One CamelCase word a program can match."},
-        "message": {"type": "string", "description": "What a human needs to know."},
-        "lastTransitionTime": {"type": "string", "format": "date-time"},
-        "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
-    },
-}
-
-
-def _integer(fmt: str, description: str) -> dict[str, Any]:
-    return {"type": "integer", "format": fmt, "description": description}
-
-
-STATUS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "Written by the operator, in step with the child Deployment's own status.",
-    "properties": {
-        "replicas": _integer("int32", "Pods the Deployment has."),
-        "ready_replicas": _integer("int32", "Pods ready to serve."),
-        "observed_generation": _integer("int64", "The metadata.generation this status describes."),
-        "selector": {"type": "string", "description": "Label selector of the pods (scale subresource)."},
-        "url": {
-            "type": "string",
-            "description": "In-cluster base URL clients call: the router's when it runs (the model "
-            "name in the path picks this deployment), else the deployment's own Service.",
-        },
-        "model": {"type": "string", "description": "What is served: the source or the handler."},
-        "revision": {
-            "type": "string",
-            "description": "The stable revision: a hash of spec.model and the replica image (during a "
-            "canary rollout, those of the revision before it); the pods that serve it carry it as "
-            "their serving.batchd.dev/revision label.",
-        },
-        "desired_replicas": _integer(
-            "int32", "Replicas asked of the Deployment: num_replicas, or the autoscaler's count."
-        ),
-        "autoscaling": {
-            "type": "object",
-            "description": "What the autoscaler last saw and did (with spec.autoscaling only).",
-            "properties": {
-                "load": _integer("int64", "Items the ready replicas hold, queued or in the model, summed."),
-                "held_requests": _integer(
-                    "int64", "Requests the routers hold for the deployment while it has no ready replica."
-                ),
-                "ready_replicas": _integer("int32", "Replicas it read."),
-                "target_ongoing_items": _integer("int64", "Per replica."),
-                "recommended_replicas": _integer(
-                    "int32", "What the load alone asks for, before bounds and delays."
-                ),
-                "last_scale_time": {"type": "string", "format": "date-time"},
-                "last_scale_reason": {"type": "string", "description": "Why it last changed the count."},
-            },
-        },
-        "batching": {
-            "type": "object",
-            "description": "Live retuning: which spec.batching the replicas run.",
-            "properties": {
-                "revision": _integer("int64", "metadata.generation when spec.batching last changed."),
-                "hash": {"type": "string", "description": "Of spec.batching, to notice the next change."},
-                "ready_replicas_applied": _integer(
-                    "int32", "Ready replicas that report running this revision."
-                ),
-                "applied": {
-                    "type": "boolean",
-                    "description": "True once every ready replica runs this revision.",
-                },
-            },
-        },
-        "rollout": {
-            "type": "object",
-            "description": "Where a canary rollout stands (spec.rollout.strategy: canary), and what "
-            "the stable revision runs; the router reads canary_percent.",
-            "properties": {
-                "phase": {
-                    "type": "string",
-                    "description": "Progressing, Paused, Promoting, Promoted, RolledBack or Aborted; "
-                    "empty when no canary rollout was ever made.",
-                },
-                "canary_revision": {"type": "string", "description": "The revision being rolled out."},
-                "step": _integer("int32", "The step being judged, from 0."),
-                "canary_percent": _integer("int32", "The canary's share of the requests now, in percent."),
-                # No date-time format: empty when no step is being judged.
-                "step_started_at": {
-                    "type": "string",
-                    "description": "When the step being judged began (RFC 3339); empty when none is.",
-                },
-                "message": {"type": "string", "description": "What the rollout did last, with the figures."},
-                "stable_image": {
-                    "type": "string",
-                    "description": "spec.image of the stable revision (empty: the operator's default).",
-                },
-                "stable_model": {
-                    "type": "object",
-                    "description": "spec.model of the stable revision.",
-                    "x-kubernetes-preserve-unknown-fields": True,
-                },
-            },
-        },
-        "conditions": {
-            "type": "array",
-            "items": CONDITION_SCHEMA,
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["type"],
-        },
-    },
-}
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Model", "type": "string", "jsonPath": ".status.model"},
     {"name": "Desired", "type": "integer", "jsonPath": ".status.desired_replicas"},
@@ -284,6 +185,27 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         else:
             out["x-kubernetes-preserve-unknown-fields"] = True  # free-form: kwargs, embedded K8s types
     return out
+
+
+def _without_defaults(node: Any) -> Any:
+    """A schema with no `default`s: the operator writes every field of a status section it writes,
+    and the API server should add nothing of its own."""
+    if isinstance(node, dict):
+        return {key: _without_defaults(value) for key, value in node.items() if key != "default"}
+    if isinstance(node, list):
+        return [_without_defaults(item) for item in node]
+    return node
+
+
+def status_schema() -> dict[str, Any]:
+    """The structural schema of `status`, from `BatchedDeploymentStatus`."""
+    raw = BatchedDeploymentStatus.model_json_schema(by_alias=True, mode="serialization")
+    schema: dict[str, Any] = _without_defaults(_structural(raw, raw.get("$defs", {})))
+    # Keyed by type, as every Kubernetes object's conditions are.
+    conditions = schema["properties"]["conditions"]
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
+    return schema
 
 
 def spec_schema() -> dict[str, Any]:
@@ -343,7 +265,7 @@ def crd() -> dict[str, Any]:
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
             "spec": spec_schema(),
-            "status": copy.deepcopy(STATUS_SCHEMA),
+            "status": status_schema(),
         },
     }
     return {
@@ -351,7 +273,7 @@ def crd() -> dict[str, Any]:
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": CRD_NAME,
-            "labels": {"app.kubernetes.io/name": "batchd", "app.kubernetes.io/component": "crd"},
+            "labels": dict(CRD_LABELS),
         },
         "spec": {
             "group": GROUP,

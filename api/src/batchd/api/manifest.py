@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
-from batchd.api.spec import API_VERSION, KIND, RAY_SERVE_NAMES, BatchedDeployment
+from batchd.api.spec import API_VERSION, KIND, RAY_SERVE_NAMES, BatchedDeployment, BatchedDeploymentSpec
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class ManifestError(ValueError):
@@ -66,3 +71,70 @@ def describe_errors(error: ValidationError) -> str:
         got = "" if problem["type"] in ("missing", "value_error") else f" (got {problem['input']!r})"
         lines.append(f"  {field}: {message}{got}")
     return "\n".join(lines)
+
+
+def lenient_spec(raw: Any) -> BatchedDeploymentSpec:
+    """A spec as this version can read it, for a process that must go on serving whatever the
+    spec says (the router): fields it does not know (a newer CRD's) are dropped, and a section
+    that still does not validate (a rule the operator reports as Degraded) keeps those of its
+    fields that do, the defaults for the rest."""
+    return _lenient(BatchedDeploymentSpec, raw if isinstance(raw, Mapping) else {})
+
+
+def _lenient(model: type[ModelT], raw: Mapping[str, Any]) -> ModelT:
+    known = _known(model, raw)
+    try:
+        return model.model_validate(known)
+    except ValidationError:
+        pass
+    kept: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if key not in known:
+            continue
+        annotation = _model_in(info.annotation)
+        try:
+            if annotation is not None and isinstance(known[key], Mapping):
+                kept[name] = _lenient(annotation, known[key])
+            else:
+                kept[name] = _field_adapter(info).validate_python(known[key])
+        except ValidationError:
+            continue  # its default
+    return model.model_construct(**kept)
+
+
+def _field_adapter(info: FieldInfo) -> TypeAdapter[Any]:
+    """One field's type with its constraints (bounds, patterns), to validate it alone."""
+    annotation: Any = info.annotation
+    if info.metadata:
+        annotation = typing.Annotated[annotation, *info.metadata]
+    return TypeAdapter(annotation)
+
+
+def _known(model: type[BaseModel], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """`raw` with only the fields `model` declares, at every depth it declares models."""
+    known: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if key not in raw:
+            continue
+        value, inner = raw[key], _model_in(info.annotation)
+        if inner is not None and isinstance(value, Mapping):
+            value = _known(inner, value)
+        elif inner is not None and isinstance(value, list):
+            value = [_known(inner, item) if isinstance(item, Mapping) else item for item in value]
+        known[key] = value
+    return known
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model an annotation holds (`X`, `X | None`, `list[X]`, `tuple[X, ...]`), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, list, tuple, typing.Annotated):
+        for argument in typing.get_args(annotation):
+            found = _model_in(argument)
+            if found is not None:
+                return found
+    return None

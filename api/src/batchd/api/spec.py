@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from batchd.api.pod import CANARY_SUFFIX, MAX_CANARY_OWNER_NAME
+
 GROUP = "serving.batchd.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -256,7 +258,7 @@ class ModelSpec(_Strict):
         return self.generation or GenerationSpec()
 
 
-# Ray Serve's names (seed 003's `batching_config`) where batchd's differ, by (parent, field): a
+# Ray Serve's names (its deployment's `batching_config`) where batchd's differ, by (parent, field): a
 # manifest that uses one is refused, as any unknown field is, with the field to use instead.
 RAY_SERVE_NAMES: dict[tuple[str, str], str] = {
     ("spec", "batching_config"): "Ray Serve's batching_config is spec.batching in batchd",
@@ -499,7 +501,14 @@ class RolloutSpec(_Strict):
 
     abort: bool = False
     """true: every request goes back to the stable revision and the new one is scaled to zero,
-    until this is false again (then the rollout starts over from its first step)."""
+    until this is false again (then the rollout starts over from its first step). Honoured in
+    every phase, a promotion included: the stable Deployment then rolls back to the stable revision."""
+
+    progress_deadline_s: Annotated[int, Field(ge=30, le=86_400)] = 600
+    """How long a step may wait for the new revision's replicas to serve its share (Ready, as many
+    as the share needs), in seconds: past it the new revision is rolled back (reason
+    ProgressDeadlineExceeded), as a Deployment's progressDeadlineSeconds and Flagger's deadline
+    do. A step's share goes to the new revision only once it has the replicas to carry it."""
 
     @field_validator("steps")
     @classmethod
@@ -569,6 +578,16 @@ class BatchedDeployment(BaseModel):
     kind: Literal["BatchedDeployment"]
     metadata: ObjectMeta
     spec: BatchedDeploymentSpec
+
+    @model_validator(mode="after")
+    def _canary_children_fit_their_names(self) -> Self:
+        if self.spec.rollout.strategy == "canary" and len(self.metadata.name) > MAX_CANARY_OWNER_NAME:
+            raise ValueError(
+                f"metadata.name: {self.metadata.name!r} has {len(self.metadata.name)} characters; with "
+                f"spec.rollout.strategy canary it may have at most {MAX_CANARY_OWNER_NAME}, as the canary's "
+                f"Service adds {CANARY_SUFFIX!r} to it and a Service's name has at most 63"
+            )
+        return self
 
     @property
     def model_name(self) -> str:

@@ -2,7 +2,8 @@
 
 Every replica counts its answers by outcome and their durations in buckets
 (`batchd_request_duration_seconds`, on its own `/metrics`). The operator reads each replica's
-counts, takes the difference from the start of the step, sums the replicas of each revision, and
+counts, takes the difference from the start of the step, sums the replicas of each revision (by
+the revision label on the pod, never by which Deployment made it), and
 compares the canary with the stable revision over the same window: its error rate against
 `max_error_rate`, its p99 against `max_p99_ratio` times the stable p99. No metrics system sits in
 between, and the window is exactly the step.
@@ -76,14 +77,16 @@ def parse_answers(text: str) -> Answers:
 
 
 def since(now: Answers, start: Answers | None) -> Answers:
-    """What a replica answered after `start` (None: it was not there at the step's start, so all
-    of it). Counts that went down mean the replica restarted: all of `now` is new."""
-    if start is None or now.answered < start.answered:
+    """What one replica answered after `start` (None: it was not there at the step's start, so all
+    of it). `start` is of the same replica (`ReplicaPod.identity`: a restarted one is another), so
+    its counts only rise; a count that seems to fall (a read crossing a restart the pod's status
+    has not shown yet) is taken as nothing new, never as a negative."""
+    if start is None:
         return now
     return Answers(
-        now.answered - start.answered,
-        now.failed - start.failed,
-        {bound: count - start.buckets.get(bound, 0.0) for bound, count in now.buckets.items()},
+        max(0, now.answered - start.answered),
+        max(0, now.failed - start.failed),
+        {bound: max(0.0, count - start.buckets.get(bound, 0.0)) for bound, count in now.buckets.items()},
     )
 
 
@@ -99,26 +102,32 @@ def total(answers: Iterable[Answers]) -> Answers:
 
 
 def step_starts(
-    readings: Mapping[str, Answers], canary_pods: Collection[str], first_step: bool
+    readings: Mapping[str, Answers], canary: Collection[str], first_step: bool
 ) -> dict[str, Answers]:
     """Each replica's answers at a step's first look, which the step's window leaves out; none for
     the canary's replicas in the first step: all they answered is this revision's."""
-    return {name: answers for name, answers in readings.items() if not (first_step and name in canary_pods)}
+    return {
+        replica: answers for replica, answers in readings.items() if not (first_step and replica in canary)
+    }
 
 
 def windows(
-    readings: Mapping[str, Answers], starts: Mapping[str, Answers], canary_pods: Collection[str]
+    readings: Mapping[str, Answers],
+    starts: Mapping[str, Answers],
+    canary: Collection[str],
+    stable: Collection[str],
 ) -> tuple[Answers, Answers]:
-    """(canary, stable): what each revision's replicas answered since the step's start."""
+    """(canary, stable): what each revision's replicas answered since the step's start. Replicas
+    of any other revision (a canary this rollout replaced) are in neither."""
 
-    def summed(canary: bool) -> Answers:
+    def summed(replicas: Collection[str]) -> Answers:
         return total(
-            since(answers, starts.get(name))
-            for name, answers in readings.items()
-            if (name in canary_pods) == canary
+            since(answers, starts.get(replica))
+            for replica, answers in readings.items()
+            if replica in replicas
         )
 
-    return summed(True), summed(False)
+    return summed(canary), summed(stable)
 
 
 def quantile(q: float, buckets: Mapping[float, float]) -> float | None:

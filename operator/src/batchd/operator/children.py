@@ -15,17 +15,21 @@ import yaml
 
 from batchd.api.manifest import document
 from batchd.api.pod import (
-    CANARY_COMPONENT,
+    CANARY,
     CONFIG_DIR,
     CONFIG_KEY,
     CONFIG_PATH,
-    MANAGED_BY,
-    REPLICA_APP,
-    REPLICA_COMPONENT,
     REPLICA_PORT,
+    REVISION_LABEL,
     RUNTIME_UID,
+    STABLE,
+    Track,
+    child_name,
+    config_map_name,
+    labels,
+    selector_labels,
 )
-from batchd.api.revisions import REVISION_LABEL, revision_of
+from batchd.api.revisions import revision_of
 from batchd.api.spec import BATCHING_REVISION_ANNOTATION, BatchedDeployment
 from batchd.operator.settings import Settings
 
@@ -36,38 +40,9 @@ CACHE_DIR = "/var/cache/batchd"
 CONFIG_HASH_ANNOTATION = "serving.batchd.dev/config-hash"
 # Fields of the spec that only the operator acts on.
 NOT_FOR_REPLICAS = {"num_replicas", "autoscaling", "rollout"}
-# The two tracks of a BatchedDeployment: the stable revision's children (named after it), and a
-# canary revision's beside them during a canary rollout (`rollout.py`).
-STABLE, CANARY = "stable", "canary"
 CANARY_KINDS = ("Deployment", "Service", "ConfigMap")
-
-
-def child_name(name: str, track: str = STABLE) -> str:
-    """A track's Deployment and Service: the stable one's are named after the BatchedDeployment."""
-    return name if track == STABLE else f"{name}-canary"
-
-
-def config_map_name(name: str, track: str = STABLE) -> str:
-    return f"{child_name(name, track)}-config"
-
-
-def selector_labels(name: str, track: str = STABLE) -> dict[str, str]:
-    """The labels that select one BatchedDeployment's pods of one track, and nobody else's: the
-    component tells the tracks apart, so the stable Service never reaches a canary pod."""
-    return {
-        **REPLICA_APP,
-        "app.kubernetes.io/instance": name,
-        **(REPLICA_COMPONENT if track == STABLE else CANARY_COMPONENT),
-    }
-
-
-def labels(name: str, track: str = STABLE) -> dict[str, str]:
-    return {**selector_labels(name, track), **MANAGED_BY}
-
-
-def selector_string(name: str, track: str = STABLE) -> str:
-    """The selector in `kubectl get -l` form, for the scale subresource and HPAs."""
-    return ",".join(f"{key}={value}" for key, value in sorted(selector_labels(name, track).items()))
+STARTUP_PROBE_PERIOD_S = 1
+READINESS_PROBE_PERIOD_S = 2
 
 
 def replica_manifest(bd: BatchedDeployment, batching_revision: int = 0) -> str:
@@ -97,7 +72,12 @@ def replica_image(bd: BatchedDeployment, settings: Settings) -> str:
     return bd.spec.image or settings.replica_image
 
 
-def config_map(bd: BatchedDeployment, batching_revision: int = 0, track: str = STABLE) -> Manifest:
+def revision(bd: BatchedDeployment, settings: Settings) -> str:
+    """The revision `bd`'s replicas serve: its model, run from its image (or the default)."""
+    return revision_of(bd.spec, replica_image(bd, settings))
+
+
+def config_map(bd: BatchedDeployment, batching_revision: int = 0, track: Track = STABLE) -> Manifest:
     name = bd.metadata.name
     return {
         "apiVersion": "v1",
@@ -170,7 +150,7 @@ def _security_context() -> Manifest:
 
 
 def deployment(
-    bd: BatchedDeployment, settings: Settings, replicas: int | None = None, track: str = STABLE
+    bd: BatchedDeployment, settings: Settings, replicas: int | None = None, track: Track = STABLE
 ) -> Manifest:
     """The replicas' Deployment; `replicas` is the count to ask for (default `num_replicas`)."""
     name = bd.metadata.name
@@ -206,11 +186,16 @@ def deployment(
         "env": _env(bd, settings),
         "resources": dict(bd.spec.resources),
         "volumeMounts": mounts,
-        # Ready only once the model is loaded and warmed; the startup probe gives it that long.
+        # Ready only once the model is loaded and warmed; the startup probe gives it that long. Both
+        # ask often (a cheap GET), as Knative's activator does: a replica that can serve is sent
+        # requests within a second or two, which a scale-up, a cold start and a canary step wait on.
         "startupProbe": _probe(
-            "/v2/health/ready", period_s=10, failures=max(1, math.ceil(settings.model_load_timeout_s / 10))
+            "/v2/health/ready",
+            period_s=STARTUP_PROBE_PERIOD_S,
+            failures=max(1, math.ceil(settings.model_load_timeout_s / STARTUP_PROBE_PERIOD_S)),
         ),
-        "readinessProbe": _probe("/v2/health/ready", period_s=5, failures=2),
+        # Unready after about 10 s of not answering, as before the faster probing.
+        "readinessProbe": _probe("/v2/health/ready", period_s=READINESS_PROBE_PERIOD_S, failures=5),
         # A hung handler turns /live to 503 at once; a replica merely too busy to answer (its CPU
         # shared with replicas starting beside it) must not be killed with its queue: Ray Serve's
         # health check waits 30 s too.
@@ -260,7 +245,7 @@ def deployment(
             "progressDeadlineSeconds": settings.model_load_timeout_s + 300,
             "template": {
                 "metadata": {
-                    "labels": {**labels(name, track), REVISION_LABEL: revision_of(bd.spec, image)},
+                    "labels": {**labels(name, track), REVISION_LABEL: revision(bd, settings)},
                     "annotations": template_annotations,
                 },
                 "spec": pod_spec,
@@ -269,7 +254,7 @@ def deployment(
     }
 
 
-def service(bd: BatchedDeployment, track: str = STABLE) -> Manifest:
+def service(bd: BatchedDeployment, track: Track = STABLE) -> Manifest:
     name = bd.metadata.name
     return {
         "apiVersion": "v1",
@@ -329,11 +314,6 @@ def call_addresses(bd: BatchedDeployment, settings: Settings) -> dict[str, str]:
         else f"http://{name}:{REPLICA_PORT}"
         for alias, name in bd.spec.model.calls.items()
     }
-
-
-def replicas_patch(num_replicas: int) -> Manifest:
-    """The only change a scale makes to the Deployment."""
-    return {"spec": {"replicas": num_replicas}}
 
 
 def children(

@@ -1,6 +1,5 @@
-"""What the operator sends to the Kubernetes API for the children: GET, POST, merge-PATCH, JSON
-patch, DELETE and the status subresource, plain dicts in and out (the connection:
-`batchd.api.kube_connection`)."""
+"""What the operator sends to the Kubernetes API: GET, Server-Side Apply, JSON patch and DELETE,
+plain dicts in and out (the connection: `batchd.api.kube_connection`)."""
 
 from __future__ import annotations
 
@@ -9,6 +8,9 @@ from typing import Any
 
 from batchd.api.kube_connection import ApiError, KubeConnection
 
+# Every write names this manager (the API server keeps it in each object's managedFields).
+FIELD_MANAGER = "batchd-operator"
+APPLY_PATCH = "application/apply-patch+yaml"  # JSON is YAML: the body is sent as JSON
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
@@ -20,9 +22,14 @@ class KubeApi(KubeConnection):
     component = "operator"
 
     async def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        query: tuple[tuple[str, str], ...] = (),
     ) -> dict[str, Any]:
-        response = await self.call(method, path, body=body, content_type=content_type)
+        response = await self.call(method, path, query=query, body=body, content_type=content_type)
         raw = await response.read()
         try:
             payload: Any = json.loads(raw) if raw else {}
@@ -38,11 +45,22 @@ class KubeApi(KubeConnection):
                 return None
             raise
 
-    async def create(self, collection_path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return await self.request("POST", collection_path, body)
+    async def apply(self, path: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Server-Side Apply of `manifest` (created if absent): afterwards the object holds what it
+        says, and of the fields this manager set before only those it still sets. A field another
+        manager set differently is taken over (force): the operator owns what it renders."""
+        query = (("fieldManager", FIELD_MANAGER), ("force", "true"))
+        return await self.request("PATCH", path, manifest, content_type=APPLY_PATCH, query=query)
 
     async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return await self.request("PATCH", path, body, content_type=MERGE_PATCH)
+        """For objects the operator does not own (a pod's deletion cost)."""
+        query = (("fieldManager", FIELD_MANAGER),)
+        return await self.request("PATCH", path, body, content_type=MERGE_PATCH, query=query)
+
+    async def json_patch(self, path: str, operations: list[dict[str, Any]]) -> dict[str, Any]:
+        """RFC 6902 operations, applied all or none: a failed `test` refuses the whole patch (422)."""
+        query = (("fieldManager", FIELD_MANAGER),)
+        return await self.request("PATCH", path, operations, content_type=JSON_PATCH, query=query)
 
     async def delete(self, path: str) -> None:
         """Delete the object at `path`; one that is not there is fine."""
@@ -51,7 +69,3 @@ class KubeApi(KubeConnection):
         except ApiError as error:
             if error.status != 404:
                 raise
-
-    async def json_patch(self, path: str, operations: list[dict[str, Any]]) -> dict[str, Any]:
-        """RFC 6902 operations, applied all or none: a failed `test` refuses the whole patch (422)."""
-        return await self.request("PATCH", path, operations, content_type=JSON_PATCH)

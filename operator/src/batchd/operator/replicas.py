@@ -1,9 +1,10 @@
-"""The replica pods of each BatchedDeployment, and the load each one reports about itself.
+"""The replica pods of each BatchedDeployment, and what each one reports about itself.
 
-The operator keeps a Kopf index of the replica pods (by the labels it gave their template) and,
-for the ready ones, reads `GET /load` on the pod's own address: the items queued and in the
-model, and the batching revision it runs. No Prometheus adapter and no metrics pipeline sits
-in between, so a decision is as fresh as the last poll.
+The operator follows the replica pods by watch (by the labels it gave their template) and, for
+the serving ones, reads the pod's own address: `GET /load` (the items queued and in the model,
+and the batching revision it runs) at every poll, and `GET /metrics` (its answers by outcome and
+duration) when a canary step is judged. No Prometheus adapter and no metrics pipeline sits in
+between, so a decision is as fresh as the last poll.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ from typing import Any
 
 import aiohttp
 
-from batchd.api.pod import CANARY_COMPONENT
+from batchd.api.pod import REVISION_LABEL, STABLE, Track, track_of
+from batchd.operator.analysis import Answers, parse_answers
 
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
-COMPONENT_LABEL = "app.kubernetes.io/component"
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,19 @@ class ReplicaPod:
     ready: bool  # the kubelet's Ready condition
     terminating: bool  # deletionTimestamp set: draining, about to go
     deletion_cost: int | None  # our pod-deletion-cost annotation, as last written
-    canary: bool = False  # a canary revision's pod (its component label), else the stable one's
+    revision: str = ""  # the revision it serves (its revision label)
+    track: Track = STABLE  # which Deployment made it
+    uid: str = ""
+    restarts: int = 0  # of its containers, summed
 
     @property
     def serving(self) -> bool:
         return self.ready and not self.terminating and bool(self.ip)
+
+    @property
+    def identity(self) -> str:
+        """One process's lifetime: a restarted container counts its answers from zero again."""
+        return f"{self.uid or self.name}/{self.restarts}"
 
 
 @dataclass(frozen=True)
@@ -52,10 +60,19 @@ class ReplicaLoad:
         return self.items if count_sheddable else self.items - self.sheddable_items
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What one serving replica said at one poll; None for what it did not say (or was not asked)."""
+
+    pod: ReplicaPod
+    load: ReplicaLoad | None
+    answers: Answers | None = None
+
+
 def replica_pod(
     name: str, meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]
 ) -> ReplicaPod:
-    """A pod object (as Kopf hands it to the index) reduced to what the operator reads."""
+    """A pod object (as Kopf hands it to the handler) reduced to what the operator reads."""
     conditions = status.get("conditions") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     ports = [
@@ -65,6 +82,8 @@ def replica_pod(
         if port.get("name") == "http"
     ]
     cost = (meta.get("annotations") or {}).get(DELETION_COST_ANNOTATION)
+    labels = dict(meta.get("labels") or {})
+    owner = track_of(labels)
     return ReplicaPod(
         name=name,
         ip=str(status.get("podIP") or ""),
@@ -72,19 +91,27 @@ def replica_pod(
         ready=ready,
         terminating=bool(meta.get("deletionTimestamp")),
         deletion_cost=int(cost) if cost is not None and str(cost).lstrip("-").isdigit() else None,
-        canary=(meta.get("labels") or {}).get(COMPONENT_LABEL) == CANARY_COMPONENT[COMPONENT_LABEL],
+        revision=labels.get(REVISION_LABEL, ""),
+        track=owner[1] if owner else STABLE,
+        uid=str(meta.get("uid") or ""),
+        restarts=sum(int(found.get("restartCount") or 0) for found in status.get("containerStatuses") or []),
     )
 
 
-async def read_loads(
-    session: aiohttp.ClientSession, pods: Sequence[ReplicaPod], timeout_s: float
-) -> list[ReplicaLoad]:
-    """The load of every serving pod that answers within `timeout_s`; the others are left out."""
-    answers = await asyncio.gather(*(_read(session, pod, timeout_s) for pod in pods if pod.serving))
-    return [answer for answer in answers if answer is not None]
+async def read_replicas(
+    session: aiohttp.ClientSession, pods: Sequence[ReplicaPod], timeout_s: float, *, answers: bool
+) -> list[Reading]:
+    """What every serving pod says within `timeout_s`: its load, and with `answers` its answers."""
+    serving = [pod for pod in pods if pod.serving]
+    loads = asyncio.gather(*(_load(session, pod, timeout_s) for pod in serving))
+    if not answers:
+        return [Reading(pod, load) for pod, load in zip(serving, await loads, strict=True)]
+    counted = asyncio.gather(*(_answers(session, pod, timeout_s) for pod in serving))
+    found = await asyncio.gather(loads, counted)
+    return [Reading(pod, load, answers) for pod, load, answers in zip(serving, *found, strict=True)]
 
 
-async def _read(session: aiohttp.ClientSession, pod: ReplicaPod, timeout_s: float) -> ReplicaLoad | None:
+async def _load(session: aiohttp.ClientSession, pod: ReplicaPod, timeout_s: float) -> ReplicaLoad | None:
     body = await read_json(session, pod, "/load", timeout_s)
     try:
         if body is None or not body.get("ready"):
@@ -93,6 +120,14 @@ async def _read(session: aiohttp.ClientSession, pod: ReplicaPod, timeout_s: floa
         return ReplicaLoad(pod, items, int(body["batching_revision"]), int(body.get("sheddable_items", 0)))
     except (ValueError, KeyError, TypeError):
         return None  # a replica that cannot say is not counted; the next poll asks again
+
+
+async def _answers(session: aiohttp.ClientSession, pod: ReplicaPod, timeout_s: float) -> Answers | None:
+    text = await read_text(session, pod, "/metrics", timeout_s)
+    try:
+        return parse_answers(text) if text is not None else None
+    except ValueError:
+        return None  # not a replica's metrics (yet): left out of this look
 
 
 async def read_text(

@@ -1,214 +1,299 @@
 """A canary rollout's state (`status.rollout`) and how it moves: pure functions, no API calls.
 
-The state lives in the resource's status, stable revision included (its `model` and `image`), so
-a restarted operator renders the same children and goes on from the same step. Three things move
-it: a new spec (`plan`, at every converge), a judgement of the step's figures (`judged`, by the
-rollout loop every `analysis.interval_s`), and the stable Deployment having rolled to the new
-revision (`promoted`).
+The state lives in the resource's status, each revision's model and image included, so a restarted
+operator renders the same children and goes on from the same step. Four things move it: a new
+spec (`plan`, at every converge), the canary's replicas (`carried`, and `past_deadline` when they
+never serve), a judgement of the step's figures (`judged`), and the stable Deployment having
+rolled to the new revision (`promoted`).
 
-    (new revision) -> Progressing -> (each step passed) -> ... -> Promoting -> Promoted
-                          |  ^ paused / resumed                       (the stable Deployment
-                          v  |                                         rolls to the new revision)
-                        Paused          any step failed -> RolledBack (stays, until a new revision)
-                                        spec.rollout.abort -> Aborted (until abort is false again)
+    (new revision) -> Progressing -> (each step carried, then passed) -> Promoting -> Promoted
+                          |  ^ paused / resumed                           (the stable Deployment
+                          v  |                                             rolls to the new revision)
+                        Paused          a step failed, or not carried in time -> RolledBack
+                                        spec.rollout.abort, in any phase -> Aborted
+
+A step's share goes to the canary only once it has the Ready replicas to carry it; until then the
+router keeps the share of the step before. A change of spec during a promotion waits for the
+promotion to end, then becomes a canary of its own: no revision reaches the stable Deployment
+unjudged.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
-from batchd.api.spec import BatchedDeployment, CanaryStep, ModelSpec
-from batchd.operator.status import Condition, condition, stamp
+from batchd.api.spec import BatchedDeployment, CanaryStep, ModelSpec, RolloutSpec
+from batchd.api.status import Condition, RolloutPhase, RolloutStatus
+from batchd.operator.status import condition, stamp
 
-NONE = ""
-PROGRESSING = "Progressing"
-PAUSED = "Paused"
-PROMOTING = "Promoting"
-PROMOTED = "Promoted"
-ROLLED_BACK = "RolledBack"
-ABORTED = "Aborted"
+NONE: RolloutPhase = ""
+PROGRESSING: RolloutPhase = "Progressing"
+PAUSED: RolloutPhase = "Paused"
+PROMOTING: RolloutPhase = "Promoting"
+PROMOTED: RolloutPhase = "Promoted"
+ROLLED_BACK: RolloutPhase = "RolledBack"
+ABORTED: RolloutPhase = "Aborted"
 # The canary takes its step's share of the requests in these phases.
 SERVING = frozenset({PROGRESSING, PAUSED, PROMOTING})
 # The canary's children exist in these (at zero replicas when it was rolled back or aborted).
 WITH_CANARY = SERVING | {ROLLED_BACK, ABORTED}
 # Judged against the analysis: a failed judgement rolls these back.
 JUDGED = frozenset({PROGRESSING, PAUSED})
+# Why a revision was rolled back (`status.rollout.reason`, the RolledBack condition's reason).
+ANALYSIS_FAILED = "AnalysisFailed"
+PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
 
 
-@dataclass(frozen=True)
-class Rollout:
-    """`status.rollout`: where a canary rollout stands, and what the stable revision runs."""
-
-    phase: str = NONE
-    canary_revision: str = ""
-    step: int = 0  # index into the spec's canary steps
-    canary_percent: int = 0  # the canary's share of the requests now (the router reads it)
-    step_started_at: str = ""
-    message: str = ""
-    stable_model: Mapping[str, Any] = field(default_factory=dict)  # spec.model of the stable revision
-    stable_image: str = ""  # spec.image of the stable revision ("" for the operator's default)
-
-    @classmethod
-    def from_status(cls, status: Mapping[str, Any]) -> Rollout:
-        found = status.get("rollout") or {}
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{key: value for key, value in found.items() if key in known and value is not None})
-
-    def to_status(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "stable_model": dict(self.stable_model)}
-
-    @property
-    def serving_canary(self) -> bool:
-        return self.phase in SERVING
-
-
-def stable_of(bd: BatchedDeployment, rollout: Rollout) -> BatchedDeployment:
+def stable_of(bd: BatchedDeployment, rollout: RolloutStatus | None) -> BatchedDeployment:
     """The resource as its stable revision runs it: its spec with the stable `model` and `image`
     (the spec itself when no stable revision is recorded yet)."""
-    if not rollout.stable_model:
+    if rollout is None or rollout.stable_model is None:
         return bd
-    spec = bd.spec.model_copy(
-        update={
-            "model": ModelSpec.model_validate(dict(rollout.stable_model)),
-            "image": rollout.stable_image or None,
-        }
-    )
+    return _with_revision(bd, rollout.stable_model, rollout.stable_image)
+
+
+def canary_of(bd: BatchedDeployment, rollout: RolloutStatus) -> BatchedDeployment:
+    """The resource as the revision being rolled out runs it."""
+    if rollout.canary_model is None:
+        return bd
+    return _with_revision(bd, rollout.canary_model, rollout.canary_image)
+
+
+def _with_revision(bd: BatchedDeployment, model: ModelSpec, image: str | None) -> BatchedDeployment:
+    spec = bd.spec.model_copy(update={"model": model, "image": image or None})
     return bd.model_copy(update={"spec": spec})
 
 
-def _stable_fields(bd: BatchedDeployment) -> dict[str, Any]:
-    """The stable revision is `bd`'s."""
-    return {
-        "stable_model": bd.spec.model.model_dump(mode="json", by_alias=True, exclude_none=True),
-        "stable_image": bd.spec.image or "",
-    }
+def _as_stable(bd: BatchedDeployment) -> RolloutStatus:
+    """No rollout: the stable revision is `bd`'s."""
+    return RolloutStatus(stable_model=bd.spec.model, stable_image=bd.spec.image)
 
 
-def _step_message(steps: Sequence[CanaryStep], step: int) -> str:
-    return f"step {step + 1} of {len(steps)}: {steps[step].traffic_percent}% of the requests"
+def _step_message(steps: Sequence[CanaryStep], step: int, carried: bool) -> str:
+    share = f"{steps[step].traffic_percent}% of the requests"
+    return f"step {step + 1} of {len(steps)}: {share if carried else share + ' once its replicas are ready'}"
 
 
 def plan(
-    bd: BatchedDeployment, spec_revision: str, stable_revision: str, old: Rollout, now: datetime.datetime
-) -> Rollout:
-    """The rollout a converge applies for the spec as it is now (`old`: as the status has it)."""
+    bd: BatchedDeployment,
+    spec_revision: str,
+    stable_revision: str,
+    old: RolloutStatus | None,
+    now: datetime.datetime,
+    desired: int = 1,
+) -> RolloutStatus:
+    """The rollout a converge applies for the spec as it is now (`old`: as the status has it;
+    `stable_revision`: the revision of its stable model, or of the spec when it records none;
+    `desired`: the deployment's replicas)."""
+    planned = _planned(bd, spec_revision, stable_revision, old, now)
+    return _waiting_at_zero(planned, desired, now)
+
+
+def _waiting_at_zero(rollout: RolloutStatus, desired: int, now: datetime.datetime) -> RolloutStatus:
+    """A deployment with no replicas has no request to judge a canary on, and no replica to
+    give it: its step waits, and its progress deadline runs only while the deployment has some."""
+    if rollout.phase not in JUDGED or rollout.step_started_at is not None:
+        return rollout
+    if desired <= 0 and rollout.step_entered_at is not None:
+        return rollout.model_copy(update={"step_entered_at": None})
+    if desired > 0 and rollout.step_entered_at is None:
+        return rollout.model_copy(update={"step_entered_at": stamp(now)})
+    return rollout
+
+
+def _planned(
+    bd: BatchedDeployment,
+    spec_revision: str,
+    stable_revision: str,
+    old: RolloutStatus | None,
+    now: datetime.datetime,
+) -> RolloutStatus:
     rollout = bd.spec.rollout
+    if old is None or old.stable_model is None:
+        return _as_stable(bd)  # a new resource: its first revision is the stable one
+    if old.phase == PROMOTING:
+        # A promotion runs to its end from the status (a newer spec waits for it, then becomes a
+        # canary of its own), unless it is aborted: the stable Deployment then rolls back.
+        return _aborted(old) if rollout.abort else old
     if rollout.strategy != "canary" or spec_revision == stable_revision:
         # Nothing to judge: the stable revision is the spec's (a rolling update, if it changed).
         if old.phase == PROMOTED:  # the last rollout's outcome stays in view
-            return Rollout(phase=PROMOTED, message=old.message, **_stable_fields(bd))
-        return Rollout(**_stable_fields(bd))
+            return _as_stable(bd).model_copy(update={"phase": PROMOTED, "message": old.message})
+        return _as_stable(bd)
     steps = rollout.canary_steps
-    first = dataclasses.replace(
-        old,
+    first = RolloutStatus(
         phase=PROGRESSING,
         canary_revision=spec_revision,
-        step=0,
-        canary_percent=steps[0].traffic_percent,
-        step_started_at="",  # once a canary replica serves (`serving`)
-        message=f"revision {spec_revision}: {_step_message(steps, 0)}",
+        step_entered_at=stamp(now),
+        message=f"revision {spec_revision}: {_step_message(steps, 0, carried=False)}",
+        stable_model=old.stable_model,
+        stable_image=old.stable_image,
+        canary_model=bd.spec.model,
+        canary_image=bd.spec.image,
     )
     if old.canary_revision != spec_revision:
         # A new revision, or another one during a rollout: it replaces the canary, from step one.
         old = first
-    elif old.phase in (ROLLED_BACK, PROMOTING):
-        return old  # a judged revision is not judged again; a promotion runs to its end
+    elif old.phase == ROLLED_BACK:
+        return old  # a judged revision is not judged again
     if rollout.abort:
-        return dataclasses.replace(
-            old,
-            phase=ABORTED,
-            canary_percent=0,
-            message=f"revision {spec_revision}: aborted (spec.rollout.abort)",
-        )
+        return _aborted(old)
     if old.phase == ABORTED:
         return first
     if rollout.paused:
-        return dataclasses.replace(old, phase=PAUSED)
-    if old.phase == PAUSED:  # resumed: the step's hold starts again
-        return dataclasses.replace(
-            old, phase=PROGRESSING, step_started_at=stamp(now) if old.step_started_at else ""
+        return old.model_copy(update={"phase": PAUSED})
+    if old.phase == PAUSED:  # resumed: the step's hold and its deadline start again
+        return old.model_copy(
+            update={
+                "phase": PROGRESSING,
+                "step_entered_at": stamp(now),
+                "step_started_at": stamp(now) if old.step_started_at else None,
+            }
         )
     return old
 
 
+def _aborted(old: RolloutStatus) -> RolloutStatus:
+    return old.model_copy(
+        update={
+            "phase": ABORTED,
+            "canary_percent": 0,
+            "message": f"revision {old.canary_revision}: aborted (spec.rollout.abort)",
+        }
+    )
+
+
+def target_percent(rollout: RolloutStatus, steps: Sequence[CanaryStep]) -> int:
+    """The share the step being taken asks for (the last step's once past them)."""
+    if not steps:
+        return 100
+    return steps[min(rollout.step, len(steps) - 1)].traffic_percent
+
+
+def canary_replicas(rollout: RolloutStatus | None, steps: Sequence[CanaryStep], desired: int) -> int:
+    """The canary's replicas: its step's share of the deployment's count, at least one while it
+    serves and the deployment has any; none once rolled back or aborted. The stable revision keeps
+    its full count, so that a rollback never waits for a replica to start."""
+    if rollout is None or rollout.phase not in SERVING or desired <= 0:
+        return 0
+    return max(1, math.ceil(desired * target_percent(rollout, steps) / 100))
+
+
+def carried(
+    old: RolloutStatus, steps: Sequence[CanaryStep], ready_canary: int, desired: int, now: datetime.datetime
+) -> RolloutStatus:
+    """The step's share goes to the canary once it has the Ready replicas to carry it; its hold
+    counts from then."""
+    if old.phase not in JUDGED or old.step_started_at is not None:
+        return old
+    needed = canary_replicas(old, steps, desired)
+    if needed == 0 or ready_canary < needed:
+        return old
+    step = min(old.step, len(steps) - 1)
+    return old.model_copy(
+        update={
+            "canary_percent": target_percent(old, steps),
+            "step_started_at": stamp(now),
+            "message": f"revision {old.canary_revision}: {_step_message(steps, step, carried=True)}",
+        }
+    )
+
+
+def past_deadline(
+    old: RolloutStatus, spec: RolloutSpec, ready_canary: int, desired: int, now: datetime.datetime
+) -> RolloutStatus:
+    """Rolled back when the step's replicas have not served its share within the progress deadline."""
+    if old.phase != PROGRESSING or old.step_started_at is not None or old.step_entered_at is None:
+        return old
+    if (now - old.step_entered_at).total_seconds() < spec.progress_deadline_s:
+        return old
+    needed = canary_replicas(old, spec.canary_steps, desired)
+    return old.model_copy(
+        update={
+            "phase": ROLLED_BACK,
+            "reason": PROGRESS_DEADLINE_EXCEEDED,
+            "canary_percent": 0,
+            "message": f"revision {old.canary_revision}: {ready_canary}/{needed} replicas ready after "
+            f"progress_deadline_s {spec.progress_deadline_s} s; rolled back",
+        }
+    )
+
+
 def judged(
-    old: Rollout, steps: Sequence[CanaryStep], failure: str | None, step_passed: bool, now: datetime.datetime
-) -> Rollout:
+    old: RolloutStatus,
+    steps: Sequence[CanaryStep],
+    failure: str | None,
+    step_passed: bool,
+    now: datetime.datetime,
+) -> RolloutStatus:
     """After a judgement of the step so far: rolled back on a `failure` (what failed, with the
     figures); on to the next step, or to promotion after the last, once `step_passed`."""
     if old.phase not in JUDGED:
         return old
     if failure is not None:
-        return dataclasses.replace(
-            old, phase=ROLLED_BACK, canary_percent=0, message=f"revision {old.canary_revision}: {failure}"
+        return old.model_copy(
+            update={
+                "phase": ROLLED_BACK,
+                "reason": ANALYSIS_FAILED,
+                "canary_percent": 0,
+                "message": f"revision {old.canary_revision}: {failure}",
+            }
         )
-    if old.phase != PROGRESSING or not step_passed:
-        return old
+    if old.phase != PROGRESSING or not step_passed or old.step_started_at is None:
+        return old  # a step passes only once its share was carried (and held)
     following = old.step + 1
     if following < len(steps):
-        return dataclasses.replace(
-            old,
-            step=following,
-            canary_percent=steps[following].traffic_percent,
-            step_started_at=stamp(now),
-            message=f"revision {old.canary_revision}: {_step_message(steps, following)}",
+        return old.model_copy(
+            update={
+                "step": following,
+                "step_entered_at": stamp(now),
+                "step_started_at": None,  # once its replicas carry it (`carried`)
+                "message": f"revision {old.canary_revision}: "
+                f"{_step_message(steps, following, carried=False)}",
+            }
         )
-    return dataclasses.replace(
-        old,
-        phase=PROMOTING,
-        message=f"revision {old.canary_revision}: every step passed; the stable Deployment rolls to it",
+    return old.model_copy(
+        update={
+            "phase": PROMOTING,
+            "message": f"revision {old.canary_revision}: every step passed; "
+            "the stable Deployment rolls to it",
+        }
     )
 
 
-def promoted(bd: BatchedDeployment, old: Rollout) -> Rollout:
-    """The stable Deployment runs the canary's revision: the canary goes."""
-    return Rollout(phase=PROMOTED, message=f"revision {old.canary_revision}: promoted", **_stable_fields(bd))
+def promoted(old: RolloutStatus) -> RolloutStatus:
+    """The stable Deployment runs the canary's revision: it is the stable one now, and the canary goes."""
+    return RolloutStatus(
+        phase=PROMOTED,
+        message=f"revision {old.canary_revision}: promoted",
+        stable_model=old.canary_model,
+        stable_image=old.canary_image,
+    )
 
 
-def serving(rollout: Rollout, now: datetime.datetime) -> Rollout:
-    """The first step begins once a replica of the canary serves: a step's hold is time the
-    canary served its share, not time its pods spent starting."""
-    if rollout.phase not in JUDGED or rollout.step_started_at:
-        return rollout
-    return dataclasses.replace(rollout, step_started_at=stamp(now))
-
-
-def step_elapsed(rollout: Rollout, steps: Sequence[CanaryStep], now: datetime.datetime) -> bool:
+def step_elapsed(rollout: RolloutStatus, steps: Sequence[CanaryStep], now: datetime.datetime) -> bool:
     """Whether the step's hold has passed (not begun: it has not)."""
-    if not rollout.step_started_at:
+    if rollout.step_started_at is None:
         return False
     if rollout.step >= len(steps):
         return True
-    started = datetime.datetime.strptime(rollout.step_started_at, "%Y-%m-%dT%H:%M:%SZ").replace(
-        tzinfo=datetime.UTC
-    )
-    return (now - started).total_seconds() >= steps[rollout.step].hold_s
+    return (now - rollout.step_started_at).total_seconds() >= steps[rollout.step].hold_s
 
 
-def canary_replicas(rollout: Rollout, desired: int) -> int:
-    """The canary's replicas: its share of the deployment's count (at least one while it serves);
-    none once rolled back or aborted. The stable revision keeps its full count, so that a rollback
-    never waits for a replica to start."""
-    if not rollout.serving_canary:
-        return 0
-    return max(1, math.ceil(desired * rollout.canary_percent / 100))
-
-
-def conditions(from_deployment: list[Condition], rollout: Rollout, generation: int) -> list[Condition]:
+def conditions(from_deployment: list[Condition], rollout: RolloutStatus, generation: int) -> list[Condition]:
     """The conditions with a rollout's: Progressing while a canary serves, and RolledBack (True
     with what failed, and the figures, once a revision was rolled back or aborted)."""
-    found = {c["type"]: c for c in from_deployment}
-    if rollout.serving_canary:
+    found = {c.type: c for c in from_deployment}
+    if rollout.phase in SERVING:
         found["Progressing"] = condition(
             "Progressing", True, "Canary" + rollout.phase, rollout.message, generation
         )
     if rollout.phase == ROLLED_BACK:
-        found["RolledBack"] = condition("RolledBack", True, "AnalysisFailed", rollout.message, generation)
+        found["RolledBack"] = condition(
+            "RolledBack", True, rollout.reason or ANALYSIS_FAILED, rollout.message, generation
+        )
     elif rollout.phase == ABORTED:
         found["RolledBack"] = condition("RolledBack", True, "Aborted", rollout.message, generation)
     else:
@@ -226,13 +311,17 @@ EVENT_REASONS = {
 }
 
 
-def announcement(before: Rollout, after: Rollout) -> tuple[bool, str] | None:
-    """(warning, reason) of the event for a rollout that moved to another phase or step; None
-    when it did not move, or when it ended with no canary left to speak of."""
-    moved = (before.phase, before.step, before.canary_revision) != (
+def announcement(before: RolloutStatus | None, after: RolloutStatus | None) -> tuple[bool, str] | None:
+    """(warning, reason) of the event for a rollout that moved to another phase or step, or whose
+    step's share was carried; None when it did not move, or ended with no canary left to speak of."""
+    if after is None:
+        return None
+    before = before or RolloutStatus()
+    moved = (before.phase, before.step, before.canary_revision, before.canary_percent) != (
         after.phase,
         after.step,
         after.canary_revision,
+        after.canary_percent,
     )
     reason = EVENT_REASONS.get(after.phase)
     if not moved or reason is None:

@@ -1,4 +1,4 @@
-"""The status of a BatchedDeployment, derived from its Deployment's status by pure functions.
+"""The status of a BatchedDeployment, derived from its Deployments' own statuses: pure functions.
 
 Conditions follow the Kubernetes API conventions: `type`, `status` ("True"/"False"/"Unknown"),
 a CamelCase `reason`, a human `message`, and a `lastTransitionTime` that moves only when the
@@ -8,15 +8,14 @@ status does. `transitions()` tells the handlers which changes deserve a Kubernet
 from __future__ import annotations
 
 import datetime
-import hashlib
-import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from batchd.api.revisions import REVISION_LABEL
+from batchd.api.pod import REVISION_LABEL
+from batchd.api.status import BatchingStatus, CanaryReplicas, Condition, ConditionType
 
-Status = dict[str, Any]
-Condition = dict[str, Any]
+Manifest = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -35,29 +34,43 @@ class Transition:
         )
 
 
-def condition(type_: str, ok: bool, reason: str, message: str, generation: int) -> Condition:
-    return {
-        "type": type_,
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message,
-        "observedGeneration": generation,
-    }
+def condition(type_: ConditionType, ok: bool, reason: str, message: str, generation: int) -> Condition:
+    return Condition(
+        type=type_,
+        status="True" if ok else "False",
+        reason=reason,
+        message=message,
+        observedGeneration=generation,
+    )
 
 
-def _deploymentcondition(deployment: dict[str, Any], type_: str) -> dict[str, Any]:
-    for condition in deployment.get("status", {}).get("conditions", []) or []:
-        if condition.get("type") == type_:
-            return dict(condition)
+def _deployment_condition(deployment: Manifest, type_: str) -> Mapping[str, Any]:
+    for found in deployment.get("status", {}).get("conditions", []) or []:
+        if found.get("type") == type_:
+            return dict(found)
     return {}
 
 
+def failure_of(deployment: Manifest) -> tuple[str, str] | None:
+    """(reason, message) of a Deployment's own failure: its rollout past its progress deadline, or
+    pods it cannot create; None when it reports none."""
+    stuck = _deployment_condition(deployment, "Progressing")
+    if stuck.get("reason") == "ProgressDeadlineExceeded":
+        return "ProgressDeadlineExceeded", str(stuck.get("message") or "the rollout is stuck")
+    failure = _deployment_condition(deployment, "ReplicaFailure")
+    if failure.get("status") == "True":
+        return str(failure.get("reason") or "ReplicaFailure"), str(failure.get("message") or "")
+    return None
+
+
+def counts(deployment: Manifest | None) -> tuple[int, int]:
+    """(replicas, ready replicas) as a Deployment's controller last counted them."""
+    found = (deployment or {}).get("status", {}) or {}
+    return int(found.get("replicas", 0) or 0), int(found.get("readyReplicas", 0) or 0)
+
+
 def conditions_from_deployment(
-    deployment: dict[str, Any] | None,
-    *,
-    desired: int,
-    generation: int,
-    zero_reason: str = "num_replicas is 0",
+    deployment: Manifest | None, *, desired: int, generation: int, zero_reason: str = "num_replicas is 0"
 ) -> list[Condition]:
     """Ready / Progressing / Degraded as a user reads them, from what the Deployment reports;
     `zero_reason` says why `desired` is 0."""
@@ -67,10 +80,9 @@ def conditions_from_deployment(
             condition("Progressing", True, "Creating", "creating the Deployment", generation),
             condition("Degraded", False, "AsExpected", "", generation),
         ]
-    status = deployment.get("status", {}) or {}
-    ready = int(status.get("readyReplicas", 0) or 0)
-    updated = int(status.get("updatedReplicas", 0) or 0)
-    rolled_out = rolled_out_to(deployment, desired)
+    found = deployment.get("status", {}) or {}
+    _, ready = counts(deployment)
+    updated = int(found.get("updatedReplicas", 0) or 0)
 
     if desired == 0:
         ready_condition = condition("Ready", False, "ScaledToZero", zero_reason, generation)
@@ -87,7 +99,7 @@ def conditions_from_deployment(
             "Ready", False, "NoReplicasReady", f"0/{desired} replicas ready", generation
         )
 
-    if rolled_out:
+    if rolled_out_to(deployment, desired):
         progressing = condition(
             "Progressing", False, "RolloutComplete", f"{updated} updated, {ready} ready", generation
         )
@@ -100,47 +112,45 @@ def conditions_from_deployment(
             generation,
         )
 
-    stuck = _deploymentcondition(deployment, "Progressing")
-    failure = _deploymentcondition(deployment, "ReplicaFailure")
-    if stuck.get("reason") == "ProgressDeadlineExceeded":
-        degraded = condition(
-            "Degraded",
-            True,
-            "ProgressDeadlineExceeded",
-            stuck.get("message", "the rollout is stuck"),
-            generation,
-        )
-    elif failure.get("status") == "True":
-        degraded = condition(
-            "Degraded",
-            True,
-            failure.get("reason") or "ReplicaFailure",
-            failure.get("message", ""),
-            generation,
-        )
+    failure = failure_of(deployment)
+    if failure is not None:
+        degraded = condition("Degraded", True, failure[0], failure[1], generation)
     else:
         degraded = condition("Degraded", False, "AsExpected", "", generation)
     return [ready_condition, progressing, degraded]
 
 
-def rolled_out_to(deployment: dict[str, Any], desired: int) -> bool:
+def rolled_out_to(deployment: Manifest, desired: int) -> bool:
     """Whether the Deployment has rolled its pods to its current template: `desired` of them, all
     updated and ready, as its controller last counted for its current generation."""
-    status = deployment.get("status", {}) or {}
-    ready = int(status.get("readyReplicas", 0) or 0)
-    updated = int(status.get("updatedReplicas", 0) or 0)
-    total = int(status.get("replicas", 0) or 0)
+    found = deployment.get("status", {}) or {}
+    total, ready = counts(deployment)
+    updated = int(found.get("updatedReplicas", 0) or 0)
     current_generation = deployment.get("metadata", {}).get("generation", 0)
-    observed = status.get("observedGeneration", 0) or 0
+    observed = found.get("observedGeneration", 0) or 0
     return observed >= current_generation and updated >= desired and total == desired and ready >= desired
 
 
-def rolled_out(deployment: dict[str, Any] | None, desired: int, revision: str) -> bool:
+def rolled_out(deployment: Manifest | None, desired: int, revision: str) -> bool:
     """Whether the Deployment has rolled its pods to `revision` (its template's revision label)."""
     if deployment is None:
         return False
-    labels = deployment.get("spec", {}).get("template", {}).get("metadata", {}).get("labels", {}) or {}
-    return labels.get(REVISION_LABEL) == revision and rolled_out_to(deployment, desired)
+    template_labels = (
+        deployment.get("spec", {}).get("template", {}).get("metadata", {}).get("labels", {}) or {}
+    )
+    return template_labels.get(REVISION_LABEL) == revision and rolled_out_to(deployment, desired)
+
+
+def canary_replicas(deployment: Manifest | None) -> CanaryReplicas | None:
+    """What the canary's Deployment reports, for `status.rollout.canary`."""
+    if deployment is None:
+        return None
+    replicas = int(deployment.get("spec", {}).get("replicas", 0) or 0)
+    _, ready = counts(deployment)
+    failure = failure_of(deployment)
+    return CanaryReplicas(
+        replicas=replicas, ready_replicas=ready, failure=f"{failure[0]}: {failure[1]}" if failure else ""
+    )
 
 
 def conditions_for_invalid_spec(message: str, *, generation: int) -> list[Condition]:
@@ -165,97 +175,42 @@ def conditions_for_refused_child(kind: str, message: str, *, generation: int) ->
     ]
 
 
-def merge_conditions(old: list[Condition], new: list[Condition], now: datetime.datetime) -> list[Condition]:
+def stamped(old: Sequence[Condition], new: Sequence[Condition], now: datetime.datetime) -> list[Condition]:
     """`new`, with each `lastTransitionTime` kept from `old` unless that condition's status moved."""
-    previous = {condition.get("type"): condition for condition in old or []}
-    at = stamp(now)
+    previous = {found.type: found for found in old}
     merged = []
-    for condition in new:
-        before = previous.get(condition["type"], {})
-        moved = before.get("status") != condition["status"]
-        merged.append(
-            {**condition, "lastTransitionTime": at if moved else before.get("lastTransitionTime", at)}
-        )
+    for found in new:
+        before = previous.get(found.type)
+        moved = before is None or before.status != found.status or before.last_transition_time is None
+        at = now if moved else before.last_transition_time  # type: ignore[union-attr]
+        merged.append(found.model_copy(update={"last_transition_time": at}))
     return merged
 
 
-def transitions(old: list[Condition], new: list[Condition]) -> list[Transition]:
+def transitions(old: Sequence[Condition], new: Sequence[Condition]) -> list[Transition]:
     """Conditions whose status or reason changed: one Kubernetes event each."""
-    previous = {condition.get("type"): condition for condition in old or []}
+    previous = {found.type: found for found in old}
     changed = []
-    for condition in new:
-        before = previous.get(condition["type"], {})
-        if (before.get("status"), before.get("reason")) != (condition["status"], condition["reason"]):
-            changed.append(
-                Transition(condition["type"], condition["status"], condition["reason"], condition["message"])
-            )
+    for found in new:
+        before = previous.get(found.type)
+        if before is None or (before.status, before.reason) != (found.status, found.reason):
+            changed.append(Transition(found.type, found.status, found.reason, found.message))
     return changed
 
 
-def batching_revision(batching: dict[str, Any], generation: int, old: Status) -> dict[str, Any]:
-    """`status.batching`'s revision and hash: the revision (the resource's metadata.generation at
-    the time) moves only when spec.batching does, so that replicas are told of a new batching only
-    when there is one."""
-    digest = hashlib.sha256(json.dumps(batching, sort_keys=True).encode()).hexdigest()[:16]
-    previous = old.get("batching") or {}
-    if previous.get("hash") == digest and isinstance(previous.get("revision"), int):
-        return {**previous, "hash": digest}
-    return {"revision": generation, "hash": digest, "ready_replicas_applied": 0, "applied": False}
+def batching_planned(revision: int, old: BatchingStatus | None) -> BatchingStatus:
+    """`status.batching` for the spec's batching `revision`: the replicas' count is kept while the
+    revision stays, and starts again from none when it moves."""
+    if old is not None and old.revision == revision:
+        return old
+    return BatchingStatus(revision=revision)
 
 
-def batching_applied(batching: dict[str, Any], revisions: list[int]) -> dict[str, Any]:
+def batching_applied(batching: BatchingStatus, revisions: Sequence[int]) -> BatchingStatus:
     """`status.batching` once the ready replicas have said which revision each runs."""
-    applied = sum(1 for revision in revisions if revision == batching.get("revision"))
-    return {
-        **batching,
-        "ready_replicas_applied": applied,
-        "applied": bool(revisions) and applied == len(revisions),
-    }
-
-
-def stamp(now: datetime.datetime) -> str:
-    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def build_status(
-    *,
-    old: Status,
-    conditions: list[Condition],
-    generation: int,
-    deployment: dict[str, Any] | None,
-    selector: str,
-    url: str,
-    model: str,
-    now: datetime.datetime,
-    revision: str = "",
-    desired_replicas: int | None = None,
-    batching: dict[str, Any] | None = None,
-    rollout: dict[str, Any] | None = None,
-) -> Status:
-    """The whole status: replica counts from the Deployment, conditions with stable transition times.
-    What the scaling loop wrote (`autoscaling`, and `batching` when not given) is kept."""
-    deployment_status = (deployment or {}).get("status", {}) or {}
-    kept = {key: old[key] for key in ("autoscaling", "batching", "desired_replicas", "rollout") if key in old}
-    computed: Status = {}
-    if rollout is not None:
-        computed["rollout"] = rollout
-    if desired_replicas is not None:
-        computed["desired_replicas"] = desired_replicas
-    if batching is not None:
-        computed["batching"] = batching
-    return (
-        kept
-        | computed
-        | {
-            "replicas": int(deployment_status.get("replicas", 0) or 0),
-            "ready_replicas": int(deployment_status.get("readyReplicas", 0) or 0),
-            "observed_generation": generation,
-            "selector": selector,
-            "url": url,
-            "model": model,
-            "revision": revision,
-            "conditions": merge_conditions(old.get("conditions", []), conditions, now),
-        }
+    applied = sum(1 for revision in revisions if revision == batching.revision)
+    return batching.model_copy(
+        update={"ready_replicas_applied": applied, "applied": bool(revisions) and applied == len(revisions)}
     )
 
 
@@ -269,3 +224,8 @@ def zero_reason(autoscaling: bool, routers_run: bool, last_scale_reason: str) ->
         else "no router runs to hold requests: raise autoscaling.min_replicas to serve"
     )
     return f"scaled to zero ({last_scale_reason or 'min_replicas is 0'}); {wake}"
+
+
+def stamp(now: datetime.datetime) -> datetime.datetime:
+    """A moment as the status keeps it: UTC, to the second."""
+    return now.astimezone(datetime.UTC).replace(microsecond=0)

@@ -15,17 +15,15 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from batchd.api.pod import CANARY_COMPONENT
+from batchd.api.manifest import lenient_spec
+from batchd.api.pod import CANARY, track_of
 from batchd.api.priority import NO_CLASSES, PriorityClasses
 from batchd.api.spec import BatchingSpec
+from batchd.api.status import read_status
 from batchd.router.errors import AmbiguousModel, UnknownModel
 
 logger = logging.getLogger(__name__)
 
-# The label the EndpointSlice controller puts on each slice of a Service.
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-# Copied from the operator's Services: a canary revision's Service says which deployment it is of.
-INSTANCE_LABEL = "app.kubernetes.io/instance"
 # The Service port a replica serves on (the operator names it so, see operator/children.py).
 PORT_NAME = "http"
 DEFAULT_REQUEST_TIMEOUT_S = float(BatchingSpec.model_fields["request_timeout_s"].default)
@@ -42,68 +40,65 @@ class DeploymentRef:
         return f"{self.namespace}/{self.name}"
 
 
-def model_of(deployment: Mapping[str, Any]) -> tuple[DeploymentRef, str]:
-    """A BatchedDeployment's reference and the model name in its URLs (`spec.model.name`, by
-    default `metadata.name`)."""
+def ref_of(deployment: Mapping[str, Any]) -> DeploymentRef:
     metadata = deployment.get("metadata") or {}
-    ref = DeploymentRef(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
-    model = ((deployment.get("spec") or {}).get("model") or {}).get("name") or ref.name
-    return ref, str(model)
-
-
-def names_of(deployment: Mapping[str, Any]) -> frozenset[str]:
-    """Every name a request may give the deployment's model by: the one in its URLs and the one
-    OpenAI clients send as `model` (`spec.model.served_model_name`), as its replicas accept both."""
-    _, model = model_of(deployment)
-    served = ((deployment.get("spec") or {}).get("model") or {}).get("served_model_name")
-    return frozenset({model, str(served)} if served else {model})
-
-
-def request_timeout_of(deployment: Mapping[str, Any]) -> float:
-    """How long a replica of the deployment works on a request before its own 504
-    (`spec.batching.request_timeout_s`, the spec's default when unset)."""
-    batching = (deployment.get("spec") or {}).get("batching") or {}
-    value = batching.get("request_timeout_s")
-    return float(value) if isinstance(value, (int, float)) and value > 0 else DEFAULT_REQUEST_TIMEOUT_S
+    return DeploymentRef(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
 
 
 # The fields of spec.batching that say a deployment's priority classes.
-CLASS_FIELDS = ("priority_classes", "default_priority_class")
+CLASS_FIELDS = {"priority_classes", "default_priority_class"}
 
 
-def classes_of(deployment: Mapping[str, Any]) -> PriorityClasses:
-    """A deployment's priority classes (`spec.batching`), as its replicas read them: the router
-    holds, retries and refuses by them what the replicas would."""
-    batching = (deployment.get("spec") or {}).get("batching") or {}
+def classes_of(ref: DeploymentRef, batching: BatchingSpec) -> PriorityClasses:
+    """A deployment's priority classes, as its replicas read them: the router holds, retries and
+    refuses by them what the replicas would. From a lenient spec, the classes are checked together
+    again (a default class that is none of them): classes that break a rule name none here, as
+    the operator reports the deployment Degraded and its replicas do not start."""
     try:
-        spec = BatchingSpec.model_validate({key: batching[key] for key in CLASS_FIELDS if key in batching})
-    except ValidationError as error:  # the API server validated it: only a newer CRD than this router
-        logger.warning(
-            "%s: its priority classes are not read, none is named: %s", model_of(deployment)[0], error
-        )
+        checked = BatchingSpec.model_validate(batching.model_dump(include=CLASS_FIELDS))
+    except ValidationError as error:
+        logger.warning("%s: its priority classes are not read, none is named: %s", ref, error)
         return NO_CLASSES
-    return PriorityClasses.of(spec)
+    return PriorityClasses.of(checked)
 
 
-def canary_percent_of(deployment: Mapping[str, Any]) -> int:
-    """The share of the deployment's requests, in percent, that its canary revision takes now
-    (`status.rollout.canary_percent`, which the operator sets to 0 whenever no canary serves)."""
-    rollout = (deployment.get("status") or {}).get("rollout") or {}
-    value = rollout.get("canary_percent")
-    return min(100, max(0, value)) if isinstance(value, int) else 0
+@dataclass(frozen=True, slots=True)
+class DeploymentRecord:
+    """What the router needs of one BatchedDeployment, read once per change of it: from a lenient
+    view of its spec (what this version knows of it) and its typed rollout status."""
+
+    ref: DeploymentRef
+    model: str  # the name in its URLs: spec.model.name, by default metadata.name
+    names: frozenset[str]  # every name a request may give: also spec.model.served_model_name
+    request_timeout_s: float  # how long its replica works on a request before its own 504
+    classes: PriorityClasses  # its priority classes, as its replicas read them
+    canary_percent: int  # the canary revision's share now (0 whenever no canary serves)
+
+    @classmethod
+    def of(cls, deployment: Mapping[str, Any]) -> DeploymentRecord:
+        ref = ref_of(deployment)
+        spec = lenient_spec(deployment.get("spec"))
+        rollout = read_status(deployment.get("status")).rollout
+        model = spec.model.name or ref.name
+        served = spec.model.served_model_name
+        return cls(
+            ref=ref,
+            model=model,
+            names=frozenset({model, served} if served else {model}),
+            request_timeout_s=spec.batching.request_timeout_s,
+            classes=classes_of(ref, spec.batching),
+            canary_percent=rollout.canary_percent if rollout is not None else 0,
+        )
 
 
 def service_of(endpoint_slice: Mapping[str, Any]) -> tuple[DeploymentRef, bool] | None:
-    """The deployment whose Service the slice belongs to, and whether that Service is its canary
-    revision's (the component label the operator gives it)."""
+    """The deployment whose Service the slice belongs to (by the labels the EndpointSlice
+    controller copies from the operator's Services), and whether it is its canary revision's."""
     metadata = endpoint_slice.get("metadata") or {}
-    labels = metadata.get("labels") or {}
-    service = labels.get(SERVICE_NAME_LABEL)
-    if not service:
+    owner = track_of(dict(metadata.get("labels") or {}))
+    if owner is None:
         return None
-    namespace = str(metadata.get("namespace") or "")
-    canary = CANARY_COMPONENT.items() <= labels.items() and bool(labels.get(INSTANCE_LABEL))
-    return DeploymentRef(namespace, str(labels[INSTANCE_LABEL] if canary else service)), canary
+    return DeploymentRef(str(metadata.get("namespace") or ""), owner[0]), owner[1] == CANARY
 
 
 def ready_replicas(endpoint_slice: Mapping[str, Any]) -> tuple[str, ...]:
@@ -141,15 +136,11 @@ class Directory:
 
     def __init__(self, listener: Listener | None = None) -> None:
         self.listener = listener
-        self._models: dict[DeploymentRef, str] = {}
-        self._names: dict[DeploymentRef, frozenset[str]] = {}
-        self._timeouts: dict[DeploymentRef, float] = {}
-        self._classes: dict[DeploymentRef, PriorityClasses] = {}
+        self._records: dict[DeploymentRef, DeploymentRecord] = {}
         self._by_model: dict[str, set[DeploymentRef]] = {}
         self._slices: dict[tuple[str, str], tuple[DeploymentRef, bool, tuple[str, ...]]] = {}
         self._replicas: dict[DeploymentRef, tuple[str, ...]] = {}
         self._canary_replicas: dict[DeploymentRef, tuple[str, ...]] = {}
-        self._canary_percent: dict[DeploymentRef, int] = {}
 
     # -- reads, per request ----------------------------------------------------------------------
     def resolve(self, model: str) -> DeploymentRef:
@@ -162,12 +153,16 @@ class Directory:
         (ref,) = refs
         return ref
 
+    def record(self, ref: DeploymentRef) -> DeploymentRecord:
+        """The deployment's record; UnknownModel when no such deployment is known."""
+        found = self._records.get(ref)
+        if found is None:
+            raise UnknownModel(f"deployment {ref}: no such BatchedDeployment")
+        return found
+
     def model_of(self, ref: DeploymentRef) -> str:
         """The model name a deployment serves; UnknownModel when no such deployment is known."""
-        model = self._models.get(ref)
-        if model is None:
-            raise UnknownModel(f"deployment {ref}: no such BatchedDeployment")
-        return model
+        return self.record(ref).model
 
     def replicas(self, ref: DeploymentRef) -> tuple[str, ...]:
         """The stable revision's ready replicas."""
@@ -177,17 +172,20 @@ class Directory:
         """The canary revision's ready replicas and its share of the requests in percent (0
         when no canary serves, or none of its replicas is ready)."""
         replicas = self._canary_replicas.get(ref, ())
-        return replicas, self._canary_percent.get(ref, 0) if replicas else 0
+        found = self._records.get(ref)
+        return replicas, found.canary_percent if replicas and found is not None else 0
 
     def request_timeout_s(self, ref: DeploymentRef) -> float:
-        return self._timeouts.get(ref, DEFAULT_REQUEST_TIMEOUT_S)
+        found = self._records.get(ref)
+        return found.request_timeout_s if found is not None else DEFAULT_REQUEST_TIMEOUT_S
 
     def classes(self, ref: DeploymentRef) -> PriorityClasses:
         """The priority classes of deployment `ref` (`default` alone when it names none)."""
-        return self._classes.get(ref, NO_CLASSES)
+        found = self._records.get(ref)
+        return found.classes if found is not None else NO_CLASSES
 
     def deployments(self) -> dict[DeploymentRef, str]:
-        return dict(self._models)
+        return {ref: found.model for ref, found in self._records.items()}
 
     def all_replicas(self) -> dict[str, DeploymentRef]:
         return {
@@ -199,20 +197,15 @@ class Directory:
 
     # -- writes, from the watches ----------------------------------------------------------------
     def put_deployment(self, deployment: Mapping[str, Any]) -> None:
-        ref, model = model_of(deployment)
-        names = names_of(deployment)
-        self._unindex(ref, self._names.get(ref, frozenset()) - names)
-        self._models[ref] = model
-        self._names[ref] = names
-        self._timeouts[ref] = request_timeout_of(deployment)
-        self._classes[ref] = classes_of(deployment)
-        self._canary_percent[ref] = canary_percent_of(deployment)
-        for name in names:
-            self._by_model.setdefault(name, set()).add(ref)
+        record = DeploymentRecord.of(deployment)
+        before = self._records.get(record.ref)
+        self._unindex(record.ref, (before.names if before is not None else frozenset()) - record.names)
+        self._records[record.ref] = record
+        for name in record.names:
+            self._by_model.setdefault(name, set()).add(record.ref)
 
     def delete_deployment(self, deployment: Mapping[str, Any]) -> None:
-        ref, _ = model_of(deployment)
-        self._forget(ref)
+        self._forget(ref_of(deployment))
 
     def replace_deployments(self, deployments: Iterable[Mapping[str, Any]], namespace: str | None) -> None:
         """After a fresh list of one namespace (None: all): what is not in it was deleted while no
@@ -220,8 +213,8 @@ class Directory:
         seen = set()
         for deployment in deployments:
             self.put_deployment(deployment)
-            seen.add(model_of(deployment)[0])
-        for ref in set(self._models) - seen:
+            seen.add(ref_of(deployment))
+        for ref in set(self._records) - seen:
             if namespace is None or ref.namespace == namespace:
                 self._forget(ref)
 
@@ -278,13 +271,12 @@ class Directory:
             self.listener.replicas_changed(ref, replicas)
 
     def _forget(self, ref: DeploymentRef) -> None:
-        model = self._models.pop(ref, None)
-        self._timeouts.pop(ref, None)
-        self._classes.pop(ref, None)
-        self._canary_percent.pop(ref, None)
-        self._unindex(ref, self._names.pop(ref, frozenset()))
-        if model is not None and self.listener is not None:
-            self.listener.deployment_deleted(ref, model)
+        found = self._records.pop(ref, None)
+        if found is None:
+            return
+        self._unindex(ref, found.names)
+        if self.listener is not None:
+            self.listener.deployment_deleted(ref, found.model)
 
     def _unindex(self, ref: DeploymentRef, names: Iterable[str]) -> None:
         for name in names:

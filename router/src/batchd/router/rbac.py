@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from batchd.api.pod import ROUTER_COMPONENT
 from batchd.api.spec import GROUP, PLURAL
 
 RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -27,7 +28,7 @@ def rbac_rules() -> list[dict[str, Any]]:
 
 def role(name: str, namespace: str | None = None) -> dict[str, Any]:
     """A ClusterRole (no namespace) or a Role in `namespace` holding exactly the router's rules."""
-    metadata: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/component": "router"}}
+    metadata: dict[str, Any] = {"name": name, "labels": dict(ROUTER_COMPONENT)}
     if namespace is not None:
         metadata["namespace"] = namespace
     kind = "Role" if namespace is not None else "ClusterRole"

@@ -2,9 +2,10 @@
 
 Each runs LIST then WATCH from the list's resourceVersion, applying every event to the
 `Directory`; when the watch ends (its timeout, 410 Gone, the API server away) it lists again, so
-nothing deleted while no watch was open is remembered. EndpointSlices are selected by labels the
-EndpointSlice controller copies from the operator's Services, so one watch sees every replica
-of every deployment and nothing else. The router is ready once both lists have been applied.
+nothing deleted while no watch was open is remembered. EndpointSlices are selected
+by labels the EndpointSlice controller copies from the operator's Services (`pod.SLICE_SELECTOR`),
+so one watch sees every replica of every deployment and nothing else. The router is ready once
+both lists have been applied.
 """
 
 from __future__ import annotations
@@ -18,22 +19,11 @@ from typing import Any, Protocol
 import aiohttp
 
 from batchd.api.kube_connection import ApiError, resource_path
+from batchd.api.pod import SLICE_SELECTOR
 from batchd.api.spec import GROUP, PLURAL, VERSION
-from batchd.router.directory import SERVICE_NAME_LABEL, Directory
+from batchd.router.directory import Directory
 
 logger = logging.getLogger(__name__)
-
-# The replicas' Services carry these labels (operator/children.py), and the EndpointSlice
-# controller copies a Service's labels onto its slices; `kubernetes.io/service-name` is set on
-# every slice that belongs to a Service.
-SLICE_SELECTOR = ",".join(
-    [
-        "app.kubernetes.io/name=batchd-replica",
-        "app.kubernetes.io/component in (replica,canary)",
-        "app.kubernetes.io/managed-by=batchd",
-        SERVICE_NAME_LABEL,
-    ]
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,3 +130,15 @@ class Revision:
         if self.seen * self.fail_percent // 100 > before * self.fail_percent // 100:
             raise RuntimeError(f"revision {self.version} fails {self.fail_percent}% of its items")
         return [n + 1 for n in numbers]
+
+
+class TextLength:
+    """The length of each text: a handler that takes what a text-classification pipeline takes, so
+    that a deployment can switch between the two under the same requests. `version` only tells
+    revisions apart."""
+
+    def __init__(self, version: int = 1) -> None:
+        self.version = version
+
+    def __call__(self, texts: list[str]) -> list[int]:
+        return [len(text) for text in texts]

@@ -164,8 +164,18 @@ def claim_slot(cluster: ClusterAddresses) -> TextIO:
     return handle
 
 
+class NeedsRoot(RuntimeError):
+    """The cluster's addresses need root: this machine's, or a network namespace's own."""
+
+
 def add_cluster_address(cluster: ClusterAddresses) -> None:
     """The API server's address on this machine; pods reach it through their node's link."""
+    if os.geteuid() != 0:
+        raise NeedsRoot(
+            f"the test cluster listens on {cluster.api}, an address of its own on loopback, which only "
+            "root may add: run the tests as root (`make test`), or in a network namespace of their own "
+            "(`tools/own-network.sh .venv/bin/python -m pytest ...`, as `make test-fast` does)"
+        )
     run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])  # between the nodes' links
     if cluster.api not in run(["ip", "-o", "addr", "show", "dev", "lo"]).stdout:
         run(["ip", "addr", "add", f"{cluster.api}/32", "dev", "lo"])

@@ -33,6 +33,8 @@ CNI_PLUGINS = Path("/usr/lib/cni")
 CGROUPS = Path("/sys/fs/cgroup")
 PAUSE_IMAGE = "localhost/batchd-pause:3.10"
 START_TIMEOUT_S = 120.0
+# What containerd (1.6, Debian's) logs once its CRI service serves.
+CRI_SERVING = "Start streaming server"
 
 
 class Node(Started):
@@ -194,7 +196,15 @@ class Node(Started):
         make_cgroup_root(self.name)
         self._cni_config()
         self._start("containerd", ["containerd", "--config", str(self._containerd_config())])
-        self._wait(lambda: self.socket.exists(), "containerd's socket")
+        # Its socket answers before its CRI service has initialised, and a kubelet that asks then
+        # exits ("server is not initialized yet"); the CRI service says so once it serves.
+        self._wait(
+            lambda: (
+                self.socket.exists()
+                and CRI_SERVING in self.processes["containerd"].log.read_text(errors="replace")
+            ),
+            "containerd's CRI service",
+        )
         identity = self.cluster.ca.issue(
             self.name, f"system:node:{self.name}", organizations=("system:nodes",)
         )

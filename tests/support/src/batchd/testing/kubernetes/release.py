@@ -15,8 +15,8 @@ import httpx
 import yaml
 
 from batchd.api.kube_connection import resource_path
+from batchd.api.pod import STABLE, Track, selector_string
 from batchd.api.spec import GROUP, PLURAL, VERSION
-from batchd.operator import children
 from batchd.testing import ROOT
 from batchd.testing.kubernetes.components import (
     chart_deployment,
@@ -25,6 +25,7 @@ from batchd.testing.kubernetes.components import (
     service_account_user,
 )
 from batchd.testing.kubernetes.controlplane import ControlPlane, namespace, unique_name
+from batchd.testing.kubernetes.logs import ComponentLogs, watched
 from batchd.testing.pods import is_ready, is_terminating
 from batchd.testing.servers import router_command
 from batchd.testing.waiting import eventually
@@ -82,6 +83,8 @@ class Release:
     # The tests' reads, as cluster-admin: one client for all, as tests poll them (a kubectl process
     # a poll would cost the machine more than the poll).
     api: httpx.Client
+    # Its operator's and router's logs, checked after each test (`logs`).
+    component_logs: ComponentLogs
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object as the API server has it, or None if there is none."""
@@ -108,15 +111,13 @@ class Release:
                 return dict(condition)
         return {}
 
-    def pods(
-        self, deployment: str, *, ready: bool = False, track: str = children.STABLE
-    ) -> list[dict[str, Any]]:
+    def pods(self, deployment: str, *, ready: bool = False, track: Track = STABLE) -> list[dict[str, Any]]:
         """The BatchedDeployment's pods of one track (its stable revision's, or a canary's) that are
         not terminating (with `ready`: and Ready)."""
         return [
             pod
             for pod in list_objects(
-                self.api, "pod", self.namespace, labelSelector=children.selector_string(deployment, track)
+                self.api, "pod", self.namespace, labelSelector=selector_string(deployment, track)
             )
             if not is_terminating(pod) and (is_ready(pod) or not ready)
         ]
@@ -156,6 +157,7 @@ class Release:
         self, log_path: Path, env: dict[str, str] | None = None
     ) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
         """The operator as a process of this machine, in place of the release's operator pod."""
+        self.component_logs.follow(log_path)
         return component_process(
             self.cluster,
             self.namespace,
@@ -168,6 +170,7 @@ class Release:
 
     def router(self, log_path: Path, port: int) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
         """The router as a process of this machine on 127.0.0.1:`port`, in place of its pods."""
+        self.component_logs.follow(log_path)
         return component_process(
             self.cluster,
             self.namespace,
@@ -201,7 +204,7 @@ def installed(
         waiting = ["--wait", "--timeout=5m"] if wait else []
         cluster.helm("install", name, str(CHART), "--namespace", ns, "--values", str(values_file), *waiting)
         try:
-            with cluster.client() as api:
-                yield Release(cluster, ns, name, logs, api)
+            with cluster.client() as api, watched(ComponentLogs(api, ns, name)) as component_logs:
+                yield Release(cluster, ns, name, logs, api, component_logs)
         finally:
             cluster.helm("uninstall", name, "--namespace", ns, check=False)

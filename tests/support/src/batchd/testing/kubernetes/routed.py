@@ -18,11 +18,13 @@ from typing import Any
 import httpx
 import yaml
 
+from batchd.api.pod import SERVICE_NAME_LABEL, labels
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.router.rbac import role
 from batchd.testing.kubernetes.components import call
 from batchd.testing.kubernetes.controlplane import ControlPlane, unique_name
 from batchd.testing.kubernetes.controlplane import kubeconfig as kubeconfig_document
+from batchd.testing.kubernetes.logs import ComponentLogs, watched
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import ServerProcess, start_router
 from batchd.testing.waiting import eventually_async
@@ -30,13 +32,6 @@ from batchd.testing.waiting import eventually_async
 SLICES_PATH = "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
 DEPLOYMENTS_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}"
 ROUTER_ACCOUNT = "batchd-router"
-# The labels the operator gives a replica Service (operator/children.py), which the EndpointSlice
-# controller copies onto the Service's slices.
-SERVICE_LABELS = {
-    "app.kubernetes.io/name": "batchd-replica",
-    "app.kubernetes.io/component": "replica",
-    "app.kubernetes.io/managed-by": "batchd",
-}
 # A slice's manager other than the real EndpointSlice controller's, which then leaves it alone.
 SLICE_MANAGER = "batchd-tests"
 
@@ -54,10 +49,11 @@ def endpoint_slice(
         "metadata": {
             "name": name or f"{service}-slice",
             "namespace": namespace,
+            # The labels the operator gives a replica Service, which the EndpointSlice controller
+            # copies onto the Service's slices.
             "labels": {
-                **SERVICE_LABELS,
-                "app.kubernetes.io/instance": service,
-                "kubernetes.io/service-name": service,
+                **labels(service),
+                SERVICE_NAME_LABEL: service,
                 "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER,
             },
         },
@@ -138,11 +134,12 @@ class RouterNamespaces:
         yielded once it has listed the deployments and endpoints; stopped on the way out."""
         settings = {"namespaces": f"{self.namespace},{self.second_namespace}", **settings}
         router = start_router(self._kubeconfig(), self.tmp_path / "logs", settings=settings)
-        try:
-            await asyncio.to_thread(router.wait_ready, 60)
-            yield router
-        finally:
-            await asyncio.to_thread(router.stop, 20)
+        with watched(ComponentLogs(None, files=[router.log_path])):
+            try:
+                await asyncio.to_thread(router.wait_ready, 60)
+                yield router
+            finally:
+                await asyncio.to_thread(router.stop, 20)
 
     def router_calls(self) -> set[tuple[str, str, str]]:
         """(API group, resource, verb) of every request the router made, as the API server's audit

@@ -1,6 +1,6 @@
-"""The scaling loop's writes of `status.batching`, against a real API server.
+"""The poller's writes of `status.batching`, against a real API server.
 
-The loop counts which batching revision each replica runs from the resource as its watch last
+The poller counts which batching revision each replica runs from the resource as its watch last
 saw it. When a new spec.batching has moved the revision since (converge writes the new one), a
 count made against the old revision must not be written back over it: the replicas would then be
 reported as running the new batching before they had it, or the new revision would be lost.
@@ -17,17 +17,17 @@ import aiohttp
 import aiohttp.web
 import yaml
 
-from batchd.operator.kube_requests import KubeApi
+from batchd.operator.cluster import Cluster
+from batchd.operator.poller import Poller
 from batchd.operator.reconcile import Reconciler
 from batchd.operator.replicas import ReplicaPod
-from batchd.operator.scaling_loop import ScalingLoop
 from batchd.operator.settings import Settings
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.manifests import manifest
 
 
-def batching_status(revision: int, hash_: str) -> dict[str, Any]:
-    return {"revision": revision, "hash": hash_, "ready_replicas_applied": 0, "applied": False}
+def batching_status(revision: int) -> dict[str, Any]:
+    return {"revision": revision, "ready_replicas_applied": 0, "applied": False}
 
 
 @contextlib.asynccontextmanager
@@ -54,13 +54,14 @@ async def replica_reporting(revision: int) -> AsyncIterator[ReplicaPod]:
 async def poll(
     control_plane: ControlPlane, namespace: str, seen: dict[str, Any], replica: ReplicaPod
 ) -> None:
-    api = await KubeApi.connect(str(control_plane.admin_kubeconfig))
+    cluster = await Cluster.connect(Settings(kubeconfig=str(control_plane.admin_kubeconfig)))
+    poller = Poller.of(cluster, Reconciler(cluster))
     try:
-        async with aiohttp.ClientSession() as session:
-            loop = ScalingLoop(Reconciler(Settings(), api), session)
-            await loop.poll(namespace, "retuned", seen, [replica])
+        poller.track_pod((namespace, "retuned"), replica.name, replica)
+        await poller.poll(cluster.resource(seen))
     finally:
-        await api.close()
+        await poller.close()
+        await cluster.close()
 
 
 def status_of(control_plane: ControlPlane, namespace: str) -> dict[str, Any]:
@@ -78,7 +79,7 @@ async def test_a_count_against_an_older_revision_leaves_the_new_one(
         control_plane.kubectl("get", "bd", "retuned", "-n", kube_namespace, "-o", "json").stdout
     )
     # What converge wrote for the new spec.batching; the loop still holds the resource as it was.
-    new = {"status": {"batching": batching_status(2, "new")}}
+    new = {"status": {"batching": batching_status(2)}}
     control_plane.kubectl(
         "patch",
         "bd",
@@ -90,17 +91,17 @@ async def test_a_count_against_an_older_revision_leaves_the_new_one(
         "-p",
         json.dumps(new),
     )
-    seen = {**created, "status": {"batching": batching_status(1, "old")}}
+    seen = {**created, "status": {"batching": batching_status(1)}}
 
     async with replica_reporting(revision=1) as replica:
         await poll(control_plane, kube_namespace, seen, replica)
-    assert status_of(control_plane, kube_namespace) == batching_status(2, "new")
+    assert status_of(control_plane, kube_namespace) == batching_status(2)
 
     # Counted against the revision the server holds, the count is written.
     async with replica_reporting(revision=2) as replica:
         await poll(control_plane, kube_namespace, {**created, **new}, replica)
     assert status_of(control_plane, kube_namespace) == {
-        **batching_status(2, "new"),
+        **batching_status(2),
         "ready_replicas_applied": 1,
         "applied": True,
     }
