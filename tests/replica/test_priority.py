@@ -7,7 +7,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
+from contextlib import contextmanager
 from typing import Any
 
 import aiohttp
@@ -390,19 +390,22 @@ CAPACITY_RPS = 160
 LOAD_S = 3.0
 
 
-def overloaded(directory: Path, name: str, **batching: Any) -> dict[str, Any]:
+@contextmanager
+def overloaded(factory: pytest.TempPathFactory, name: str, **batching: Any) -> Iterator[ServerProcess]:
+    """A replica of `SLOW_ADDER` named `name`, with these batching settings besides its own."""
+    directory = factory.mktemp(name)
     limits = {"max_batch_size": 8, "batch_wait_timeout_s": 0.005, **batching}
-    return manifests.manifest(name, SLOW_ADDER, batching=limits)
+    document = manifests.manifest(name, SLOW_ADDER, batching=limits)
+    with replica_process(write_manifest(directory, document), directory) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def peers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """Two classes of one priority, and a short queue."""
-    directory = tmp_path_factory.mktemp("peers")
     equals = [{"name": "gold", "priority": 5}, {"name": "silver", "priority": 5}]
-    document = overloaded(directory, "peers", max_queued_requests=32, priority_classes=equals,
-                          default_priority_class="gold")  # fmt: skip
-    with replica_process(write_manifest(directory, document), directory) as server:
+    with overloaded(tmp_path_factory, "peers", max_queued_requests=32, priority_classes=equals,
+                    default_priority_class="gold") as server:  # fmt: skip
         yield server
 
 
@@ -448,11 +451,9 @@ async def test_classes_of_equal_priority_are_served_alike_and_take_no_place_from
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    directory = tmp_path_factory.mktemp("mixed")
     ranks = [{"name": "high", "priority": 10}, {"name": "low", "priority": 0}]
-    document = overloaded(directory, "mixed", max_queued_requests=80, priority_classes=ranks,
-                          default_priority_class="low")  # fmt: skip
-    with replica_process(write_manifest(directory, document), directory) as server:
+    with overloaded(tmp_path_factory, "mixed", max_queued_requests=80, priority_classes=ranks,
+                    default_priority_class="low") as server:  # fmt: skip
         yield server
 
 

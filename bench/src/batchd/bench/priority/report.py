@@ -5,8 +5,9 @@ each of two equal classes was served, and the time to first token by class."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from batchd.bench.kit.charts import panels
 from batchd.bench.kit.formatting import figure, number, verdict
@@ -24,6 +25,8 @@ from batchd.bench.priority.workload import GENERATION_QUEUE, GENERATION_ROWS, SU
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+
+RunT = TypeVar("RunT")
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -56,10 +59,7 @@ def to_markdown(results: Results) -> str:
                 "low p99 ms",
                 "low 503s",
             ],
-            [
-                [subject, *(figure(value) for value in medians(results.priority[subject]).values())]
-                for subject in SUBJECTS
-            ],
+            _rows(results.priority, medians),
         ),
         "",
         f"Fairness load: two callers in one class, {options.light_clients * options.heavy_factor} and "
@@ -94,17 +94,7 @@ def to_markdown(results: Results) -> str:
                     "silver p99 ms",
                     "displaced",
                 ],
-                [
-                    [
-                        subject,
-                        *(
-                            _equal(name, value)
-                            for name, value in equal_medians(results.equal[subject]).items()
-                        ),
-                    ]
-                    for subject in SUBJECTS
-                    if results.equal.get(subject)
-                ],
+                _rows(results.equal, equal_medians, _equal),
             ),
         ]
     if results.dead:
@@ -117,11 +107,7 @@ def to_markdown(results: Results) -> str:
             "",
             *_table(
                 ["subject", "high served", "high p99 ms", "low served", "low gave up", "live refused"],
-                [
-                    [subject, *(figure(value) for value in dead_medians(results.dead[subject]).values())]
-                    for subject in SUBJECTS
-                    if results.dead.get(subject)
-                ],
+                _rows(results.dead, dead_medians),
             ),
         ]
     if results.generation:
@@ -144,22 +130,25 @@ def to_markdown(results: Results) -> str:
                     "bulk p99 ms",
                     "bulk shed",
                 ],
-                [
-                    [
-                        subject,
-                        *(
-                            figure(value)
-                            for value in generation_medians(results.generation[subject]).values()
-                        ),
-                    ]
-                    for subject in SUBJECTS
-                    if results.generation.get(subject)
-                ],
+                _rows(results.generation, generation_medians),
             ),
         ]
     lines += ["", *(f"- {verdict(met)}: {goal}" for goal, met in goals(results).items())]
     lines += ["", "![latency by class over the priority load](priority.png)", ""]
     return "\n".join(lines)
+
+
+def _rows(
+    by_subject: Mapping[str, list[RunT]],
+    figures: Callable[[list[RunT]], dict[str, float]],
+    shown: Callable[[str, float], str] = lambda _, value: figure(value),
+) -> list[list[str]]:
+    """A table's rows: each subject measured, then its figures over its runs, in their order."""
+    return [
+        [subject, *(shown(name, value) for name, value in figures(by_subject[subject]).items())]
+        for subject in SUBJECTS
+        if by_subject.get(subject)
+    ]
 
 
 def _equal(name: str, value: float) -> str:
