@@ -34,14 +34,16 @@ _CLIENT_TIMEOUT = TIMEOUT_HEADER.decode()
 class Client:
     """What the replica knows of a request's client: how it learns that the client has gone
     (`gone`), how long the client still waits (`timeout_s`, from `batchd-timeout-s`), the priority
-    class it asks for (`priority`, from `batchd-priority`; None: the default class), who it is,
-    for fair shares within its class (`caller`, from `batchd-fairness-id`), and the request's span
-    where the replica traces (`trace`)."""
+    class it asks for (`priority`, from `batchd-priority`, as sent; None: the default class), who it
+    is, for fair shares within its class (`caller`, from `batchd-fairness-id`), whether it is a
+    composer's call (`composed`, `batchd-called-by`), and the request's span where the replica
+    traces (`trace`). `batchd.api.priority` reads the class."""
 
     gone: Abandoned | None = None
     timeout_s: float | None = None
     priority: str | None = None
     caller: str = ""
+    composed: bool = False
     trace: RequestTrace | None = None
 
     def asking(self, priority: str | None, caller: str | None) -> Client:
@@ -52,6 +54,7 @@ class Client:
             self.timeout_s,
             self.priority if self.priority is not None else priority,
             self.caller or caller or "",
+            self.composed,
             self.trace,
         )
 
@@ -90,6 +93,8 @@ class Submitted:
     waiter: asyncio.Future[Any]
     watch: _Watch
     watches: Watches
+    # What the queue does once the request stops waiting: its items still queued stop counting.
+    on_close: Callable[[], None] | None = None
 
     @property
     def why(self) -> BaseException | None:
@@ -114,6 +119,8 @@ class Submitted:
         self.watches.remove(self.watch)
         for future in self.futures:
             future.cancel()
+        if self.on_close is not None:
+            self.on_close()
 
 
 class Watches:

@@ -5,10 +5,14 @@ them, the router holds each until a first replica is ready, bounded in count per
 and in time; what is held is what the operator reads (`GET /held`) to start a replica. When the
 deployment is deleted, its held requests fail with an error naming the model.
 
-The hold keeps the replica's order between priority classes: a full hold makes room for a
-request of a higher class by refusing the most recently held request of the lowest class (503
-with Retry-After); a sheddable class (negative priority) is held only while the hold is under
-`SHEDDABLE_SHARE` of its bound; a first replica gets the held requests higher classes first.
+The hold keeps the replica's order between priority levels (the classes of one priority are
+one level): a full hold makes room for a request of a strictly higher priority by refusing the
+most recently held request of the lowest priority (503 with Retry-After), never for an equal
+one; a sheddable class (negative priority) is held only while the hold holds less than
+`SHEDDABLE_SHARE` of its bound (counted before it joins); a first replica gets the held requests
+higher priorities first, each level in the order it came. A request whose client left, or whose
+time passed, leaves the hold at once. The router reads a request's class as its replicas do
+(`batchd.api.priority`) and refuses one its deployment lacks before holding anything.
 """
 
 from __future__ import annotations

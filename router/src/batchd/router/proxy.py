@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from batchd.api.headers import TIMEOUT_HEADER
 from batchd.api.httpserver import closing
+from batchd.api.priority import PriorityClass, PriorityError, asked_class, named_in_headers
 from batchd.api.routes import RouteMatch
 from batchd.router.client_deadline import deadline_of
 from batchd.router.client_request import (
@@ -27,7 +28,7 @@ from batchd.router.client_request import (
     read_ahead,
     until_gone,
 )
-from batchd.router.directory import DeploymentRef, Directory, priority_class_of
+from batchd.router.directory import DeploymentRef, Directory
 from batchd.router.errors import (
     BadRequest,
     DeadlineExceeded,
@@ -40,7 +41,7 @@ from batchd.router.forwarding import Forwarder, Outbound
 from batchd.router.holding import Holds
 from batchd.router.loads import Loads
 from batchd.router.metrics import RouterMetrics
-from batchd.router.naming import DEPLOYMENT_PREFIX, model_in_body, routed, scoped
+from batchd.router.naming import DEPLOYMENT_PREFIX, json_body, named_model, routed, scoped
 from batchd.router.own_routes import answer_own
 from batchd.router.settings import RouterSettings
 from batchd.router.traces import RouteTrace, Tracing
@@ -123,6 +124,7 @@ class Router:
         ref: DeploymentRef | None = None
         received: list[Message] = []
         failure: BaseException | None = None
+        document: object = None  # the JSON body, where the router reads the model from it
         try:
             if not self.synced():
                 raise NotSynced("the router has not yet read the deployments from the API server")
@@ -130,7 +132,8 @@ class Router:
                 model = found.model_name
                 if model is None:
                     assert found.route.model_field is not None  # see `routed`
-                    model = await self._model_in_body(found.route.model_field, receive, received)
+                    document = await self._json_body(found.route.model_field, receive, received)
+                    model = named_model(document, found.route.model_field)
                 ref = self.directory.resolve(model)
             else:
                 assert named is not None
@@ -140,7 +143,7 @@ class Router:
                 scope = {**scope, "path": inner, "raw_path": inner.encode("latin-1")}
             if trace is not None:
                 trace.routed(ref.namespace, ref.name, model)
-            status = await self._route(ref, model, scope, receive, send, received, trace)
+            status = await self._route(ref, model, scope, receive, send, received, document, trace)
         except RouterError as error:
             failure = error
             answer = http_answer(error, self.settings)
@@ -158,16 +161,27 @@ class Router:
         if ref is not None:
             self.metrics.requests.labels(ref.namespace, ref.name, f"{status // 100}xx").inc()
 
-    async def _model_in_body(self, field: str, receive: Receive, received: list[Message]) -> str:
-        """The model a JSON body names in `field`, reading the body into `received` no further
-        than a retry keeps it anyway (`retry_body_max_bytes`)."""
+    async def _json_body(self, field: str, receive: Receive, received: list[Message]) -> object:
+        """The JSON body that names the model in `field`, read into `received` no further than a
+        retry keeps it anyway (`retry_body_max_bytes`)."""
         limit = self.settings.retry_body_max_bytes
         await read_ahead(receive, received, limit)
         if received[-1]["type"] == "http.disconnect":
             raise ClientGone
         if received[-1].get("more_body", False):
             raise BadRequest(f"request body: larger than {limit} bytes, so the router cannot read {field!r}")
-        return model_in_body(b"".join(message.get("body", b"") for message in received), field)
+        return json_body(b"".join(message.get("body", b"") for message in received), field)
+
+    def _class_of(self, ref: DeploymentRef, scope: Message, document: object) -> PriorityClass:
+        """The priority class a request names at `ref`, read as its replicas read it (headers, else
+        an OpenAI body's metadata.priority); BadRequest naming it and the classes there are when
+        the deployment has no such class (then nothing is held, nor woken)."""
+        priority, caller, composed = named_in_headers(scope["headers"])
+        try:
+            asked, _ = asked_class(self.directory.classes(ref), priority, caller, document, composed=composed)
+        except PriorityError as error:
+            raise BadRequest(f"model {self.directory.model_of(ref)!r}: {error}") from None
+        return asked
 
     async def _route(
         self,
@@ -177,11 +191,13 @@ class Router:
         receive: Receive,
         send: Send,
         received: list[Message],
+        document: object = None,
         trace: RouteTrace | None = None,
     ) -> int:
-        """`received`: what was read of the request so far (the body, when the model is named in it)."""
+        """`received`: what was read of the request so far (the body, when the model is named in
+        it); `document`: that body, read as JSON."""
         deadline = deadline_of(scope["headers"])
-        priority = self.directory.priority_of(ref, priority_class_of(scope["headers"]))
+        priority = self._class_of(ref, scope, document).priority
         if not self.directory.replicas(ref):
             held_at = time.monotonic()
             try:

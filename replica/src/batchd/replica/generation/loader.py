@@ -69,7 +69,9 @@ class TokenGenerationModel:
         if self._service is None:
             self.engine.observer = setup.steps
             self.engine.tracer = setup.tracer
-            self._service = TokenLevel(self.engine, self.preparer, setup.config, setup.sequences)
+            self._service = TokenLevel(
+                self.engine, self.preparer, setup.config, setup.sequences, setup.classes
+            )
             self.engine.start(asyncio.get_running_loop())
         return self._service
 

@@ -158,6 +158,13 @@ class RequestLevel:
     def kv_usage(self) -> float:
         return 0.0  # no cache outlives its batch
 
+    @property
+    def sheddable(self) -> int:
+        return 0  # the batcher's items, counted there
+
+    def class_depths(self) -> list[tuple[str, int]]:
+        return []  # likewise
+
     def open(self, request: GenerationRequest, client: Client = NO_CLIENT) -> SequenceStream:
         """A stream of one chunk: the whole answer, when its batch is done."""
         loop = asyncio.get_running_loop()

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 from batchd.api.spec import BatchingSpec, TensorSpec
 
 if TYPE_CHECKING:  # the generation package imports torch, which only text-generation models need
-    from batchd.replica.batching import Batcher
+    from batchd.replica.batching import Batcher, ClassObserver
     from batchd.replica.generation.engine import StepObserver
     from batchd.replica.generation.service import GenerationService
     from batchd.replica.generation.streams import SequenceObserver
@@ -59,12 +59,14 @@ class BatchModel(Protocol):
 @dataclass(frozen=True)
 class GenerationSetup:
     """What the replica gives a text-generation model's service: its batching, its batcher (for
-    request-level scheduling), and where it reports each sequence and each engine step."""
+    request-level scheduling), and where it reports each sequence, each engine step, and what
+    each priority class was served and refused."""
 
     config: BatchingSpec
     batcher: Batcher
     sequences: SequenceObserver
     steps: StepObserver
+    classes: ClassObserver
     tracer: DecodingTracer | None = None  # the decoding runs' spans; None untraced
 
 
