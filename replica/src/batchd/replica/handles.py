@@ -260,7 +260,7 @@ class DeploymentHandle:
     ) -> list[Any]:
         """`answered`: where each answer's status is noted (for the call's span)."""
         session = self._client.session()
-        headers = self._headers()
+        headers = {**headers, **self._headers()}  # the trace's context, with the batch's class
         for attempt in (1, 2):
             final = attempt == 2
             try:
