@@ -228,11 +228,11 @@ class DeploymentHandle:
             raise self._error(CalleeTimeout, "not called: the requests it was for are past their deadline")
         batch = current_batch()  # the traced batch this call is made for, if any
         if batch is None:
-            return await self._within(left, items, route, _JSON)
+            return await self._within(left, items, route, self._headers())
         call = batch.call_started(self.alias, self.deployment, self.url)
         answered: list[int] = []
         try:
-            results = await self._within(left, items, route, {**_JSON, **call.headers}, answered)
+            results = await self._within(left, items, route, {**self._headers(), **call.headers}, answered)
         except BaseException as error:
             call.finished(answered[-1] if answered else None, error)
             raise
@@ -260,7 +260,6 @@ class DeploymentHandle:
     ) -> list[Any]:
         """`answered`: where each answer's status is noted (for the call's span)."""
         session = self._client.session()
-        headers = {**headers, **self._headers()}  # the trace's context, with the batch's class
         for attempt in (1, 2):
             final = attempt == 2
             try:
@@ -291,7 +290,8 @@ class DeploymentHandle:
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _headers(self) -> dict[str, str]:
-        """A call's headers: JSON, and the class and caller of the batch it is made for."""
+        """A call's headers: JSON, and the class and caller of the batch it is made for (a traced
+        call adds its span's context)."""
         headers = {**_JSON, _CALLED_BY: self._composer}
         asked = batch_class()
         if asked is not None:
