@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import time
+from collections.abc import Callable
 
 # time.monotonic() of the latest deadline among the batch's items; None outside a batch.
 _batch_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
@@ -38,23 +39,26 @@ def batch_deadline() -> float | None:
 
 
 # The class (its name) and caller ("": none) of the batch's requests; None outside a batch.
-_batch_class: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+# The class is worked out only when a call asks: most batches make no call.
+ClassOf = Callable[[], tuple[str, str]]
+_batch_class: contextvars.ContextVar[ClassOf | None] = contextvars.ContextVar(
     "batchd_batch_class", default=None
 )
 
 
-def set_batch_class(priority_class: str, caller: str) -> contextvars.Token[tuple[str, str] | None]:
-    """From now on in this context, the batch is of `priority_class`, for `caller`."""
-    return _batch_class.set((priority_class, caller))
+def set_batch_class(class_of: ClassOf) -> contextvars.Token[ClassOf | None]:
+    """From now on in this context, `class_of()` says the batch's priority class and caller."""
+    return _batch_class.set(class_of)
 
 
-def reset_batch_class(token: contextvars.Token[tuple[str, str] | None]) -> None:
+def reset_batch_class(token: contextvars.Token[ClassOf | None]) -> None:
     _batch_class.reset(token)
 
 
 def batch_class() -> tuple[str, str] | None:
     """The current batch's class and caller (""), which its calls carry; None outside a batch."""
-    return _batch_class.get()
+    class_of = _batch_class.get()
+    return None if class_of is None else class_of()
 
 
 def seconds_left(default_s: float) -> float:

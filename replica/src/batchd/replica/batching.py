@@ -549,7 +549,7 @@ class Batcher:
         # last request does (see `deadlines`).
         left = max(pending.deadline for pending in batch) - asyncio.get_running_loop().time()
         token = set_batch_deadline(time.monotonic() + left)
-        asked = set_batch_class(*self._batch_class(batch))
+        asked = set_batch_class(functools.partial(self._batch_class, batch))
         try:
             results = await self._run_batch([pending.item for pending in batch])
         finally:
