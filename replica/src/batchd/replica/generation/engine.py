@@ -336,12 +336,14 @@ class GenerationEngine:
 
     def _trace_joined(self, new: list[SequenceState], tracer: DecodingTracer) -> None:
         """The decoding run's span, opened by the first recorded request to join it."""
-        recorded = [s.trace for s in new if s.trace is not None]
+        # A paused sequence that resumes (it has tokens already) joined the run before.
+        first = [s for s in new if not s.tokens]
+        recorded = [s.trace for s in first if s.trace is not None]
         if self._decoding is None:
             if not recorded:
                 return  # a run nobody records has no span
             self._decoding = tracer.decoding_started(recorded[0])
-        self._decoding.joined(recorded, len(new))
+        self._decoding.joined(recorded, len(first))
 
     def _joinable(self) -> bool:
         """Whether a waiting sequence could take a row now: one is free, or one of a lower level
