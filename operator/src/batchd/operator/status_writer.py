@@ -71,19 +71,11 @@ class StatusWriter:
     ) -> bool:
         """Write the sections set on `update` over the `stored` status; False when a guarded
         section had moved (nothing was written) or the resource is gone."""
-        path = self._path_of(namespace, name)
-        if not stored:
-            # The reading had no status, but a write since (under the same lock) may have made one:
-            # the first write's `add /status` would replace it whole, so diff against what is there.
-            body = await self._api.get(path)
-            if body is None:
-                return False
-            stored = body.get("status") or {}
         patch = operations(stored, update, guarded)
         if not patch:
             return True
         try:
-            await self._api.json_patch(path, patch)
+            await self._api.json_patch(self._path_of(namespace, name), patch)
         except ApiError as error:
             if error.status == 404:
                 return False
