@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from batchd.api.spec import SHEDDABLE_SHARE
@@ -48,10 +49,23 @@ class Holds:
         self.metrics = metrics
         self._waiting: dict[DeploymentRef, _Waiting] = {}
 
-    async def wait(self, ref: DeploymentRef, model: str, timeout_s: float, priority: int = 0) -> None:
+    async def wait(
+        self,
+        ref: DeploymentRef,
+        model: str,
+        timeout_s: float,
+        priority: int = 0,
+        ready: Callable[[], bool] = lambda: False,
+    ) -> None:
         """Return once `ref` has a ready replica; HoldRefused when the hold is full (or, for a
         sheddable `priority`, past its share) or a higher class took this request's place,
-        HoldTimedOut when `timeout_s` passed, UnknownModel when the deployment is deleted meanwhile."""
+        HoldTimedOut when `timeout_s` passed, UnknownModel when the deployment is deleted meanwhile.
+
+        `ready` says whether `ref` has a replica now: it is asked in the step that joins the hold,
+        because a release between the caller's own look and this wait's first step finds nothing
+        to release."""
+        if ready():
+            return
         labels = (ref.namespace, ref.name)
         waiting = self._waiting.setdefault(ref, _Waiting(model))
         bound = self.max_per_deployment

@@ -244,7 +244,9 @@ class Router:
         client_left_s = math.inf if deadline is None else deadline - time.monotonic()
         client_bound = client_left_s < self.settings.hold_timeout_s
         timeout_s = min(client_left_s, self.settings.hold_timeout_s)
-        held = asyncio.ensure_future(self.holds.wait(ref, model, timeout_s, priority))
+        held = asyncio.ensure_future(
+            self.holds.wait(ref, model, timeout_s, priority, ready=lambda: bool(self.directory.replicas(ref)))
+        )
         watching = asyncio.ensure_future(until_gone(receive, received, self.settings.retry_body_max_bytes))
         try:
             await asyncio.wait((held, watching), return_when=asyncio.FIRST_COMPLETED)
