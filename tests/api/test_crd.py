@@ -157,6 +157,16 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "spec.autoscaling.scale_to_zero_delay_s",
     ),
     (
+        "a class's queue timeout of zero",
+        _with("spec.batching.priority_classes", [{"name": "search", "priority": 10, "queue_timeout_s": 0}]),
+        "spec.batching.priority_classes[0].queue_timeout_s",
+    ),
+    (
+        "a class's negative queue timeout",
+        _with("spec.batching.priority_classes", [{"name": "search", "priority": 10, "queue_timeout_s": -2}]),
+        "spec.batching.priority_classes[0].queue_timeout_s",
+    ),
+    (
         "negative downscale delay",
         _with("spec.autoscaling", {"max_replicas": 2, "downscale_delay_s": -1}),
         "spec.autoscaling.downscale_delay_s",
@@ -186,6 +196,21 @@ def test_bad_manifest_is_refused_by_both_naming_the_field(
     with pytest.raises(ManifestError) as refused:
         parse_manifest(manifest)
     assert field.split(".")[-1] in str(refused.value)
+
+
+@pytest.mark.parametrize("timeout_s", [0, -2.5])
+def test_a_class_queue_timeout_not_above_zero_is_refused_by_both_naming_the_value(
+    control_plane: ControlPlane, module_namespace: str, timeout_s: float
+) -> None:
+    classes = [{"name": "search", "priority": 10, "queue_timeout_s": timeout_s}]
+    manifest = _with("spec.batching.priority_classes", classes)
+    admission = admit(control_plane, module_namespace, manifest)
+    assert not admission.admitted
+    assert f"queue_timeout_s: Invalid value: {timeout_s:g}" in admission.refusal, admission.refusal
+
+    with pytest.raises(ManifestError) as refused:
+        parse_manifest(manifest)
+    assert f"queue_timeout_s: Input should be greater than 0 (got {timeout_s:g})" in str(refused.value)
 
 
 # The cross-field rules, case by case: pydantic's validator and the CRD's CEL rules must agree.

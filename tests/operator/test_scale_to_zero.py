@@ -218,13 +218,16 @@ async def test_without_a_router_nothing_wakes_so_the_status_says_to_raise_min_re
 ) -> None:
     with operator(release, {}):
         release.apply(to_zero("cold", num_replicas=0))
-        condition = await asyncio.to_thread(
-            eventually,
-            lambda: (found := release.condition("cold", "Ready")).get("reason") == "ScaledToZero" and found,
-            what="cold: Ready=False ScaledToZero",
-        )
-        assert "no router runs to hold requests" in condition["message"]
-        status = (release.get("bd", "cold") or {})["status"]
+
+        def scaled_to_zero() -> dict[str, Any] | None:
+            """The status (one reading) once it says Ready=False ScaledToZero."""
+            status: dict[str, Any] = (release.get("bd", "cold") or {}).get("status") or {}
+            ready = [c for c in status.get("conditions", []) if c["type"] == "Ready"]
+            return status if ready and ready[0]["reason"] == "ScaledToZero" else None
+
+        status = await asyncio.to_thread(eventually, scaled_to_zero, what="cold: Ready=False ScaledToZero")
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        assert "no router runs to hold requests" in ready["message"]
         assert status["url"].startswith(f"http://cold.{release.namespace}.svc")
 
 

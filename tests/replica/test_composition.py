@@ -14,6 +14,7 @@ Then the example of examples/classifier.py: a sentiment classifier over MiniLM's
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import time
 from collections.abc import Iterator
@@ -267,3 +268,86 @@ async def test_the_example_classifies_over_embeddings_that_minilm_batches(
     assert labels == (["positive"] * 2 + ["negative"] * 2) * 8
     embedded = batch_sizes(embedder).minus(before)
     assert embedded.sum == len(texts) and embedded.mean > 2, embedded.distribution()
+
+
+# -- a composer's calls carry its request's class ---------------------------------------------------
+
+RANKS = [{"name": "high", "priority": 10}, {"name": "low", "priority": 0}]
+CALLEE_BATCH_S = 0.4
+
+
+@pytest.fixture
+def ranked(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """A slow callee (one item a batch, `CALLEE_BATCH_S` each) with a high and a low class, and a
+    composer relaying to it whose classes add one the callee lacks (`bulk`)."""
+    callee = manifest(
+        "ranked-callee",
+        {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": CALLEE_BATCH_S}},
+        batching={
+            "max_batch_size": 1,
+            "batch_wait_timeout_s": 0,
+            "priority_classes": RANKS,
+            "default_priority_class": "low",
+        },
+    )
+    composer = manifest(
+        "ranked-composer",
+        {"handler": "batchd.testing.batch_handlers:Relay", "calls": {"callee": "ranked-callee"}},
+        batching={
+            "max_batch_size": 1,
+            "max_concurrent_batches": 8,
+            "priority_classes": [*RANKS, {"name": "bulk", "priority": -1}],
+            "default_priority_class": "low",
+        },
+    )
+    served = start_replica(write_manifest(tmp_path, callee), tmp_path / "logs")
+    serve = [
+        *batchd_command(),
+        "serve",
+        str(write_manifest(tmp_path, composer)),
+        f"--call=callee={served.url}",
+    ]
+    with running([served, start_process("ranked-composer", serve, tmp_path / "logs")]) as (
+        callee_process,
+        calling,
+    ):
+        yield callee_process, calling
+
+
+async def test_a_composer_called_at_high_priority_is_served_ahead_of_the_callees_low_class_queue(
+    ranked: tuple[ServerProcess, ServerProcess],
+) -> None:
+    callee, composer = ranked
+    order: list[str] = []
+
+    async def send(client: httpx.AsyncClient, url: str, name: str, **headers: str) -> httpx.Response:
+        answer = await client.post(url, json={"instances": [{"to": "callee", "n": 1}]}, headers=headers)
+        order.append(name)
+        return answer
+
+    def answered(name: str, _: object) -> None:
+        order.append(name)
+
+    direct = f"{callee.url}/v1/models/ranked-callee:predict"
+    async with httpx.AsyncClient(timeout=60) as client:
+        lows = [
+            asyncio.ensure_future(
+                client.post(direct, json={"instances": [n]}, headers={"batchd-priority": "low"})
+            )
+            for n in range(6)
+        ]
+        for n, low in enumerate(lows):
+            low.add_done_callback(functools.partial(answered, f"low{n}"))
+        await asyncio.to_thread(
+            wait_until, lambda: callee.load()["queued_items"] == 5, 30, "the callee's low class queued"
+        )
+        through = f"{composer.url}/v1/models/ranked-composer:predict"
+        urgent = await send(client, through, "composer", **{"batchd-priority": "high"})
+        bulk = await send(client, through, "bulk", **{"batchd-priority": "bulk", "batchd-fairness-id": "t"})
+        answers = await asyncio.gather(*lows)
+    assert urgent.status_code == 200 and urgent.json()["predictions"] == [2], urgent.text
+    assert [answer.status_code for answer in answers] == [200] * 6
+    # FIFO would answer the composer's call after all six; its class put it next but one at most.
+    assert order.index("composer") <= 2, order
+    # A class the callee lacks is the callee's default there: served, not refused.
+    assert bulk.status_code == 200, bulk.text

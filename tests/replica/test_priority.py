@@ -4,30 +4,36 @@ goes into the next batch, who makes room in a full queue, and what each refused 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchd.api.spec import BatchingSpec
+from batchd.replica.batching import Batcher
 from batchd.replica.errors import (
     Displaced,
     InvalidInput,
     QueueFull,
+    QueueTimedOut,
     Shed,
     UnknownPriorityClass,
     answer_for,
     http_error,
 )
 from batchd.replica.front.protocols.openai.requests import who_asks
-from batchd.replica.metrics import MAX_CALLER_SERIES, ClassFigures
+from batchd.replica.metrics import MAX_CALLER_SERIES, ClassFigures, ReplicaMetrics
 from batchd.replica.waiting import Client
 from batchd.testing import manifests
 from batchd.testing.servers import ServerProcess, replica_process, wait_until, write_manifest
+from batchd.testing.traffic import Traffic
 from tests.replica.test_batching import RecordingModel, make, occupied, until
 
 UNKNOWN_URGENT = (
@@ -134,6 +140,82 @@ async def test_sheddable_work_is_refused_at_half_the_queue_while_the_default_cla
     more = queued(batcher, 4)  # the default class fills the rest of the queue
     model.gate.set()
     await asyncio.gather(busy, *kept, *more)
+    await batcher.drain()
+
+
+async def test_an_idle_replica_admits_a_sheddable_request_larger_than_half_the_queue() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=2, batch_wait_timeout_s=0, max_queued_requests=8,
+                   priority_classes=CLASSES, default_priority_class="batch")  # fmt: skip
+    busy = await occupied(model, batcher)
+    large = asyncio.ensure_future(batcher.infer(list(range(6)), asking("prefetch")))  # 6 of 8 places
+    await until(lambda: batcher.queue_depth == 6)
+    model.gate.set()
+    assert await large == [1, 2, 3, 4, 5, 6]
+    await busy
+    await batcher.drain()
+
+
+async def test_a_class_still_queued_after_its_queue_timeout_is_refused_with_503_and_the_others_wait_on() -> (
+    None
+):
+    model = RecordingModel()
+    metrics = ReplicaMetrics("d", "m")
+    timed = [{"name": "search", "priority": 10, "queue_timeout_s": 0.2}, {"name": "batch", "priority": 0}]
+    batcher = Batcher(
+        BatchingSpec.model_validate(
+            {
+                "max_batch_size": 1,
+                "batch_wait_timeout_s": 0,
+                "priority_classes": timed,
+                "default_priority_class": "batch",
+            }
+        ),
+        observer=metrics,
+    )
+    batcher.start(model)
+    busy = await occupied(model, batcher)
+    patient = asyncio.ensure_future(batcher.infer([1], asking("batch")))
+    with pytest.raises(QueueTimedOut) as late:
+        await batcher.infer([2], asking("search"))
+    answer = http_error(late.value)
+    assert answer.status == 503 and int(dict(answer.headers)[b"retry-after"]) >= 1
+    assert b"batchd-refused" not in dict(answer.headers)  # it had been accepted: not sent elsewhere
+    assert (
+        answer.body["error"]
+        == "priority class 'search': still queued after its queue_timeout_s of 0.2 s; retry later"
+    )
+    assert answer_for(late.value).rejection == "queue_timeout"
+    assert batcher.queue_depth == 1 and not patient.done()  # the batch class has no such limit
+    model.gate.set()
+    assert await patient == [2]
+    await busy
+    text = generate_latest(metrics.registry).decode()
+    assert 'priority_class="search",reason="queue_timeout"} 1.0' in text
+    await batcher.drain()
+
+
+async def test_requests_that_stopped_waiting_leave_the_depth_and_the_sheddable_count_at_once() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=2, batch_wait_timeout_s=0, priority_classes=CLASSES,
+                   default_priority_class="batch")  # fmt: skip
+    busy = await occupied(model, batcher)
+    leaving = queued(batcher, 3, "prefetch") + queued(batcher, 2)
+    staying = queued(batcher, 1, "prefetch")
+    await until(lambda: batcher.queue_depth == 6)
+    assert batcher.sheddable_items == 4 and dict(batcher.class_depths())["prefetch"] == 4
+    for request in leaving:
+        request.cancel()  # their clients went away
+    await until(lambda: batcher.queue_depth == 1)
+    assert batcher.sheddable_items == 1 and dict(batcher.class_depths()) == {
+        "search": 0,
+        "batch": 0,
+        "prefetch": 1,
+    }
+    model.gate.set()
+    await asyncio.gather(busy, *staying)
+    assert [item for batch in model.batches for item in batch] == [0, 0]  # the others never ran
+    await asyncio.gather(*leaving, return_exceptions=True)
     await batcher.drain()
 
 
@@ -276,10 +358,10 @@ def test_class_figures_count_by_class_and_bound_the_callers_to_a_fixed_number_of
         == 21
     )
     callers = {s.labels["fairness_id"] for s in families["batchd_caller_items"].samples}
-    assert len(callers) == MAX_CALLER_SERIES + 1  # the first ones seen, and "other" for the rest
-    # Five later ids, and a request with none (seen after the bound was reached), count as "other".
-    assert value("batchd_caller_items", "batchd_caller_items_total", fairness_id="other") == 6
-    assert "none" not in callers
+    assert len(callers) == MAX_CALLER_SERIES + 2  # the first ones seen, "other" and "none"
+    # Five later ids count as "other"; a request with none, seen after the bound, as "none".
+    assert value("batchd_caller_items", "batchd_caller_items_total", fairness_id="other") == 5
+    assert value("batchd_caller_items", "batchd_caller_items_total", fairness_id="none") == 1
 
 
 async def test_first_come_order_serves_every_class_in_arrival_order_and_takes_no_ones_place() -> None:
@@ -293,8 +375,116 @@ async def test_first_come_order_serves_every_class_in_arrival_order_and_takes_no
     await until(lambda: batcher.queue_depth == 6)
     with pytest.raises(QueueFull):  # full: a higher class waits its turn like everyone else
         await batcher.infer([301], asking("search"))
-    assert batcher.class_depths() == [("all", 6)]
+    assert batcher.class_depths() == [("search", 1), ("batch", 2), ("prefetch", 3)]  # counted by class
     model.gate.set()
     await asyncio.gather(busy, *low, *plain, *high)
     assert model.batches[1:] == [[100, 101, 102, 200], [201, 300]]
     await batcher.drain()
+
+
+# -- under overload, on real replicas: equal classes, and clients that give up -----------------------
+
+# A replica of 160 items/s whatever the CPU does: one batch of 8 every 50 ms.
+SLOW_ADDER = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": 0.05}}
+CAPACITY_RPS = 160
+LOAD_S = 3.0
+
+
+@contextmanager
+def overloaded(factory: pytest.TempPathFactory, name: str, **batching: Any) -> Iterator[ServerProcess]:
+    """A replica of `SLOW_ADDER` named `name`, with these batching settings besides its own."""
+    directory = factory.mktemp(name)
+    limits = {"max_batch_size": 8, "batch_wait_timeout_s": 0.005, **batching}
+    document = manifests.manifest(name, SLOW_ADDER, batching=limits)
+    with replica_process(write_manifest(directory, document), directory) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def peers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Two classes of one priority, and a short queue."""
+    equals = [{"name": "gold", "priority": 5}, {"name": "silver", "priority": 5}]
+    with overloaded(tmp_path_factory, "peers", max_queued_requests=32, priority_classes=equals,
+                    default_priority_class="gold") as server:  # fmt: skip
+        yield server
+
+
+def refusals(server: ServerProcess, reason: str) -> dict[str, float]:
+    """The replica's batchd_class_refusals_total for `reason`, by class."""
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(server.metrics()):
+        for sample in family.samples:
+            if sample.name == "batchd_class_refusals_total" and sample.labels["reason"] == reason:
+                found[sample.labels["priority_class"]] = sample.value
+    return found
+
+
+@pytest.mark.slow
+async def test_classes_of_equal_priority_are_served_alike_and_take_no_place_from_each_other(
+    peers: ServerProcess,
+) -> None:
+    url = f"{peers.url}/v1/models/peers:predict"
+    answers: Counter[str] = Counter()
+
+    async def one(session: aiohttp.ClientSession, priority_class: str) -> None:
+        async with session.post(
+            url, data=b'{"instances": [1]}', headers={"batchd-priority": priority_class}
+        ) as answer:
+            body = await answer.read()
+            answers[f"{priority_class} {answer.status} {body[:60].decode()}"] += 1
+
+    # Three times the capacity, an open loop whose requests alternate between the classes: the queue
+    # is full all along, and neither class's requests come sooner than the other's.
+    rate = 3 * CAPACITY_RPS
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+        started, sent = time.monotonic(), []
+        for n in range(int(rate * LOAD_S)):
+            await asyncio.sleep(max(0.0, started + n / rate - time.monotonic()))
+            sent.append(asyncio.ensure_future(one(session, ("gold", "silver")[n % 2])))
+        await asyncio.gather(*sent)
+    served = {name: answers[f'{name} 200 {{"predictions":[2]}}'] for name in ("gold", "silver")}
+    assert min(served.values()) * 1.2 >= max(served.values()), answers
+    assert refusals(peers, "displaced") == {"gold": 0, "silver": 0}
+    assert all(" 200 " in answer or "queue full" in answer for answer in answers), answers  # no place taken
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    ranks = [{"name": "high", "priority": 10}, {"name": "low", "priority": 0}]
+    with overloaded(tmp_path_factory, "mixed", max_queued_requests=80, priority_classes=ranks,
+                    default_priority_class="low") as server:  # fmt: skip
+        yield server
+
+
+@pytest.mark.slow
+async def test_requests_whose_clients_gave_up_hold_no_place_so_no_live_request_is_refused(
+    mixed: ServerProcess,
+) -> None:
+    path, body = "/v1/models/mixed:predict", b'{"instances": [1]}'
+    url = f"{mixed.url}{path}"
+    high: Counter[int] = Counter()
+
+    async def high_client(session: aiohttp.ClientSession, until: float) -> None:
+        while time.monotonic() < until:
+            async with session.post(url, data=body, headers={"batchd-priority": "high"}) as answer:
+                await answer.read()
+                high[answer.status] += 1
+
+    # The high class keeps every batch full (32 closed-loop clients: four batches' worth, twice
+    # what the replica serves at once), so the low class is never served: its clients give up
+    # after 200 ms. At most 120 x 0.2 = 24 of them wait alive at a time, and 32 of the high class:
+    # within the queue's 80, which the dead, who outnumber them, would fill if they counted.
+    low = Traffic(lambda: [mixed.url], path, body, 0.75 * CAPACITY_RPS, timeout_s=0.2)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+        until = time.monotonic() + LOAD_S
+        await asyncio.gather(low.run(LOAD_S), *(high_client(session, until) for _ in range(32)))
+    gave_up = sum(outcome.status is None for outcome in low.outcomes)
+    assert gave_up > 80, "too few clients of the low class gave up to fill the queue with the dead"
+    assert set(high) == {200}, high
+    answered = Counter(outcome.status for outcome in low.outcomes if outcome.status is not None)
+    assert set(answered) <= {200}, answered
+    text = mixed.metrics()
+    assert 'batchd_rejections_total{deployment="mixed",model="mixed",reason="queue_full"} 0.0' in text
+    assert refusals(mixed, "displaced") == {"high": 0, "low": 0}  # no live one had to make room either

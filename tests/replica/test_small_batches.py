@@ -134,9 +134,10 @@ async def test_items_whose_clients_left_do_not_count_towards_a_full_batch() -> N
     leaving = asyncio.ensure_future(batcher.infer([99]))
     await until(lambda: batcher.queue_depth == 2)
     leaving.cancel()
+    await until(lambda: batcher.queue_depth == 1)  # the one that left counts no more, at once
     second = asyncio.ensure_future(batcher.infer([2]))
-    await until(lambda: batcher.queue_depth == 3)
-    await windows_pass(5, 0.01)  # three queued, one of them gone: not a full batch
+    await until(lambda: batcher.queue_depth == 2)
+    await windows_pass(5, 0.01)  # three in the queue, one of them gone: not a full batch
     assert model.batches == []
     third = batcher.infer([3])
     assert list(await asyncio.wait_for(asyncio.gather(first, second, third), timeout=5)) == [[2], [3], [4]]

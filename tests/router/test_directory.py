@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from batchd.api.pod import CANARY, SERVICE_NAME_LABEL, labels
+from batchd.api.priority import PriorityClass, UnknownPriorityClass, asked_class, named_in_headers
 from batchd.router.app import DirectoryEvents
 from batchd.router.client_deadline import answer_bound_s
 from batchd.router.directory import (
     DeploymentRecord,
     DeploymentRef,
     Directory,
-    priority_class_of,
     ready_replicas,
 )
 from batchd.router.errors import AmbiguousModel, UnknownModel
@@ -187,22 +187,34 @@ def test_a_replicas_answer_is_waited_for_request_timeout_and_a_margin_or_the_tim
     assert answer_bound_s(30.0, settings, time.monotonic() - 1) == 0.0
 
 
-def test_a_requests_priority_is_its_class_at_its_deployment_or_the_default_class() -> None:
+def test_a_deployments_priority_classes_are_read_as_its_replicas_read_them() -> None:
     directory = Directory()
     search = bd("search")
     search["spec"]["batching"] = {
-        "priority_classes": [{"name": "page", "priority": 10}, {"name": "batch", "priority": -5}],
+        "max_batch_size": 8,
+        "priority_classes": [
+            {"name": "batch", "priority": -5},
+            {"name": "page", "priority": 10, "queue_timeout_s": 0.5},
+            {"name": "feed", "priority": 10},
+        ],
         "default_priority_class": "batch",
     }
     directory.put_deployment(search)
     directory.put_deployment(bd("plain"))
-    ref = DeploymentRef("default", "search")
-    assert directory.priority_of(ref, "page") == 10
-    assert directory.priority_of(ref, None) == -5  # the default class
-    assert directory.priority_of(ref, "nightly") == -5  # unknown here: its replica answers 400
-    assert directory.priority_of(DeploymentRef("default", "plain"), "page") == 0
-    assert priority_class_of([(b"Batchd-Priority", b"page")]) == "page"
-    assert priority_class_of([(b"batchd-timeout-s", b"3")]) is None
+    classes = directory.classes(DeploymentRef("default", "search"))
+    assert classes.names == ["page", "feed", "batch"]  # highest first, equals as the spec gives them
+    assert classes.default == PriorityClass("batch", -5)
+    assert asked_class(classes, b"Page", b"tenant-a") == (PriorityClass("page", 10, 0.5), "tenant-a")
+    assert asked_class(classes, None) == (PriorityClass("batch", -5), "")
+    with pytest.raises(UnknownPriorityClass, match=r"expected one of page, feed, batch, got 'nightly'$"):
+        asked_class(classes, "nightly")
+    plain = directory.classes(DeploymentRef("default", "plain"))
+    assert plain.names == ["default"] and directory.classes(DeploymentRef("default", "gone")) == plain
+    assert named_in_headers([(b"Batchd-Priority", b"page"), (b"batchd-timeout-s", b"3")]) == (
+        b"page",
+        None,
+        False,
+    )
 
 
 def test_a_canarys_replicas_are_known_apart_with_the_share_the_operator_gives_them() -> None:
@@ -235,7 +247,12 @@ def test_one_record_per_deployment_reads_what_this_version_knows_of_the_spec() -
     newer = bd("chat", model="chat")
     newer["spec"]["model"]["served_model_name"] = "org/chat"
     newer["spec"]["model"]["quantization"] = "int4"  # a field of a later version
-    newer["spec"]["batching"] = {"request_timeout_s": 5, "kv_cache": {"blocks": 10}}
+    newer["spec"]["batching"] = {
+        "request_timeout_s": 5,
+        "kv_cache": {"blocks": 10},
+        "priority_classes": [{"name": "page", "priority": 10, "weight": 3}, {"name": "bulk", "priority": -1}],
+        "default_priority_class": "bulk",
+    }
     newer["spec"]["model"]["calls"] = {"helper": "other"}
     newer["spec"]["model"]["init_kwargs"] = {"helper": 1}  # refused by the operator (Degraded)
     newer["status"] = {"rollout": {"phase": "Progressing", "canary_percent": 20, "step_started_at": ""}}
@@ -246,6 +263,20 @@ def test_one_record_per_deployment_reads_what_this_version_knows_of_the_spec() -
         5.0,
         20,
     )
+    assert (record.classes.names, record.classes.default.name) == (["page", "bulk"], "bulk")
+
+
+def test_classes_that_break_a_rule_together_name_none_and_the_deployment_still_routes() -> None:
+    directory = Directory()
+    broken = bd("chat")
+    broken["spec"]["batching"] = {
+        "request_timeout_s": 5,
+        "priority_classes": [{"name": "page", "priority": 10}],
+        "default_priority_class": "nightly",  # none of its classes: the operator reports Degraded
+    }
+    directory.put_deployment(broken)
+    ref = directory.resolve("chat")
+    assert directory.classes(ref).names == ["default"] and directory.request_timeout_s(ref) == 5.0
 
 
 def test_a_record_says_whether_its_replicas_cache_prefixes_and_whose() -> None:

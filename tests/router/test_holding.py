@@ -123,3 +123,16 @@ async def test_a_sheddable_class_is_held_only_under_half_the_bound() -> None:
     holds.release(REF)
     await asyncio.gather(*waiters)
     assert sample(metrics, "batchd_router_holds_total", outcome="shed") == 1
+
+
+async def test_a_replica_ready_before_the_wait_begins_is_not_waited_for() -> None:
+    # The proxy looks for replicas, then its hold starts as a task: a release in between finds
+    # nothing held, so the wait itself must look again.
+    metrics = RouterMetrics()
+    holds = Holds(2, metrics)
+    waiter = asyncio.ensure_future(holds.wait(REF, "adder", 5, ready=lambda: True))
+    holds.release(REF)  # the first replica comes before the wait's first step
+    async with asyncio.timeout(1):
+        await waiter
+    assert holds.snapshot() == []
+    assert sample(metrics, "batchd_router_holds_total", outcome="timeout") == 0

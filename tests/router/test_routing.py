@@ -256,7 +256,8 @@ async def test_the_priority_and_fairness_headers_reach_the_replica_as_the_client
     cluster: Any, fakes: Any
 ) -> None:
     replica = fakes("ok")
-    await cluster.deploy("adder", replica.address)
+    classes = [{"name": "search", "priority": 1}, {"name": "default", "priority": 0}]
+    await cluster.deploy("adder", replica.address, batching={"priority_classes": classes})
     sent = {"batchd-priority": "search", "batchd-fairness-id": "tenant-a"}
     url = PREDICT.format(model="adder")
     async with (

@@ -13,6 +13,14 @@ from typing import Any
 import aiohttp
 
 URL = "{router}/v1/models/adder:predict"
+CLASSES = {
+    "priority_classes": [
+        {"name": "search", "priority": 10},
+        {"name": "batch", "priority": 0},
+        {"name": "prefetch", "priority": -1},
+    ],
+    "default_priority_class": "batch",
+}
 
 
 async def held(client: aiohttp.ClientSession, router: str) -> list[dict[str, Any]]:
@@ -131,3 +139,51 @@ async def _empty(entries: Any) -> bool:
 async def _answers(client: aiohttp.ClientSession, url: str) -> bool:
     async with client.post(url, json={"instances": [1]}) as response:
         return response.status == 200
+
+
+async def test_a_request_of_an_unknown_class_is_refused_by_the_router_and_wakes_nothing(cluster: Any) -> None:
+    await cluster.create_deployment("adder", batching=CLASSES)  # at zero replicas: no slice
+    expected = (
+        "model 'adder': priority class (batchd-priority or metadata.priority): "
+        "expected one of search, batch, prefetch, got 'urgent'"
+    )
+    async with cluster.router() as router, aiohttp.ClientSession() as client:
+        url = URL.format(router=router.url)
+        async with client.post(
+            url, json={"instances": [1]}, headers={"batchd-priority": "urgent"}
+        ) as response:
+            assert (response.status, await response.json()) == (400, {"error": expected})
+        embeddings = {"model": "adder", "input": "hi", "metadata": {"priority": "urgent"}}
+        async with client.post(f"{router.url}/v1/embeddings", json=embeddings) as response:
+            assert (response.status, await response.json()) == (400, {"error": expected})
+        assert await held(client, router.url) == []  # what the operator reads to start a replica
+        async with client.get(f"{router.url}/metrics") as response:
+            assert "batchd_router_holds_total{" not in await response.text()  # nothing was ever held
+
+
+async def test_the_class_an_openai_body_names_is_the_one_the_router_holds_it_in(cluster: Any) -> None:
+    await cluster.create_deployment("adder", batching=CLASSES)
+    async with (
+        cluster.router(max_held_per_deployment=2) as router,
+        aiohttp.ClientSession() as client,
+    ):
+        waiting = asyncio.create_task(predict(client, router.url))  # the default class
+        await cluster.eventually(lambda: _with_count(held(client, router.url), 1), what="one request held")
+        # The hold is at half its bound: a sheddable class is refused, named in the body only ...
+        sheddable = {"model": "adder", "input": "hi", "metadata": {"priority": "Prefetch"}}
+        async with client.post(f"{router.url}/v1/embeddings", json=sheddable) as response:
+            assert response.status == 503
+            assert "a sheddable class is held only while fewer than 1 do" in (await response.json())["error"]
+
+        # ... unless the header names another class: the header wins.
+        async def headed() -> int:
+            headers = {"batchd-priority": "search"}
+            async with client.post(
+                f"{router.url}/v1/embeddings", json=sheddable, headers=headers
+            ) as response:
+                return response.status
+
+        searching = asyncio.create_task(headed())
+        await cluster.eventually(lambda: _with_count(held(client, router.url), 2), what="two requests held")
+        await cluster.delete_deployment("adder")
+        assert await searching == 404 and (await waiting)[0] == 404

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from batchd.bench.priority.analysis import jain
+from batchd.bench.priority.analysis import ClassRun, EqualRun, jain
 from tests.bench.conftest import RunModule
 
 
@@ -19,8 +19,16 @@ def test_jains_index_is_one_for_equal_shares_and_one_over_n_when_one_takes_every
     assert math.isnan(jain([0.0, 0.0]))
 
 
+def test_equal_classes_are_judged_by_what_each_was_served() -> None:
+    def served(answered: int) -> ClassRun:
+        return ClassRun(offered=400, answered=answered, refused=400 - answered, p50_ms=1.0, p99_ms=2.0)
+
+    assert EqualRun(served(300), served(250), 0, 0).served_ratio == pytest.approx(1.2)
+    assert EqualRun(served(1194), served(0), 0, 597).served_ratio == math.inf
+
+
 @pytest.mark.slow
-def test_a_smoke_sized_run_serves_high_first_and_both_callers_alike_and_writes_its_figures(
+def test_a_smoke_sized_run_serves_high_first_equals_alike_sheds_the_sheddable_and_writes_its_figures(
     run_module: RunModule, tmp_path: Path
 ) -> None:
     done = run_module("batchd.bench.priority", "--quick", "--output-dir", str(tmp_path), timeout_s=300)
@@ -34,5 +42,13 @@ def test_a_smoke_sized_run_serves_high_first_and_both_callers_alike_and_writes_i
     assert first_come["high"]["refused"] > 0  # first come: high is refused with everyone else
     (fair,) = results["fairness"]["priority"]
     assert fair["light_rps"] > 0.45 * (fair["light_rps"] + fair["heavy_rps"])
+    (equal,) = results["equal"]["priority"]  # equals take turns, and neither takes the other's place
+    assert equal["gold"]["answered"] > 0 and equal["silver"]["answered"] > 0
+    assert equal["gold_displaced"] == equal["silver_displaced"] == 0
+    (dead,) = results["dead"]["priority"]  # the dead hold no place
+    assert dead["gave_up"] > 0 and dead["live_refused"] == 0
+    (generation,) = results["generation"]["priority"]  # the high class streams; the sheddable one is shed
+    assert generation["high"]["answered"] == generation["high"]["offered"] > 0
+    assert generation["bulk"]["shed"] > 0
     assert "| priority |" in (tmp_path / "priority.md").read_text()
     assert (tmp_path / "priority.png").read_bytes().startswith(b"\x89PNG")

@@ -9,6 +9,7 @@ the replica's warm-up does.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from batchd.api.priority import NO_CLASSES, PriorityClass
 from batchd.api.spec import ModelSpec
 from batchd.replica.generation.engine import GenerationEngine, SequenceState
 from batchd.replica.generation.loader import TokenGenerationModel, load_text_generation
@@ -144,12 +146,18 @@ def run(
     chunks: list[list[Chunk]] = [[] for _ in prompts]
     for index, prompt in enumerate(prompts):
         request = GenerationRequest("", tuple(prompt), params)
-        engine.queue.push(SequenceState(request, chunks[index].append, salt=salt))
+        deliver = functools.partial(_append, chunks[index])
+        engine.queue.push(SequenceState(request, deliver, salt=salt), engine.queue.classes[0].name)
     with torch.inference_mode():
         while engine.waiting or engine.running:
             for sequence, chunk in engine._iterate():
                 sequence.deliver(chunk)
     return [([t for c in cs for t in c.token_ids], sum(c.cached_tokens for c in cs)) for cs in chunks]
+
+
+def _append(chunks: list[Chunk], chunk: Chunk | BaseException) -> None:
+    assert isinstance(chunk, Chunk), chunk
+    chunks.append(chunk)
 
 
 def without_cache(engine: GenerationEngine, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -244,3 +252,39 @@ def test_under_a_small_bound_the_cache_evicts_and_stays_exact(engine: Generation
     assert engine.prefix_cache.stats.evicted_blocks > 0
     # The last prompt's blocks are the most recent: it hits, within the bound.
     assert run(engine, prompts[-1:])[0] == (expected[-1], 48)
+
+
+def test_a_sequence_paused_for_a_higher_class_resumes_from_its_own_blocks(engine: GenerationEngine) -> None:
+    low_prompt, high_prompt = vocabulary(engine, 40, seed=20), vocabulary(engine, 9, seed=21)
+    long = GenerationParams(max_new_tokens=12, min_new_tokens=12)
+    ((expected, _),) = run(engine, [low_prompt], params=long, salt="uncached")
+    engine.set_classes((PriorityClass("high", 10), PriorityClass("low", 0)), "low", first_come=False)
+    engine.set_max_running(1)
+    try:
+        chunks: dict[str, list[Chunk]] = {"low": [], "high": []}
+
+        def submit(name: str, prompt: list[int], params: GenerationParams) -> SequenceState:
+            request = GenerationRequest("", tuple(prompt), params)
+            deliver = functools.partial(_append, chunks[name])
+            state = SequenceState(request, deliver, priority_class=name, priority=10 if name == "high" else 0)
+            engine.queue.push(state, name)
+            return state
+
+        paused = submit("low", low_prompt, long)
+        with torch.inference_mode():
+            for _ in range(4):  # the low sequence runs a few steps alone
+                for sequence, chunk in engine._iterate():
+                    sequence.deliver(chunk)
+            submit("high", high_prompt, GREEDY)  # it takes the only row: the low one is paused
+            while engine.waiting or engine.running:
+                for sequence, chunk in engine._iterate():
+                    sequence.deliver(chunk)
+    finally:
+        engine.set_max_running(8)
+        engine.set_classes(NO_CLASSES.classes, NO_CLASSES.default.name, first_come=False)
+    low = [token for chunk in chunks["low"] for token in chunk.token_ids]
+    assert low == expected and len(chunks["high"]) == NEW_TOKENS
+    # Its resumption copied the blocks it had made (its prompt and tokens so far: two whole blocks)
+    # instead of computing them again.
+    assert paused.cached_tokens == 2 * BLOCK_TOKENS
+    assert chunks["low"][0].cached_tokens == 0  # a first join found nothing of this caller's

@@ -25,6 +25,10 @@ PRIORITY_HEADER = b"batchd-priority"
 # Who sends the request, for fair shares between the callers of one priority class (any string).
 FAIRNESS_HEADER = b"batchd-fairness-id"
 
+# Set by a composer's handles on their calls: the calling deployment's name. Such a call carries the
+# class of the request it was made for, a name from the composer's classes (`batchd.api.priority`).
+CALLED_BY_HEADER = b"batchd-called-by"
+
 
 def parse_timeout_s(value: bytes) -> float:
     """The seconds a `batchd-timeout-s` value names; ValueError naming the header and the value

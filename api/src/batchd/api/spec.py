@@ -302,10 +302,17 @@ class PriorityClassSpec(_Strict):
     """What requests call the class by (a DNS label): the batchd-priority header's value."""
 
     priority: Annotated[int, Field(ge=-1000, le=1000)]
-    """Higher goes first: a batch takes every queued item of a higher class before any of a lower
-    one, and a full queue makes room for a higher class by refusing the most recently queued item
-    of the lowest class (503 with Retry-After). Negative: sheddable, admitted only while the queue
-    is under half of max_queued_requests, so it is refused first."""
+    """Higher goes first: a batch takes every queued item of a higher priority before any of a
+    lower one, and a full queue makes room for a higher priority by refusing the most recently
+    queued item of the lowest priority below it (503 with Retry-After). Classes of one priority
+    are equals: they take turns, and none takes another's place. Negative: sheddable, admitted
+    only while the queue holds less than half of max_queued_requests, so it is refused first."""
+
+    queue_timeout_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+    """Seconds a request of this class may wait in the queue (Triton's timeout per priority
+    level): one still queued after it is refused with 503 and Retry-After, so that an interactive
+    class fails fast while a batch class waits its turn. Default: none; request_timeout_s still
+    bounds the whole request."""
 
 
 class BatchingSpec(_Strict):

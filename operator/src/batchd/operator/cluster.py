@@ -45,7 +45,7 @@ class Cluster:
         # carrying exactly that version is the echo of a write a converge already accounted for.
         self._own_writes: dict[tuple[str, str, str], str] = {}
         self._parsed: dict[Key, Resource] = {}
-        self._status = StatusWriter(api, lambda namespace, name: self._parent_path(namespace, name, "status"))
+        self._status = StatusWriter(api, self._parent_path)
 
     @classmethod
     async def connect(cls, settings: Settings) -> Cluster:
@@ -61,7 +61,7 @@ class Cluster:
         key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
         known = self._parsed.get(key)
         version = metadata.get("resourceVersion")
-        if known is not None and version and known.body.get("metadata", {}).get("resourceVersion") == version:
+        if known is not None and version and known.version == version:
             return known
         parsed = parse(body)
         self._parsed[key] = parsed
@@ -83,7 +83,7 @@ class Cluster:
         each replaces its stored section whole. Callers hold the resource's lock. False when a
         `guarded` section (one the update was computed from) had moved since `resource` was read."""
         return await self._status.write(
-            resource.namespace, resource.name, resource.stored_status, update, guarded
+            resource.namespace, resource.name, resource.stored_status, resource.version, update, guarded
         )
 
     def _parent_path(self, namespace: str, name: str, subresource: str = "") -> str:

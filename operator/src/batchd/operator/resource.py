@@ -33,6 +33,11 @@ class Resource:
         return bool(self.body.get("metadata", {}).get("deletionTimestamp"))
 
     @property
+    def version(self) -> str:
+        """The resourceVersion this reading is of."""
+        return str(self.body.get("metadata", {}).get("resourceVersion") or "")
+
+    @property
     def stored_status(self) -> Mapping[str, Any]:
         """The status exactly as stored (what a guarded write compares against)."""
         return self.body.get("status") or {}

@@ -19,6 +19,7 @@ relying on `__del__`, and the model runs off the event loop (the model layer's j
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -26,20 +27,34 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from batchd.api.priority import (
+    PriorityClass,
+    PriorityClasses,
+    PriorityError,
+    UnknownPriorityClass,
+    asked_class,
+)
 from batchd.api.spec import SHEDDABLE_SHARE, BatchingSpec
-from batchd.replica import adaptive
-from batchd.replica.batch_deadline import reset_batch_deadline, set_batch_deadline
+from batchd.replica import adaptive, errors
+from batchd.replica.batch_deadline import (
+    reset_batch_class,
+    reset_batch_deadline,
+    set_batch_class,
+    set_batch_deadline,
+)
 from batchd.replica.errors import (
     BatchSizeMismatch,
     BatchWide,
     Displaced,
     Draining,
+    InvalidInput,
     QueueFull,
+    QueueTimedOut,
     Shed,
-    UnknownPriorityClass,
     blamed_on,
 )
-from batchd.replica.queueing import FIRST_COME, NO_CALLER, PendingQueue, PriorityClass
+from batchd.replica.queue_timeouts import QueueTimeouts
+from batchd.replica.queueing import NO_CALLER, PendingQueue
 from batchd.replica.traces import (
     BatchTrace,
     BatchTracer,
@@ -58,7 +73,16 @@ RunBatch = Callable[[list[Any]], Awaitable[Sequence[Any]]]
 SMALL_BATCH_RESERVE = 0.1
 
 
-class BatchObserver(Protocol):
+class ClassObserver(Protocol):
+    """Where the batcher and token-level generation report what each priority class was served
+    and refused; the metrics module implements it."""
+
+    def class_refused(self, priority_class: str, reason: str, items: int) -> None: ...
+
+    def class_served(self, priority_class: str, caller: str, waited_s: float) -> None: ...
+
+
+class BatchObserver(ClassObserver, Protocol):
     """Where the batcher reports what it did; the metrics module implements it."""
 
     def batch_dispatched(self, size: int, waited_s: float) -> None: ...
@@ -70,10 +94,6 @@ class BatchObserver(Protocol):
     def batch_planned(self, size: int, go: bool) -> None: ...
 
     def objective_checked(self, items: int, late: int) -> None: ...
-
-    def class_refused(self, priority_class: str, reason: str, items: int) -> None: ...
-
-    def class_served(self, priority_class: str, caller: str, waited_s: float) -> None: ...
 
 
 class NullBatchObserver:
@@ -108,31 +128,47 @@ class _Pending:
     arrived_at: float  # loop.time()
     deadline: float  # loop.time() when its request stops waiting (`waiting`)
     priority_class: str = ""
-    caller: str = ""
+    sender: str = ""  # the caller its request names (its calls carry it on)
+    caller: str = ""  # the queue's: its line (the sender, or "" without fair_share)
+    counted_in: Any = None  # the queue's: where it counts while it waits alive
     trace: RequestTrace | None = None  # its request's span, where the replica traces
 
     def abandoned(self) -> bool:
         return self.future.done()
 
 
-def lane_of(queue: PendingQueue[Any], config: BatchingSpec, priority: str | None) -> int:
-    """The queue's lane for the class a request names (None: the default class); a 400 naming
-    the class when the deployment has none of that name."""
-    name = config.default_priority_class if priority is None else priority
+def class_of(classes: PriorityClasses, client: Client) -> tuple[PriorityClass, str]:
+    """The class and the caller a request's client names (`batchd.api.priority`, as the router
+    reads them); UnknownPriorityClass (a 400 naming it and the classes there are) when the
+    deployment has no class of that name."""
     try:
-        return queue.lane(name)
-    except KeyError:
-        raise UnknownPriorityClass.named(name, [c.name for c in queue.classes]) from None
+        return asked_class(classes, client.priority, client.caller, composed=client.composed)
+    except UnknownPriorityClass as error:
+        raise errors.UnknownPriorityClass(str(error)) from None
+    except PriorityError as error:
+        raise InvalidInput(str(error)) from None
 
 
 def first_come(config: BatchingSpec) -> bool:
     return config.queue_order == "first_come"
 
 
-def priority_classes(config: BatchingSpec) -> list[PriorityClass]:
-    """The classes a batching spec gives its queue, highest first (`default` alone when none)."""
-    given = [PriorityClass(c.name, c.priority) for c in config.priority_classes] or list(FIRST_COME)
-    return sorted(given, key=lambda priority_class: -priority_class.priority)
+def refusal(
+    queue: PendingQueue[Any],
+    priority_class: PriorityClass,
+    count: int,
+    bound: int,
+    retry_after_s: float,
+    queued: int | None = None,
+) -> QueueFull:
+    """Why `count` items of `priority_class` find no room in `queue` (`queued` items waiting in it,
+    by default all it counts): Shed for a sheddable class at or past its share of the bound, else
+    QueueFull."""
+    queued = len(queue) if queued is None else queued
+    mark = math.floor(bound * SHEDDABLE_SHARE)
+    if priority_class.sheddable and not queue.first_come and queued >= mark:
+        return Shed(priority_class.name, mark, retry_after_s)
+    return QueueFull(count, max(0, bound - queued), retry_after_s)
 
 
 class _DrainRate:
@@ -168,7 +204,9 @@ class Batcher:
         self._running_items = 0  # items inside batches the model is computing now
         self._running_sheddable = 0  # of those, the items of sheddable classes
         self._slot_freed = asyncio.Event()
-        self._queue: PendingQueue[_Pending] = PendingQueue(priority_classes(config), first_come(config))
+        self._classes = PriorityClasses.of(config)
+        self._queue: PendingQueue[_Pending] = PendingQueue(self._classes.classes, first_come(config))
+        self._timeouts: QueueTimeouts[_Pending] = QueueTimeouts(self._queue_timed_out)
         self._arrived = asyncio.Event()
         # The former waits for a first item (no window open): every arrival must wake it.
         self._awaiting_first = False
@@ -189,16 +227,12 @@ class Batcher:
 
     @property
     def sheddable_items(self) -> int:
-        """Items of sheddable classes, queued or in the model (autoscaling leaves them out unless
-        its spec counts them)."""
-        sheddable = self._queue.sheddable
-        if not sheddable:
-            return 0
-        queued = sum(1 for pending in self._queue if pending.priority_class in sheddable)
-        return queued + self._running_sheddable
+        """Items of sheddable classes, queued alive or in the model (autoscaling leaves them out
+        unless its spec counts them)."""
+        return self._queue.sheddable_live + self._running_sheddable
 
     def class_depths(self) -> list[tuple[str, int]]:
-        """Items waiting, by priority class."""
+        """Items waiting alive, by priority class."""
         return self._queue.depths()
 
     @property
@@ -245,29 +279,34 @@ class Batcher:
         """Queue one request's items (all or none, as `infer`) and return at once: for callers
         that wait by callback, not by coroutine (the direct path, `batchd.replica.front.direct`).
         The caller `close`s the submission once it has its outcome."""
-        futures, deadline, late = self._admit(items, client)
+        queued, deadline, late = self._admit(items, client)
+        futures = [pending.future for pending in queued]
         waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
-        return self._watches.add(futures, waiter, deadline, client.gone, late)
+        submitted = self._watches.add(futures, waiter, deadline, client.gone, late)
+        submitted.on_close = functools.partial(self._left, queued)
+        return submitted
 
-    def _admit(self, items: Sequence[Any], client: Client) -> tuple[list[asyncio.Future[Any]], float, str]:
+    def _admit(self, items: Sequence[Any], client: Client) -> tuple[list[_Pending], float, str]:
         """Queue every item of one request, or none of them: a request is never half-served.
-        Returns the items' futures, the request's deadline (loop time) and what set it."""
+        Returns the queued items, the request's deadline (loop time) and what set it."""
         if self._draining:
             raise Draining()
-        lane = self._lane_of(client.priority)
-        self._make_room(lane, len(items))
+        priority_class, caller = class_of(self._classes, client)
+        self._make_room(priority_class, len(items))
         loop = asyncio.get_running_loop()
         now = loop.time()
         self.arrivals.add(len(items), now)
         deadline, late = client.deadline(now, self._config.request_timeout_s)
-        caller = client.caller if self._config.fair_share else NO_CALLER
-        class_name = self._config.default_priority_class if client.priority is None else client.priority
-        futures = []
+        line = caller if self._config.fair_share else NO_CALLER
+        name = priority_class.name
+        queued = []
         for item in items:
-            future = loop.create_future()
-            pending = _Pending(item, future, now, deadline, class_name, caller, client.trace)
-            self._queue.push(pending, lane, caller)
-            futures.append(future)
+            pending = _Pending(item, loop.create_future(), now, deadline, name, caller, trace=client.trace)
+            self._queue.push(pending, name, line)
+            queued.append(pending)
+        if priority_class.queue_timeout_s is not None:
+            for pending in queued:
+                self._timeouts.add(pending, name, priority_class.queue_timeout_s, now)
         # A window that is open changes its mind only when the batch is full, or, with a latency
         # objective, at every arrival (it re-plans); waking the former for anything else costs a
         # task step per request and decides nothing.
@@ -277,32 +316,40 @@ class Batcher:
             or self._config.latency_objective_s is not None
         ):
             self._arrived.set()
-        return futures, deadline, late
+        return queued, deadline, late
 
-    def _lane_of(self, priority: str | None) -> int:
-        return lane_of(self._queue, self._config, priority)
+    def _left(self, queued: list[_Pending]) -> None:
+        """A request stopped waiting (answered, failed, gone, late): its items still queued no
+        longer count (they are dropped when met)."""
+        for pending in queued:
+            self._queue.forget(pending)
 
-    def _make_room(self, lane: int, count: int) -> None:
-        """Room for `count` items of `lane`, or QueueFull (Shed for a sheddable class) with nothing
-        queued. Room made by taking lower classes' items fails their requests (`Displaced`)."""
+    def _make_room(self, priority_class: PriorityClass, count: int) -> None:
+        """Room for `count` items of `priority_class`, or QueueFull (Shed for a sheddable class)
+        with nothing queued. Room made by taking lower classes' items fails their requests
+        (`Displaced`)."""
         bound = self._config.max_queued_requests
-        made = self._queue.room_for(lane, count, bound)
+        made = self._queue.room_for(priority_class.name, count, bound)
         if not made and made is not None:  # it fits as it is: the usual case, nothing more to do
             return
         retry_after_s = self._rate.seconds_to_serve(len(self._queue))
-        priority_class = self._queue.lane_class(lane)
         if made is None:
-            if priority_class.sheddable:
-                self._observer.class_refused(priority_class.name, "shed", count)
-                raise Shed(priority_class.name, math.floor(bound * SHEDDABLE_SHARE), retry_after_s)
-            self._observer.class_refused(priority_class.name, "queue_full", count)
-            raise QueueFull(count, max(0, bound - len(self._queue)), retry_after_s)
+            refused = refusal(self._queue, priority_class, count, bound, retry_after_s)
+            reason = "shed" if isinstance(refused, Shed) else "queue_full"
+            self._observer.class_refused(priority_class.name, reason, count)
+            raise refused
         for pending, displaced_class in made:
-            if not pending.future.done():
-                self._observer.class_refused(displaced_class.name, "displaced", 1)
-                pending.future.set_exception(
-                    Displaced(displaced_class.name, priority_class.name, retry_after_s)
-                )
+            self._observer.class_refused(displaced_class.name, "displaced", 1)
+            pending.future.set_exception(Displaced(displaced_class.name, priority_class.name, retry_after_s))
+
+    def _queue_timed_out(self, pending: _Pending, timeout_s: float) -> None:
+        """`pending`'s class limit in the queue passed: refused, if it still waits there."""
+        if pending.counted_in is None or pending.future.done():
+            return  # served, displaced or gone already
+        self._queue.forget(pending)
+        self._observer.class_refused(pending.priority_class, "queue_timeout", 1)
+        retry_after_s = self._rate.seconds_to_serve(len(self._queue))
+        pending.future.set_exception(QueueTimedOut(pending.priority_class, timeout_s, retry_after_s))
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -319,9 +366,10 @@ class Batcher:
         `max_queued_requests`), running batches finish, and each request keeps the deadline it
         was admitted with. A larger `max_concurrent_batches` takes effect at once.
         """
-        classes = priority_classes(config)
-        if tuple(classes) != self._queue.classes or first_come(config) != self._queue.first_come:
-            self._queue = self._queue.regrouped(classes, config.default_priority_class, first_come(config))
+        classes = PriorityClasses.of(config)
+        if classes.classes != self._queue.classes or first_come(config) != self._queue.first_come:
+            self._queue = self._queue.regrouped(classes.classes, classes.default.name, first_come(config))
+        self._classes = classes
         self._config = config
         self._slot_freed.set()
         self._arrived.set()  # a window that is open re-reads its size and length
@@ -337,6 +385,7 @@ class Batcher:
         if self._former is not None:
             await self._former
             self._former = None
+        self._timeouts.clear()
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)
 
@@ -402,16 +451,7 @@ class Batcher:
                 return batch
 
     def _full(self) -> bool:
-        limit = self._config.max_batch_size
-        if self._config.allow_small_batch:
-            return len(self._queue) >= limit
-        # Only live items count towards the full batch this mode promises the model.
-        live = 0
-        for pending in self._queue:
-            live += not pending.future.done()
-            if live >= limit:
-                return True
-        return False
+        return len(self._queue) >= self._config.max_batch_size  # live items only
 
     def _partial_leaves_at(self, now: float) -> float:
         """When a batch that is not full leaves anyway (loop time): its window closes; with a
@@ -509,9 +549,11 @@ class Batcher:
         # last request does (see `deadlines`).
         left = max(pending.deadline for pending in batch) - asyncio.get_running_loop().time()
         token = set_batch_deadline(time.monotonic() + left)
+        asked = set_batch_class(functools.partial(self._batch_class, batch))
         try:
             results = await self._run_batch([pending.item for pending in batch])
         finally:
+            reset_batch_class(asked)
             reset_batch_deadline(token)
         if len(results) != len(batch):
             raise BatchSizeMismatch(
@@ -520,6 +562,22 @@ class Batcher:
         for pending, result in zip(batch, results, strict=True):
             if not pending.future.done():
                 pending.future.set_result(result)
+
+    def _batch_class(self, batch: list[_Pending]) -> tuple[str, str]:
+        """The class a batch's calls to other deployments carry: the highest of its requests'
+        (so that none of them waits behind the callee's lower classes), and the caller they
+        share ("" when they are several)."""
+        highest = batch[0]
+        for pending in batch:
+            found = self._classes.get(pending.priority_class)
+            if found is not None and found.priority > self._priority(highest):
+                highest = pending
+        sender = highest.sender
+        return highest.priority_class, sender if all(p.sender == sender for p in batch) else ""
+
+    def _priority(self, pending: _Pending) -> int:
+        found = self._classes.get(pending.priority_class)
+        return found.priority if found is not None else 0
 
     async def _isolate(self, batch: list[_Pending], error: Exception, span: BatchTrace | None = None) -> None:
         """Find the items that fail alone, so that only they fail (`isolate_failures`).

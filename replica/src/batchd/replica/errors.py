@@ -37,6 +37,17 @@ class Shed(QueueFull):
         self.retry_after_s = retry_after_s
 
 
+class QueueTimedOut(Exception):
+    """The request waited its class's `queue_timeout_s` in the queue and was still there."""
+
+    def __init__(self, priority_class: str, timeout_s: float, retry_after_s: float) -> None:
+        super().__init__(
+            f"priority class {priority_class!r}: still queued after its queue_timeout_s of {timeout_s:g} s; "
+            "retry later"
+        )
+        self.retry_after_s = retry_after_s
+
+
 class Displaced(Exception):
     """A request of a higher priority class took this queued request's place in a full queue."""
 
@@ -98,13 +109,8 @@ class InvalidInput(ValueError):
 
 
 class UnknownPriorityClass(InvalidInput):
-    """The request names a priority class its deployment does not have."""
-
-    @classmethod
-    def named(cls, name: str, known: list[str]) -> UnknownPriorityClass:
-        # Named by the batchd-priority header, or on the OpenAI routes by metadata.priority.
-        where = "priority class (batchd-priority or metadata.priority)"
-        return cls(f"{where}: expected one of {', '.join(known)}, got {name!r}")
+    """The request names a priority class its deployment does not have (the message, naming it and
+    the classes there are, is `batchd.api.priority`'s, as the router's is)."""
 
 
 class TooLarge(ValueError):
@@ -188,6 +194,7 @@ ERROR_TABLE: tuple[tuple[type[BaseException], ErrorAnswer], ...] = (
     # Accepted, then refused before the model: a router does not send it again (another item of
     # the request may have run), its client retries after Retry-After.
     (Displaced, ErrorAnswer(503, "rejected", rejection="displaced", retry=True)),
+    (QueueTimedOut, ErrorAnswer(503, "rejected", rejection="queue_timeout", retry=True)),
     (Draining, ErrorAnswer(503, "rejected", rejection="draining", retry=True, refused=True)),
     (NotReady, ErrorAnswer(503, "rejected", rejection="not_ready", retry=True, refused=True)),
     (Stalled, ErrorAnswer(503, "rejected", rejection="stalled", retry=True, refused=True)),
@@ -284,7 +291,9 @@ def http_error(error: BaseException, body: ErrorBodyMaker = error_body) -> HttpE
     headers = [(b"content-type", b"application/json")]
     if answer.retry:
         retry_after = (
-            error.retry_after_s if isinstance(error, (QueueFull, Displaced, CalleeOverloaded)) else 1.0
+            error.retry_after_s
+            if isinstance(error, (QueueFull, Displaced, QueueTimedOut, CalleeOverloaded))
+            else 1.0
         )
         headers.append((b"retry-after", str(max(1, round(retry_after))).encode()))
     if answer.refused and answer.rejection is not None:
@@ -320,7 +329,8 @@ _MEANINGS: dict[int, str] = {
     "item and the model's error. Its batch-mates got their answers.",
     500: "The model raised on a batch that no single item explains, or answered with the wrong "
     "number of results, or a deployment it calls failed (the message names it).",
-    503: "The queue is full, the model is still loading or stuck on a batch, or the replica is "
+    503: "The queue is full (or a higher priority class took the request's place, or it waited its "
+    "class's queue_timeout_s), the model is still loading or stuck on a batch, or the replica is "
     "shutting down, or a deployment it calls is overloaded or unreachable: retry after Retry-After "
     "seconds (on another replica).",
     504: "request_timeout_s passed before the model (or a deployment it calls) answered.",

@@ -12,6 +12,12 @@ returns their vectors. None blocks anything: an
 calls while the server keeps admitting requests and, with `max_concurrent_batches` > 1, running
 other batches.
 
+A call carries the class and the caller of the batch it was made for (`batchd-priority`,
+`batchd-fairness-id`: the highest class among the batch's requests, and their caller when they
+share one) and says it is a composer's (`batchd-called-by`): the callee orders it like any other
+request of that class, so a high-class request never waits behind the callee's low-class queue (a
+priority inversion). A class the callee lacks is its default class there.
+
 Every call is bounded and every failure names the callee. A call gives up when the batch it was
 made for is no longer awaited (`deadlines`: the composer's own `request_timeout_s`), so a slow
 callee never holds the composer's model past its requests. What comes back:
@@ -46,8 +52,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from batchd.api.headers import REFUSED_HEADER
-from batchd.replica.batch_deadline import seconds_left
+from batchd.api.headers import CALLED_BY_HEADER, FAIRNESS_HEADER, PRIORITY_HEADER, REFUSED_HEADER
+from batchd.replica.batch_deadline import batch_class, seconds_left
 from batchd.replica.errors import CalleeError, CalleeOverloaded, CalleeTimeout, CalleeUnavailable
 from batchd.replica.json_encoding import plain
 from batchd.replica.traces import current_batch
@@ -71,6 +77,11 @@ DEFAULT_TIMEOUT_S = 30.0
 # (within their deadline). Enough for max_concurrent_batches batches of a few dozen calls each.
 MAX_CONNECTIONS = 256
 _JSON = {"Content-Type": "application/json"}
+_PRIORITY, _FAIRNESS, _CALLED_BY = (
+    PRIORITY_HEADER.decode(),
+    FAIRNESS_HEADER.decode(),
+    CALLED_BY_HEADER.decode(),
+)
 _REFUSED = REFUSED_HEADER.decode()
 # Failures before any answer came: nothing was sent, or a keep-alive connection was closed by the
 # callee as the call went out (nothing read it). Anything later may have been computed.
@@ -176,12 +187,14 @@ class DeploymentHandle:
         client: CallClient,
         *,
         default_timeout_s: float = DEFAULT_TIMEOUT_S,
+        composer: str = "",
     ) -> None:
         self.alias = alias
         self.deployment = deployment
         self.url = url.rstrip("/")
         self._client = client
         self._default_timeout_s = default_timeout_s
+        self._composer = composer or alias  # who calls, as `batchd-called-by` says
         self._model_name: str | None = None  # the callee's model name, read from it on first use
         self._discovery = asyncio.Lock()  # calls that start together read it once
 
@@ -215,11 +228,11 @@ class DeploymentHandle:
             raise self._error(CalleeTimeout, "not called: the requests it was for are past their deadline")
         batch = current_batch()  # the traced batch this call is made for, if any
         if batch is None:
-            return await self._within(left, items, route, _JSON)
+            return await self._within(left, items, route, self._headers())
         call = batch.call_started(self.alias, self.deployment, self.url)
         answered: list[int] = []
         try:
-            results = await self._within(left, items, route, {**_JSON, **call.headers}, answered)
+            results = await self._within(left, items, route, {**self._headers(), **call.headers}, answered)
         except BaseException as error:
             call.finished(answered[-1] if answered else None, error)
             raise
@@ -275,6 +288,18 @@ class DeploymentHandle:
                 continue
             raise self._failure(status, payload, retry_after)
         raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def _headers(self) -> dict[str, str]:
+        """A call's headers: JSON, and the class and caller of the batch it is made for (a traced
+        call adds its span's context)."""
+        headers = {**_JSON, _CALLED_BY: self._composer}
+        asked = batch_class()
+        if asked is not None:
+            priority_class, caller = asked
+            headers[_PRIORITY] = priority_class
+            if caller:
+                headers[_FAIRNESS] = caller
+        return headers
 
     async def _discover_once(self, session: aiohttp.ClientSession) -> str:
         async with self._discovery:
@@ -338,6 +363,7 @@ def make_handles(
     client: CallClient,
     *,
     default_timeout_s: float = DEFAULT_TIMEOUT_S,
+    composer: str = "",
 ) -> dict[str, DeploymentHandle]:
     """One handle per alias of `model.calls` (alias -> deployment), at `addresses` (alias -> URL).
 
@@ -359,7 +385,12 @@ def make_handles(
         )
     return {
         alias: DeploymentHandle(
-            alias, deployment, addresses[alias], client, default_timeout_s=default_timeout_s
+            alias,
+            deployment,
+            addresses[alias],
+            client,
+            default_timeout_s=default_timeout_s,
+            composer=composer,
         )
         for alias, deployment in calls.items()
     }

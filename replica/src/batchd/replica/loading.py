@@ -13,18 +13,24 @@ from batchd.replica.models.executor import ModelExecutor
 
 
 def load_model(
-    spec: ModelSpec, *, mirror_dir: Path | None, pvc_root: Path, calls: Mapping[str, str] | None = None
+    spec: ModelSpec,
+    *,
+    mirror_dir: Path | None,
+    pvc_root: Path,
+    calls: Mapping[str, str] | None = None,
+    composer: str = "",
 ) -> BatchModel:
     """Load the model `spec` names. Blocking: the app calls it in a thread during start-up.
 
-    `calls` is where each alias of `model.calls` is reached (alias -> base URL).
+    `calls` is where each alias of `model.calls` is reached (alias -> base URL); `composer` the
+    name of the deployment that calls them, which its calls say.
     """
     executor = ModelExecutor()
     try:
         if spec.handler is not None:
             from batchd.replica.models.custom import load_custom_handler
 
-            return load_custom_handler(spec, executor, calls)
+            return load_custom_handler(spec, executor, calls, composer)
         if calls:
             raise ModelLoadError(f"--call/BATCHD_CALLS: model.task={spec.task!r} calls no other deployment")
         from batchd.replica.models.pipelines import load_pipeline

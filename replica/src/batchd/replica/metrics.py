@@ -252,13 +252,14 @@ def cumulative_buckets(bounds: Sequence[float], counts: Sequence[int]) -> list[t
     return cumulative
 
 
-# Fairness ids with a series of their own, the first ones seen; every later one counts as "other".
+# Fairness ids with a series of their own, the first ones seen; every later one counts as "other",
+# a request without one always as "none".
 MAX_CALLER_SERIES = 16
 OTHER_CALLERS = "other"
 NO_CALLER = "none"
 
 
-CLASS_REFUSALS = ("queue_full", "shed", "displaced")
+CLASS_REFUSALS = ("queue_full", "shed", "displaced", "queue_timeout")
 
 
 class ClassFigures(Collector):
@@ -274,6 +275,7 @@ class ClassFigures(Collector):
         self._waits: dict[str, list[int]] = {}
         self._wait_sums: dict[str, float] = {}
         self._served: dict[str, int] = {}
+        self._ids = 0  # fairness ids with a series of their own
         registry.register(self)
 
     def track(self, depths: Callable[[], Iterable[tuple[str, int]]]) -> None:
@@ -291,8 +293,11 @@ class ClassFigures(Collector):
         waits[bisect_left(SECONDS_BUCKETS, waited_s)] += 1
         self._wait_sums[priority_class] += waited_s
         name = caller or NO_CALLER
-        if name not in self._served and len(self._served) >= MAX_CALLER_SERIES:
-            name = OTHER_CALLERS
+        if name not in self._served and name != NO_CALLER:
+            if self._ids >= MAX_CALLER_SERIES:
+                name = OTHER_CALLERS
+            else:
+                self._ids += 1
         self._served[name] = self._served.get(name, 0) + 1
 
     def collect(self) -> Iterator[Metric]:
@@ -306,7 +311,8 @@ class ClassFigures(Collector):
         refused = CounterMetricFamily(
             "batchd_class_refusals",
             "Items refused by priority class and reason: queue_full, shed (a sheddable class past its "
-            "mark) or displaced (its place taken by a higher class).",
+            "mark), displaced (its place taken by a higher class) or queue_timeout (still queued after "
+            "its class's queue_timeout_s).",
             labels=(*by_class, "reason"),
         )
         # Every class's series from the start (zero until a refusal), so that a rate reads 0, not nothing.

@@ -62,7 +62,7 @@ class Replica:
             running_items=lambda: self.batcher.running_items + self._sequences()[1],
             inflight=lambda: self.inflight,
         )
-        self.metrics.classes.track(self.batcher.class_depths)
+        self.metrics.classes.track(self._class_depths)
         self.metrics.track_adaptive(
             cost=lambda: self.batcher.cost.fitted,
             arrival_rate=lambda: self.batcher.arrivals.at(asyncio.get_running_loop().time()),
@@ -76,6 +76,14 @@ class Replica:
         if self.generation is not None:
             self.generation.reconfigure(manifest.spec.batching)
         self.metrics.batching_revision.set(manifest.batching_revision)
+
+    def _class_depths(self) -> list[tuple[str, int]]:
+        """Items and sequences waiting alive, by priority class."""
+        depths = dict(self.batcher.class_depths())
+        if self._token_level is not None:
+            for name, waiting in self._token_level.class_depths():
+                depths[name] = depths.get(name, 0) + waiting
+        return list(depths.items())
 
     def _sequences(self) -> tuple[int, int]:
         """Sequences waiting and running in token-level scheduling: items, as the autoscaler counts
@@ -92,7 +100,8 @@ class Replica:
             "ready": self.ready,
             "queued_items": self.batcher.queue_depth + waiting,
             "running_items": self.batcher.running_items + running,
-            "sheddable_items": self.batcher.sheddable_items,
+            "sheddable_items": self.batcher.sheddable_items
+            + (self._token_level.sheddable if self._token_level is not None else 0),
             "inflight_requests": self.inflight,
             "batching_revision": self.manifest.batching_revision,
         }
@@ -135,6 +144,7 @@ class Replica:
             self.batcher,
             sequences=metrics,
             steps=metrics,
+            classes=self.metrics,
             memory_request_bytes=memory_request_bytes(self.manifest.spec.resources),
             tracer=self.tracing,
         )

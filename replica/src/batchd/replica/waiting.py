@@ -34,17 +34,19 @@ _CLIENT_TIMEOUT = TIMEOUT_HEADER.decode()
 class Client:
     """What the replica knows of a request's client: how it learns that the client has gone
     (`gone`), how long the client still waits (`timeout_s`, from `batchd-timeout-s`), the priority
-    class it asks for (`priority`, from `batchd-priority`; None: the default class), who it is,
-    for fair shares within its class (`caller`, from `batchd-fairness-id`, else what the body
+    class it asks for (`priority`, from `batchd-priority`, as sent; None: the default class), who it
+    is, for fair shares within its class (`caller`, from `batchd-fairness-id`, else what the body
     says) and for the prefix cache's scope (`tenant`: from the header only, which a gateway sets,
-    never from the body, which the client writes), and the request's span where the replica
-    traces (`trace`)."""
+    never from the body, which the client writes), whether it is a composer's call (`composed`,
+    `batchd-called-by`), and the request's span where the replica traces (`trace`).
+    `batchd.api.priority` reads the class."""
 
     gone: Abandoned | None = None
     timeout_s: float | None = None
     priority: str | None = None
     caller: str = ""
     tenant: str = ""
+    composed: bool = False
     trace: RequestTrace | None = None
 
     def asking(self, priority: str | None, caller: str | None) -> Client:
@@ -56,6 +58,7 @@ class Client:
             self.priority if self.priority is not None else priority,
             self.caller or caller or "",
             self.tenant,
+            self.composed,
             self.trace,
         )
 
@@ -94,6 +97,8 @@ class Submitted:
     waiter: asyncio.Future[Any]
     watch: _Watch
     watches: Watches
+    # What the queue does once the request stops waiting: its items still queued stop counting.
+    on_close: Callable[[], None] | None = None
 
     @property
     def why(self) -> BaseException | None:
@@ -118,6 +123,8 @@ class Submitted:
         self.watches.remove(self.watch)
         for future in self.futures:
             future.cancel()
+        if self.on_close is not None:
+            self.on_close()
 
 
 class Watches:

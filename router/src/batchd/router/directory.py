@@ -8,16 +8,21 @@ replica (held requests go) or goes away (held requests fail).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from batchd.api.headers import PRIORITY_HEADER
+from pydantic import ValidationError
+
 from batchd.api.manifest import lenient_spec
 from batchd.api.pod import CANARY, track_of
-from batchd.api.spec import DEFAULT_PRIORITY_CLASS, BatchingSpec
+from batchd.api.priority import NO_CLASSES, PriorityClasses
+from batchd.api.spec import BatchingSpec
 from batchd.api.status import read_status
 from batchd.router.errors import AmbiguousModel, UnknownModel
+
+logger = logging.getLogger(__name__)
 
 # The Service port a replica serves on (the operator names it so, see operator/children.py).
 PORT_NAME = "http"
@@ -40,27 +45,21 @@ def ref_of(deployment: Mapping[str, Any]) -> DeploymentRef:
     return DeploymentRef(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
 
 
-@dataclass(frozen=True, slots=True)
-class ClassPriorities:
-    """A deployment's priority classes (`spec.batching.priority_classes`): a class's priority by
-    name, and the default class's, which a request that names none or an unknown one gets here
-    (its replica answers an unknown name with a 400)."""
-
-    by_name: Mapping[str, int]
-    default: int = 0
-
-    def of(self, name: str | None) -> int:
-        return self.by_name.get(name, self.default) if name is not None else self.default
-
-    @classmethod
-    def of_batching(cls, batching: BatchingSpec) -> ClassPriorities:
-        by_name = {found.name: found.priority for found in batching.priority_classes}
-        return cls(by_name, by_name.get(batching.default_priority_class or DEFAULT_PRIORITY_CLASS, 0))
+# The fields of spec.batching that say a deployment's priority classes.
+CLASS_FIELDS = {"priority_classes", "default_priority_class"}
 
 
-def priority_class_of(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-    """The class a request names in its batchd-priority header; None when it names none."""
-    return next((value.decode("latin-1") for name, value in headers if name.lower() == PRIORITY_HEADER), None)
+def classes_of(ref: DeploymentRef, batching: BatchingSpec) -> PriorityClasses:
+    """A deployment's priority classes, as its replicas read them: the router holds, retries and
+    refuses by them what the replicas would. From a lenient spec, the classes are checked together
+    again (a default class that is none of them): classes that break a rule name none here, as
+    the operator reports the deployment Degraded and its replicas do not start."""
+    try:
+        checked = BatchingSpec.model_validate(batching.model_dump(include=CLASS_FIELDS))
+    except ValidationError as error:
+        logger.warning("%s: its priority classes are not read, none is named: %s", ref, error)
+        return NO_CLASSES
+    return PriorityClasses.of(checked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +71,7 @@ class DeploymentRecord:
     model: str  # the name in its URLs: spec.model.name, by default metadata.name
     names: frozenset[str]  # every name a request may give: also spec.model.served_model_name
     request_timeout_s: float  # how long its replica works on a request before its own 504
-    priorities: ClassPriorities
+    classes: PriorityClasses  # its priority classes, as its replicas read them
     canary_percent: int  # the canary revision's share now (0 whenever no canary serves)
     # Its replicas keep a prefix cache (token-level text generation with prefix_cache_bytes not 0):
     # requests are routed by their prompts' prefixes, salted by caller unless the scope is shared.
@@ -98,7 +97,7 @@ class DeploymentRecord:
             model=model,
             names=frozenset({model, served} if served else {model}),
             request_timeout_s=spec.batching.request_timeout_s,
-            priorities=ClassPriorities.of_batching(spec.batching),
+            classes=classes_of(ref, spec.batching),
             canary_percent=rollout.canary_percent if rollout is not None else 0,
             prefix_cached=cached,
             prefix_by_caller=generation.prefix_cache_scope == "caller",
@@ -198,10 +197,10 @@ class Directory:
         found = self._records.get(ref)
         return found.request_timeout_s if found is not None else DEFAULT_REQUEST_TIMEOUT_S
 
-    def priority_of(self, ref: DeploymentRef, class_name: str | None) -> int:
-        """The priority of the class a request names (None: it names none) at deployment `ref`."""
+    def classes(self, ref: DeploymentRef) -> PriorityClasses:
+        """The priority classes of deployment `ref` (`default` alone when it names none)."""
         found = self._records.get(ref)
-        return found.priorities.of(class_name) if found is not None else 0
+        return found.classes if found is not None else NO_CLASSES
 
     def deployments(self) -> dict[DeploymentRef, str]:
         return {ref: found.model for ref, found in self._records.items()}

@@ -5,10 +5,14 @@ them, the router holds each until a first replica is ready, bounded in count per
 and in time; what is held is what the operator reads (`GET /held`) to start a replica. When the
 deployment is deleted, its held requests fail with an error naming the model.
 
-The hold keeps the replica's order between priority classes: a full hold makes room for a
-request of a higher class by refusing the most recently held request of the lowest class (503
-with Retry-After); a sheddable class (negative priority) is held only while the hold is under
-`SHEDDABLE_SHARE` of its bound; a first replica gets the held requests higher classes first.
+The hold keeps the replica's order between priority levels (the classes of one priority are
+one level): a full hold makes room for a request of a strictly higher priority by refusing the
+most recently held request of the lowest priority (503 with Retry-After), never for an equal
+one; a sheddable class (negative priority) is held only while the hold holds less than
+`SHEDDABLE_SHARE` of its bound (counted before it joins); a first replica gets the held requests
+higher priorities first, each level in the order it came. A request whose client left, or whose
+time passed, leaves the hold at once. The router reads a request's class as its replicas do
+(`batchd.api.priority`) and refuses one its deployment lacks before holding anything.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from batchd.api.spec import SHEDDABLE_SHARE
@@ -44,10 +49,23 @@ class Holds:
         self.metrics = metrics
         self._waiting: dict[DeploymentRef, _Waiting] = {}
 
-    async def wait(self, ref: DeploymentRef, model: str, timeout_s: float, priority: int = 0) -> None:
+    async def wait(
+        self,
+        ref: DeploymentRef,
+        model: str,
+        timeout_s: float,
+        priority: int = 0,
+        ready: Callable[[], bool] = lambda: False,
+    ) -> None:
         """Return once `ref` has a ready replica; HoldRefused when the hold is full (or, for a
         sheddable `priority`, past its share) or a higher class took this request's place,
-        HoldTimedOut when `timeout_s` passed, UnknownModel when the deployment is deleted meanwhile."""
+        HoldTimedOut when `timeout_s` passed, UnknownModel when the deployment is deleted meanwhile.
+
+        `ready` says whether `ref` has a replica now: it is asked in the step that joins the hold,
+        because a release between the caller's own look and this wait's first step finds nothing
+        to release."""
+        if ready():
+            return
         labels = (ref.namespace, ref.name)
         waiting = self._waiting.setdefault(ref, _Waiting(model))
         bound = self.max_per_deployment

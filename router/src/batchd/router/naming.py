@@ -40,11 +40,12 @@ def routed(method: str, path: str) -> RouteMatch | None:
 def model_in_body(body: bytes, field: str) -> str:
     """The model a JSON body names in `field`; BadRequest naming the field (and the value) when
     the body is no JSON object or the field holds no model name."""
-    return model_in_document(json_body(body, field), field)
+    return named_model(json_body(body, field), field)
 
 
 def json_body(body: bytes, field: str) -> Any:
-    """A JSON body, parsed; BadRequest naming `field` (what the router reads in it) when it is not JSON."""
+    """A JSON body, read (once: it also names the request's priority class and caller, see
+    `batchd.api.priority`); BadRequest when it is no JSON, naming `field`, which it must give."""
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as error:
@@ -53,8 +54,9 @@ def json_body(body: bytes, field: str) -> Any:
         ) from None
 
 
-def model_in_document(document: Any, field: str) -> str:
-    """The model a parsed JSON body names in `field`; BadRequest naming the field otherwise."""
+def named_model(document: Any, field: str) -> str:
+    """The model a JSON document names in `field`; BadRequest naming the field (and the value)
+    when it is no object or the field holds no model name."""
     value = document.get(field) if isinstance(document, dict) else None
     if not isinstance(value, str) or not value:
         raise BadRequest(f"request body: field {field!r} must name the model, got {value!r}")

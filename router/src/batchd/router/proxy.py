@@ -13,12 +13,12 @@ import math
 import random
 import time
 from collections.abc import Callable
-from typing import Any
 
 import orjson
 
 from batchd.api.headers import FAIRNESS_HEADER, TIMEOUT_HEADER
 from batchd.api.httpserver import closing
+from batchd.api.priority import PriorityClass, PriorityError, asked_class, named_in_headers
 from batchd.api.routes import Route, RouteMatch
 from batchd.router.client_deadline import deadline_of
 from batchd.router.client_request import (
@@ -32,7 +32,7 @@ from batchd.router.client_request import (
     read_all,
     until_gone,
 )
-from batchd.router.directory import DeploymentRef, Directory, priority_class_of
+from batchd.router.directory import DeploymentRef, Directory
 from batchd.router.errors import (
     BadRequest,
     DeadlineExceeded,
@@ -45,7 +45,7 @@ from batchd.router.forwarding import Forwarder, Outbound
 from batchd.router.holding import Holds
 from batchd.router.loads import Loads
 from batchd.router.metrics import RouterMetrics
-from batchd.router.naming import DEPLOYMENT_PREFIX, json_body, model_in_document, routed, scoped
+from batchd.router.naming import DEPLOYMENT_PREFIX, json_body, named_model, routed, scoped
 from batchd.router.own_routes import answer_own
 from batchd.router.prefixes import LoadGuard, PrefixAsk, PrefixIndex, chunk_hashes, prompt_text
 from batchd.router.settings import RouterSettings
@@ -132,8 +132,8 @@ class Router:
         deployment by name and the path its replica answers."""
         ref: DeploymentRef | None = None
         received: list[Message] = []
-        document: Any = None  # the JSON body, where it was read to find the model
         failure: BaseException | None = None
+        document: object = None  # the JSON body, where the router reads the model from it
         try:
             if not self.synced():
                 raise NotSynced("the router has not yet read the deployments from the API server")
@@ -142,9 +142,8 @@ class Router:
                 route: Route | None = found.route
                 if model is None:
                     assert found.route.model_field is not None  # see `routed`
-                    field = found.route.model_field
-                    document = await self._body(field, receive, received)
-                    model = model_in_document(document, field)
+                    document = await self._json_body(found.route.model_field, receive, received)
+                    model = named_model(document, found.route.model_field)
                 ref = self.directory.resolve(model)
             else:
                 assert named is not None
@@ -174,8 +173,8 @@ class Router:
         if ref is not None:
             self.metrics.requests.labels(ref.namespace, ref.name, f"{status // 100}xx").inc()
 
-    async def _body(self, field: str, receive: Receive, received: list[Message]) -> Any:
-        """The JSON body, which names the model in `field`, read into `received` no further than a
+    async def _json_body(self, field: str, receive: Receive, received: list[Message]) -> object:
+        """The JSON body that names the model in `field`, read into `received` no further than a
         retry keeps it anyway (`retry_body_max_bytes`)."""
         limit = self.settings.retry_body_max_bytes
         await read_ahead(receive, received, limit)
@@ -192,7 +191,7 @@ class Router:
         headers: list[tuple[bytes, bytes]],
         receive: Receive,
         received: list[Message],
-        document: Any,
+        document: object,
     ) -> PrefixAsk | None:
         """How to route a text-generation request by its prompt, for a deployment whose replicas
         cache prefixes; None for any other request, and for a body too large to read ahead
@@ -219,6 +218,17 @@ class Router:
         slack = max(1.0, settings.prefix_load_slack * record.max_batch_size)
         return PrefixAsk(hashes, LoadGuard(slack, settings.prefix_load_ratio))
 
+    def _class_of(self, ref: DeploymentRef, scope: Message, document: object) -> PriorityClass:
+        """The priority class a request names at `ref`, read as its replicas read it (headers, else
+        an OpenAI body's metadata.priority); BadRequest naming it and the classes there are when
+        the deployment has no such class (then nothing is held, nor woken)."""
+        priority, caller, composed = named_in_headers(scope["headers"])
+        try:
+            asked, _ = asked_class(self.directory.classes(ref), priority, caller, document, composed=composed)
+        except PriorityError as error:
+            raise BadRequest(f"model {self.directory.model_of(ref)!r}: {error}") from None
+        return asked
+
     async def _route(
         self,
         ref: DeploymentRef,
@@ -228,13 +238,13 @@ class Router:
         send: Send,
         received: list[Message],
         route: Route | None = None,
-        document: Any = None,
+        document: object = None,
         trace: RouteTrace | None = None,
     ) -> int:
-        """`received`: what was read of the request so far (the body, when the model is named in it,
-        parsed: `document`)."""
+        """`received`: what was read of the request so far (the body, when the model is named in
+        it); `document`: that body, read as JSON."""
         deadline = deadline_of(scope["headers"])
-        priority = self.directory.priority_of(ref, priority_class_of(scope["headers"]))
+        priority = self._class_of(ref, scope, document).priority
         if not self.directory.replicas(ref):
             held_at = time.monotonic()
             try:
@@ -282,7 +292,9 @@ class Router:
         client_left_s = math.inf if deadline is None else deadline - time.monotonic()
         client_bound = client_left_s < self.settings.hold_timeout_s
         timeout_s = min(client_left_s, self.settings.hold_timeout_s)
-        held = asyncio.ensure_future(self.holds.wait(ref, model, timeout_s, priority))
+        held = asyncio.ensure_future(
+            self.holds.wait(ref, model, timeout_s, priority, ready=lambda: bool(self.directory.replicas(ref)))
+        )
         watching = asyncio.ensure_future(until_gone(receive, received, self.settings.retry_body_max_bytes))
         try:
             await asyncio.wait((held, watching), return_when=asyncio.FIRST_COMPLETED)

@@ -13,8 +13,18 @@ from batchd.bench.priority.workload import QUICK, Options
 
 
 def failure(results: Results) -> str | None:
-    answered = [run.high.answered + run.low.answered for runs in results.priority.values() for run in runs]
-    return None if all(answered) else "a priority load got no answer at all"
+    answered = {
+        "priority": [
+            run.high.answered + run.low.answered for runs in results.priority.values() for run in runs
+        ],
+        "equal-class": [
+            run.gold.answered + run.silver.answered for runs in results.equal.values() for run in runs
+        ],
+        "dead-item": [run.high_answered for runs in results.dead.values() for run in runs],
+        "token-level": [run.high.answered for runs in results.generation.values() for run in runs],
+    }
+    silent = [load for load, counts in answered.items() if not all(counts)]
+    return f"a {silent[0]} load got no answer at all" if silent else None
 
 
 BENCHMARK = Benchmark(

@@ -14,7 +14,8 @@ import time
 
 import orjson
 
-from batchd.api.headers import FAIRNESS_HEADER, PRIORITY_HEADER, TIMEOUT_HEADER, parse_timeout_s
+from batchd.api.headers import TIMEOUT_HEADER, parse_timeout_s
+from batchd.api.priority import named_in_headers
 from batchd.replica.errors import (
     ErrorAnswer,
     ErrorBodyMaker,
@@ -38,15 +39,9 @@ def client_of(
 ) -> Client:
     """The request's client: how long it still waits, its priority class and who it is, where its
     headers say, `gone` (see `client_waiting`) and the request's span."""
-    timeout = priority = caller = None
-    for name, value in headers:
-        if name == TIMEOUT_HEADER:
-            timeout = value
-        elif name == PRIORITY_HEADER:
-            priority = value
-        elif name == FAIRNESS_HEADER:
-            caller = value
-    return client_waiting(timeout, gone, priority, caller, trace)
+    timeout = next((value for name, value in headers if name == TIMEOUT_HEADER), None)
+    priority, caller, composed = named_in_headers(headers)
+    return client_waiting(timeout, gone, priority, caller, composed, trace)
 
 
 def client_waiting(
@@ -54,20 +49,29 @@ def client_waiting(
     gone: Abandoned | None,
     priority: bytes | None = None,
     caller: bytes | None = None,
+    composed: bool = False,
     trace: RequestTrace | None = None,
 ) -> Client:
     """A client that waits `timeout` seconds (the `batchd-timeout-s` value, None where it did not
-    say), in the class `priority` names, as `caller`, its request traced by `trace`; InvalidInput
-    (a 400) naming the header and the value when the timeout is no positive number."""
-    if timeout is None and priority is None and caller is None and trace is None:
+    say), in the class `priority` names, as `caller`, on a composer's call or not (`composed`), its
+    request traced by `trace`; InvalidInput (a 400) naming the header and the value when the
+    timeout is no positive number."""
+    if timeout is None and priority is None and caller is None and not composed and trace is None:
         return NO_CLIENT if gone is None else Client(gone)
     try:
         timeout_s = None if timeout is None else parse_timeout_s(timeout)
     except ValueError as error:
         raise InvalidInput(str(error)) from None
     caller_id = "" if caller is None else caller.decode("latin-1")
-    class_name = None if priority is None else priority.decode("latin-1")
-    return Client(gone, timeout_s, class_name, caller_id, tenant=caller_id, trace=trace)
+    return Client(
+        gone,
+        timeout_s,
+        None if priority is None else priority.decode("latin-1"),
+        caller_id,
+        tenant=caller_id,
+        composed=composed,
+        trace=trace,
+    )
 
 
 def opened(replica: Replica) -> float:

@@ -44,6 +44,7 @@ def default_loader(manifest: BatchedDeployment, settings: ReplicaSettings) -> Mo
         mirror_dir=settings.model_mirror,
         pvc_root=settings.pvc_root,
         calls=settings.calls,
+        composer=manifest.metadata.name,
     )
 
 

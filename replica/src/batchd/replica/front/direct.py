@@ -30,7 +30,7 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from batchd.api.headers import FAIRNESS_HEADER, PRIORITY_HEADER, TIMEOUT_HEADER
+from batchd.api.headers import CALLED_BY_HEADER, FAIRNESS_HEADER, PRIORITY_HEADER, TIMEOUT_HEADER
 from batchd.api.httpserver import HeadWithBody
 from batchd.api.routes import KSERVE_V1_PREDICT, MODEL_NAME
 from batchd.replica.errors import ClientDisconnected, error_body
@@ -87,7 +87,8 @@ class DirectProtocol(BoundedHttpToolsProtocol):
         if replica.batcher.draining or replica.schedules_tokens or self.limit_concurrency is not None:
             return None
         length: bytes | None = None
-        client: list[bytes | None] = [None, None, None]  # the client's timeout, priority and caller
+        # The client's timeout, priority and caller, and whether a composer calls (names are lower case).
+        client: list[bytes | None] = [None, None, None, None]
         for name, value in self.headers:
             if name == b"content-length":
                 length = value
@@ -98,6 +99,8 @@ class DirectProtocol(BoundedHttpToolsProtocol):
                     client[1] = value
                 elif name == FAIRNESS_HEADER:
                     client[2] = value
+                elif name == CALLED_BY_HEADER:
+                    client[3] = value
             elif name == b"transfer-encoding":
                 return None
         if length is None or not length.isdigit() or int(length) > self.max_body:
@@ -176,7 +179,7 @@ class _Prediction:
     ) -> None:
         self.trace = trace
         self.protocol = protocol
-        self.client = client  # its batchd- headers: timeout, priority, caller
+        self.client = client  # its batchd- headers: timeout, priority, caller, called-by
         self.replica = replica
         self.keep_alive = keep_alive
         self.chunks: list[bytes] = []
@@ -191,8 +194,10 @@ class _Prediction:
         self.reading = False
         try:
             # The client is watched by the protocol (`abandon`), not by a coroutine of its own.
-            timeout, priority, caller = self.client
-            client = answers.client_waiting(timeout, None, priority, caller, self.trace)
+            timeout, priority, caller, called_by = self.client
+            client = answers.client_waiting(
+                timeout, None, priority, caller, called_by is not None, self.trace
+            )
             items = decode_instances(parse_json(b"".join(self.chunks)))
             self.submitted = self.replica.submit(items, "instances", client)
         except Exception as error:

@@ -81,8 +81,14 @@ class TokenGenerationModel:
             self.engine.observer = setup.steps
             self._size_prefix_cache(setup)
             self.engine.tracer = setup.tracer
-            scope = self._generation.prefix_cache_scope
-            self._service = TokenLevel(self.engine, self.preparer, setup.config, setup.sequences, scope)
+            self._service = TokenLevel(
+                self.engine,
+                self.preparer,
+                setup.config,
+                setup.sequences,
+                setup.classes,
+                self._generation.prefix_cache_scope,
+            )
             self.engine.start(asyncio.get_running_loop())
         return self._service
 

@@ -159,6 +159,13 @@ class RequestLevel:
         return 0.0  # no cache outlives its batch
 
     @property
+    def sheddable(self) -> int:
+        return 0  # the batcher's items, counted there
+
+    def class_depths(self) -> list[tuple[str, int]]:
+        return []  # likewise
+
+    @property
     def prefix_cache(self) -> None:
         return None  # transformers' generate computes every prompt whole
 

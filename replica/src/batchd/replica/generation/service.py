@@ -1,9 +1,11 @@
 """What the generate routes use, whichever way sequences are scheduled.
 
 What every other route gets from the batcher, a generation request gets from a service, with the
-same errors from `errors.py`: 503 with Retry-After when `max_queued_requests` sequences already
-wait (or the replica drains), 504 at its deadline (`waiting`), and a client that leaves frees its
-sequence at the next step. `token_level.TokenLevel` serves through the engine (the default);
+same errors from `errors.py` and the same priority classes: 503 with Retry-After when
+`max_queued_requests` sequences already wait (or a higher class took its place, or the replica
+drains), `batchd-refused: shed` for a sheddable class past half of that, 504 at its deadline
+(`waiting`), and a client that leaves frees its sequence at the next step.
+`token_level.TokenLevel` serves through the engine (the default);
 `request_level.RequestLevel` serves the same requests through the batcher. Both answer `open()`
 with a `streams.SequenceStream`.
 """
@@ -52,6 +54,16 @@ class GenerationService(Protocol):
 
     @property
     def longest_step_s(self) -> float: ...
+
+    @property
+    def sheddable(self) -> int:
+        """Sequences of sheddable classes it holds apart from the batcher's items (0: none, or
+        they are the batcher's)."""
+        ...
+
+    def class_depths(self) -> list[tuple[str, int]]:
+        """Sequences waiting, by priority class, apart from the batcher's ([]: they are its items)."""
+        ...
 
     def open(self, request: GenerationRequest, client: Client = NO_CLIENT) -> SequenceStream: ...
 

@@ -1,6 +1,14 @@
 """Token-level scheduling, the event loop's side: admission of sequences, and their streams fed by
 the engine a token at a time. The model never runs on the loop: the loop only tokenizes a prompt
-(to check it fits), hands the sequence to the engine, and moves chunks to the request."""
+(to check it fits), hands the sequence to the engine, and moves chunks to the request.
+
+Sequences are admitted as the batcher admits items (`queueing`): at most `max_queued_requests`
+wait for a row (besides those a free row takes at once), a higher priority level makes room by
+taking the place of the most recently queued sequence of the lowest level below it (503 with
+Retry-After), a sheddable class is admitted only while less than half of that bound waits, a
+class's `queue_timeout_s` refuses a sequence still waiting after it, and every refusal is counted
+by class. Which sequence runs, and which one is paused for a higher level, is the engine's.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +17,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+from batchd.api.priority import PriorityClass, PriorityClasses
 from batchd.api.spec import BatchingSpec
-from batchd.replica.batching import first_come, lane_of, priority_classes
-from batchd.replica.errors import Draining, QueueFull
+from batchd.replica.batching import ClassObserver, NullBatchObserver, class_of, first_come, refusal
+from batchd.replica.errors import Displaced, Draining, QueueTimedOut, Shed
 from batchd.replica.generation.engine import GenerationEngine, SequenceState
 from batchd.replica.generation.params import Completion, GenerationRequest
 from batchd.replica.generation.prefix_cache import PrefixCache
 from batchd.replica.generation.preparing import Preparer
 from batchd.replica.generation.streams import Deliver, SequenceObserver, SequenceStream
+from batchd.replica.queue_timeouts import QueueTimeouts
 from batchd.replica.queueing import NO_CALLER
 from batchd.replica.waiting import NO_CLIENT, Client
 
@@ -32,6 +42,7 @@ class TokenLevel:
         preparer: Preparer,
         config: BatchingSpec,
         observer: SequenceObserver | None = None,
+        classes_observer: ClassObserver | None = None,
         prefix_scope: str = "caller",
     ) -> None:
         self.engine = engine
@@ -39,6 +50,10 @@ class TokenLevel:
         self.preparer = preparer
         self._config = config
         self._observer = observer
+        self._classes_observer: ClassObserver = classes_observer or NullBatchObserver()
+        engine.classes_observer = self._classes_observer
+        self._classes = PriorityClasses.of(config)
+        self._timeouts: QueueTimeouts[SequenceState] = QueueTimeouts(self._queue_timed_out)
         self._draining = False
         self._open = 0
         self._idle = asyncio.Event()
@@ -55,6 +70,15 @@ class TokenLevel:
         return self.engine.running
 
     @property
+    def sheddable(self) -> int:
+        """Sequences of sheddable classes, waiting or running (autoscaling leaves them out)."""
+        return self.engine.sheddable
+
+    def class_depths(self) -> list[tuple[str, int]]:
+        """Sequences waiting alive, by priority class."""
+        return self.engine.depths()
+
+    @property
     def kv_usage(self) -> float:
         return self.engine.held_tokens / max(1, self.engine.capacity_tokens)
 
@@ -68,17 +92,17 @@ class TokenLevel:
         return 0.0 if started is None else time.monotonic() - started
 
     def open(self, request: GenerationRequest, client: Client = NO_CLIENT) -> SequenceStream:
-        """Admit one sequence (or raise Draining, QueueFull or UnknownPriorityClass); iterate the
-        stream inside `async with`."""
-        lane = self._admit(1, client)
-        return self._stream(request, client, lane)
+        """Admit one sequence (or raise Draining, QueueFull, Shed or UnknownPriorityClass);
+        iterate the stream inside `async with`."""
+        asked = self._admit(1, client)
+        return self._stream(request, client, asked)
 
     async def complete(
         self, requests: Sequence[GenerationRequest], client: Client = NO_CLIENT
     ) -> list[Completion]:
         """Whole answers for several prompts (one request's instances): all admitted, or none."""
-        lane = self._admit(len(requests), client)
-        streams = [self._stream(request, client, lane) for request in requests]
+        asked = self._admit(len(requests), client)
+        streams = [self._stream(request, client, asked) for request in requests]
 
         async def one(stream: SequenceStream) -> Completion:
             async with stream:
@@ -94,8 +118,9 @@ class TokenLevel:
 
     def reconfigure(self, config: BatchingSpec) -> None:
         self._config = config
+        self._classes = PriorityClasses.of(config)
         self.engine.set_max_running(config.max_batch_size)
-        self.engine.set_classes(priority_classes(config), config.default_priority_class, first_come(config))
+        self.engine.set_classes(self._classes.classes, self._classes.default.name, first_come(config))
 
     def begin_draining(self) -> None:
         self._draining = True
@@ -104,39 +129,68 @@ class TokenLevel:
         """Admit nothing new; let every admitted sequence finish; then stop the engine."""
         self.begin_draining()
         await self._idle.wait()
+        self._timeouts.clear()
         await asyncio.to_thread(self.engine.stop)
 
-    def _admit(self, count: int, client: Client) -> int:
-        """Room for `count` sequences, or Draining, QueueFull or UnknownPriorityClass (a 400);
-        returns the lane of the waiting queue they join."""
+    def _admit(self, count: int, client: Client) -> tuple[PriorityClass, str]:
+        """Room for `count` sequences, or Draining, QueueFull, Shed or UnknownPriorityClass (a
+        400); the class and caller they wait as. Room made by taking lower levels' places fails
+        their requests (`Displaced`)."""
         if self._draining:
             raise Draining()
-        lane = lane_of(self.engine.queue, self._config, client.priority)
-        # A sequence waits only when no row is free: those the engine has yet to pick up for a
-        # free row are not waiting behind anyone.
-        free_rows = max(0, self.engine.max_running - self.engine.running)
-        free = self._config.max_queued_requests + free_rows - self.engine.waiting
-        if count > free:
-            batches_ahead = self.engine.waiting / max(1, self._config.max_batch_size) + 1
-            raise QueueFull(count, max(0, free), batches_ahead * self._seconds_per_sequence)
-        return lane
+        priority_class, caller = class_of(self._classes, client)
+        bound = self._config.max_queued_requests
+        # A sequence waits only when no row is free: those a free row takes are behind no one.
+        made, queued = self.engine.make_room(priority_class.name, count, bound)
+        if made is None:
+            refused = refusal(self.engine.queue, priority_class, count, bound, self._retry_after_s(), queued)
+            reason = "shed" if isinstance(refused, Shed) else "queue_full"
+            self._classes_observer.class_refused(priority_class.name, reason, count)
+            raise refused
+        for displaced, displaced_class in made:
+            self._classes_observer.class_refused(displaced_class.name, "displaced", 1)
+            displaced.deliver(Displaced(displaced_class.name, priority_class.name, self._retry_after_s()))
+        return priority_class, caller if self._config.fair_share else NO_CALLER
 
-    def _stream(self, request: GenerationRequest, client: Client, lane: int) -> SequenceStream:
+    def _retry_after_s(self) -> float:
+        """About when the sequences waiting now have had their rows."""
+        batches_ahead = self.engine.waiting / max(1, self._config.max_batch_size) + 1
+        return batches_ahead * self._seconds_per_sequence
+
+    def _queue_timed_out(self, sequence: SequenceState, timeout_s: float) -> None:
+        """`sequence`'s class limit in the queue passed: refused, if it still waits for its first row."""
+        if self.engine.withdraw(sequence):
+            self._classes_observer.class_refused(sequence.priority_class, "queue_timeout", 1)
+            sequence.deliver(QueueTimedOut(sequence.priority_class, timeout_s, self._retry_after_s()))
+
+    def _stream(
+        self, request: GenerationRequest, client: Client, asked: tuple[PriorityClass, str]
+    ) -> SequenceStream:
         started = time.perf_counter()
+        priority_class, caller = asked
 
         def opened() -> None:
             self._open += 1
             self._idle.clear()
 
-        caller = client.caller if self._config.fair_share else NO_CALLER
         # Whose cached prefixes it may use: its caller's own (by the header), or the deployment's.
         salt = client.tenant if self._prefix_scope == "caller" else ""
 
         def start(deliver: Deliver) -> Callable[[], None]:
             sequence = SequenceState(
-                request, deliver, lane=lane, caller=caller, salt=salt, trace=client.trace
+                request,
+                deliver,
+                priority_class=priority_class.name,
+                priority=priority_class.priority,
+                caller=caller,
+                salt=salt,
+                trace=client.trace,
             )
             self.engine.submit(sequence)
+            timeout_s = priority_class.queue_timeout_s
+            if timeout_s is not None:
+                loop = asyncio.get_running_loop()
+                self._timeouts.add(sequence, priority_class.name, timeout_s, loop.time())
             return lambda: self.engine.cancel(sequence)
 
         def closed() -> None:

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 from batchd.api.spec import BatchingSpec, TensorSpec
 
 if TYPE_CHECKING:  # the generation package imports torch, which only text-generation models need
-    from batchd.replica.batching import Batcher
+    from batchd.replica.batching import Batcher, ClassObserver
     from batchd.replica.generation.engine import StepObserver
     from batchd.replica.generation.service import GenerationService
     from batchd.replica.generation.streams import SequenceObserver
@@ -59,13 +59,15 @@ class BatchModel(Protocol):
 @dataclass(frozen=True)
 class GenerationSetup:
     """What the replica gives a text-generation model's service: its batching, its batcher (for
-    request-level scheduling), where it reports each sequence and each engine step, and the
-    memory its pod asks for (resources.requests.memory, in bytes; None when it names none)."""
+    request-level scheduling), where it reports each sequence, each engine step, and what each
+    priority class was served and refused, and the memory its pod asks for
+    (resources.requests.memory, in bytes; None when it names none)."""
 
     config: BatchingSpec
     batcher: Batcher
     sequences: SequenceObserver
     steps: StepObserver
+    classes: ClassObserver
     memory_request_bytes: int | None = None
     tracer: DecodingTracer | None = None  # the decoding runs' spans; None untraced
 

@@ -97,12 +97,15 @@ class CustomHandlerModel:
 
 
 def load_custom_handler(
-    spec: ModelSpec, executor: ModelExecutor, addresses: Mapping[str, str] | None = None
+    spec: ModelSpec,
+    executor: ModelExecutor,
+    addresses: Mapping[str, str] | None = None,
+    composer: str = "",
 ) -> CustomHandlerModel:
     """Import and instantiate `spec.handler` (in the loading thread: constructors may load weights).
 
     With `model.calls`, the constructor also receives one handle per alias (see `handles`), to the
-    callee at `addresses[alias]`.
+    callee at `addresses[alias]`, calling as deployment `composer`.
     """
     path = spec.handler
     assert path is not None
@@ -121,7 +124,7 @@ def load_custom_handler(
             f"model.handler: module {module_name!r} has no attribute {owner_name!r}"
         ) from None
 
-    handles, on_close = _handles(spec, addresses or {})
+    handles, on_close = _handles(spec, addresses or {}, composer)
     if inspect.isclass(target):
         try:
             owner = target(**spec.init_kwargs, **handles)
@@ -157,7 +160,7 @@ def load_custom_handler(
 
 
 def _handles(
-    spec: ModelSpec, addresses: Mapping[str, str]
+    spec: ModelSpec, addresses: Mapping[str, str], composer: str
 ) -> tuple[dict[str, Any], Callable[[], None] | None]:
     """The handles `model.calls` asks for, and what closes their HTTP client; none without calls."""
     if not spec.calls and not addresses:
@@ -166,6 +169,6 @@ def _handles(
 
     client = CallClient()
     try:
-        return make_handles(spec.calls, addresses, client), client.close
+        return make_handles(spec.calls, addresses, client, composer=composer), client.close
     except ValueError as error:
         raise ModelLoadError(str(error)) from None

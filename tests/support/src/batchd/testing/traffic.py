@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 Rate = float | Callable[[float], float]  # requests per second, or a function of the elapsed seconds
+ERROR_CHARS = 200  # of an error answer's body, kept to say who refused a request and why
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class Outcome:
     endpoint: str
     status: int | None  # None: no HTTP answer at all
     retry_after: str | None = None
-    error: str = ""
+    error: str = ""  # why no answer came, or what an answer other than a 2xx said (its start)
 
     @property
     def answered(self) -> bool:
@@ -98,13 +99,14 @@ class Traffic:
                 data=self.body,
                 headers={"Content-Type": "application/json", **self.headers},
             ) as response:
-                await response.read()
+                body = await response.read()
                 outcome = Outcome(
                     sent - started,
                     time.perf_counter() - sent,
                     endpoint,
                     response.status,
                     response.headers.get("Retry-After"),
+                    "" if response.status < 300 else body[:ERROR_CHARS].decode("utf-8", "replace"),
                 )
         except (aiohttp.ClientError, TimeoutError, OSError) as error:
             outcome = Outcome(

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from batchd.api.priority import PriorityError, named_in_body
 from batchd.replica.errors import InvalidInput, TooLarge
 
 # Sampling fields passed on to the generation parameters under the same name.
@@ -38,9 +39,6 @@ COMMON = ("model", "n", "stream", "stream_options", "user", "metadata", "max_tok
 COMPLETION_FIELDS = (*COMMON, "prompt", "logprobs", "best_of")
 CHAT_FIELDS = (*COMMON, "messages", "max_completion_tokens", "logprobs", "top_logprobs")
 EMBEDDING_FIELDS = ("model", "input", "encoding_format", "dimensions", "user", "metadata")
-# The key of `metadata` that names the request's priority class (as the batchd-priority header).
-PRIORITY_KEY = "priority"
-MAX_METADATA_KEYS = 16  # as OpenAI bounds it
 CHAT_ROLES = ("system", "developer", "user", "assistant")
 MAX_CHOICES = 16  # `n`: sequences one request may ask for per prompt
 # Most likely alternatives per token at most, as OpenAI bounds them: completions' `logprobs`, chat's
@@ -125,20 +123,12 @@ def read_embedding(body: Any) -> EmbeddingAsk:
 def who_asks(body: Any) -> tuple[str | None, str | None]:
     """The priority class a request's `metadata` names and its `user` (either None where not
     given): the class and the caller where the batchd-priority and batchd-fairness-id headers
-    say nothing. InvalidInput naming the field unless they are strings."""
-    metadata = body.get("metadata") if isinstance(body, dict) else None
-    if metadata is not None and not (
-        isinstance(metadata, dict)
-        and len(metadata) <= MAX_METADATA_KEYS
-        and all(isinstance(value, str) for value in metadata.values())
-    ):
-        raise InvalidInput(
-            f"metadata: expected an object of at most {MAX_METADATA_KEYS} string values, got {metadata!r:.60}"
-        )
-    user = body.get("user") if isinstance(body, dict) else None
-    if user is not None and not isinstance(user, str):
-        raise InvalidInput(f"user: expected a string, got {user!r:.60}")
-    return (metadata or {}).get(PRIORITY_KEY), user
+    say nothing (`batchd.api.priority`, as the router reads them). InvalidInput naming the field
+    unless they are strings."""
+    try:
+        return named_in_body(body)
+    except PriorityError as error:
+        raise InvalidInput(str(error)) from None
 
 
 def _object(body: Any, known: tuple[str, ...]) -> dict[str, Any]:
