@@ -75,7 +75,7 @@ def stack(
     logs = tmp_path_factory.mktemp("prefix")
     with installed(control_plane, logs, ONE_ROUTER, wait=True) as release:
         release.apply(handlers.config_map())
-        release.apply(handlers.model_config_map(build_gpt2(logs / "gpt2", **GPT2)))
+        release.apply(handlers.model_config_map(build_gpt2(logs / "gpt2", **GPT2)), server_side=True)
         release.apply(
             manifest(NAME, MODEL, num_replicas=2, batching=BATCHING, **handlers.pod_spec_with_model())
         )

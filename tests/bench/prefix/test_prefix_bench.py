@@ -18,16 +18,20 @@ from batchd.bench.kit.records import RunRecord
 from batchd.bench.prefix.__main__ import BENCHMARK
 from batchd.bench.prefix.analysis import (
     CACHED,
+    PREFIX,
+    ROUTED_CONVERSATIONS,
     SYSTEM_CAPACITY,
+    TWO_CHOICES,
     UNCACHED,
     UNIQUE_CAPACITY,
     Part,
     Results,
     figures,
+    hit_rate_bound,
     medians,
     replica_goals,
 )
-from batchd.bench.prefix.client import Outcome
+from batchd.bench.prefix.client import Outcome, reusable_tokens, with_reusable
 from batchd.bench.prefix.workload import (
     CHAT,
     COMPLETIONS,
@@ -38,6 +42,7 @@ from batchd.bench.prefix.workload import (
     Shape,
     jobs,
 )
+from batchd.replica.generation.prefix_cache import BLOCK_TOKENS
 from tests.bench.conftest import RunModule
 
 META = RunRecord("2026-01-01 00:00 UTC", "test machine", "python -m batchd.bench.prefix")
@@ -114,6 +119,21 @@ def test_goals_are_ratios_within_each_repeat_so_a_slow_minute_cancels_out() -> N
     assert goals["unique prompts: capacity, on / off"].met
     assert math.isnan(goals["system prompts: time to first token p50, off / on"].measured)
     assert medians(runs)[SYSTEM_CAPACITY][CACHED].rps == pytest.approx(20)  # type: ignore[arg-type]
+
+
+def test_a_turn_could_reuse_the_whole_blocks_of_the_turn_before_and_no_more() -> None:
+    first = outcome(0, 0.1, 1, prompt=40)  # 40 prompt tokens and 32 new: 71 held, 4 whole blocks
+    assert reusable_tokens(120, first) == 4 * BLOCK_TOKENS
+    assert reusable_tokens(50, first) == 49, "never the turn's own last token"
+    assert with_reusable(outcome(1, 1.1, 2, prompt=120), None).reusable_tokens == 0  # a first turn
+    turns = [first, with_reusable(outcome(1, 1.1, 2, prompt=120, cached=48), first)]
+    found = figures(turns)
+    assert found.hit_rate == pytest.approx(48 / 160)
+    assert found.reachable_hit_rate == pytest.approx(64 / 160)
+    # The bound of the routing goal: the prefix-aware run's reachable rate over power of two's rate.
+    two = figures([first, with_reusable(outcome(1, 1.1, 2, prompt=120, cached=16), first)])
+    runs = {ROUTED_CONVERSATIONS: {PREFIX: [found], TWO_CHOICES: [two]}}
+    assert hit_rate_bound(runs) == pytest.approx([(64 / 160) / (16 / 160)])
 
 
 def test_the_report_is_written_and_read_back(tmp_path: Path) -> None:

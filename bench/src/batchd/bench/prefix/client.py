@@ -19,6 +19,7 @@ import orjson
 
 from batchd.api.headers import FAIRNESS_HEADER
 from batchd.bench.prefix.workload import Conversation, Job
+from batchd.replica.generation.prefix_cache import BLOCK_TOKENS
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,9 @@ class Outcome:
     turn: int = 0
     error: str | None = None
     client: int = -1  # which client of a closed loop sent it (-1: an open loop's)
+    # A conversation's turn: the most of its prompt any replica could have cached, the one that
+    # served the turn before (see `reusable_tokens`).
+    reusable_tokens: int = 0
 
     @property
     def ok(self) -> bool:
@@ -133,6 +137,21 @@ async def open_loop(
         return list(await asyncio.gather(*(one(due_s, job) for due_s, job in timed)))
 
 
+def reusable_tokens(prompt_tokens: int, before: Outcome) -> int:
+    """The most of a turn's prompt (of `prompt_tokens`) a replica can have cached: the whole blocks
+    of the turn before it (its prompt and its answer but the last token, which was never fed back),
+    and never the prompt's own last token. The turn's prompt renders that answer again as text, so
+    it may share less; this is the bound."""
+    held = (before.prompt_tokens + before.new_tokens - 1) // BLOCK_TOKENS * BLOCK_TOKENS
+    return max(0, min(prompt_tokens - 1, held))
+
+
+def with_reusable(outcome: Outcome, before: Outcome | None) -> Outcome:
+    if before is None or not outcome.ok:
+        return outcome
+    return dataclasses.replace(outcome, reusable_tokens=reusable_tokens(outcome.prompt_tokens, before))
+
+
 async def conversations(
     url: str,
     started: Sequence[tuple[float, Conversation]],
@@ -154,14 +173,16 @@ async def conversations(
             loop = asyncio.get_running_loop()
             await asyncio.sleep(max(0.0, start + at_s - loop.time()))
             answers: list[str] = []
+            before: Outcome | None = None
             for pause in pauses:
                 outcome, text = await send(
                     session, url, conversation.job(answers, new_tokens), start, loop.time() - start
                 )
-                outcomes.append(outcome)
+                outcomes.append(outcome := with_reusable(outcome, before))
                 if not outcome.ok:
                     return
                 answers.append(text)
+                before = outcome
                 await asyncio.sleep(pause)
 
         talks = [
@@ -195,13 +216,16 @@ async def conversation_loop(
             loop = asyncio.get_running_loop()
             while loop.time() - start < until_s:
                 conversation, answers = next(fresh), list[str]()
+                before: Outcome | None = None
                 for _ in conversation.questions:
                     job = conversation.job(answers, new_tokens)
                     outcome, text = await send(session, url, job, start, loop.time() - start)
-                    outcomes.append(dataclasses.replace(outcome, client=index))
+                    outcome = dataclasses.replace(with_reusable(outcome, before), client=index)
+                    outcomes.append(outcome)
                     if not outcome.ok or loop.time() - start >= until_s:
                         break
                     answers.append(text)
+                    before = outcome
 
         await asyncio.gather(*(slot(index) for index in range(slots)))
     return outcomes

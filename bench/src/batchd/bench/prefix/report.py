@@ -99,6 +99,19 @@ def to_markdown(results: Results) -> str:
         goals += results.replica.goals
     if results.routing is not None:
         lines += _part("Two replicas: prefix-aware routing and the power of two choices", results.routing)
+        reachable = {
+            subject: share(found.reachable_hit_rate)
+            for subject, found in medians(results.routing.runs).get(ROUTED_CONVERSATIONS, {}).items()
+        }
+        if reachable:
+            lines += [
+                "The open loop's reachable hit rate, had every turn gone to the replica that served "
+                "the turn before it (its blocks, as the answers' token counts bound them, and nothing "
+                "evicted): "
+                + ", ".join(f"{rate} in the {subject} run" for subject, rate in reachable.items())
+                + ".",
+                "",
+            ]
         goals += results.routing.goals
     if results.peers is not None:
         table = peer_analysis.rows(results.peers)
