@@ -8,7 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from batchd.bench.priority.analysis import ClassRun, EqualRun, jain
+from batchd.bench.kit.records import RunRecord
+from batchd.bench.priority.__main__ import failure
+from batchd.bench.priority.analysis import (
+    ClassRun,
+    EqualRun,
+    GenerationRun,
+    PriorityRun,
+    Results,
+    StreamedRun,
+    jain,
+)
+from batchd.bench.priority.workload import QUICK
 from tests.bench.conftest import RunModule
 
 
@@ -25,6 +36,24 @@ def test_equal_classes_are_judged_by_what_each_was_served() -> None:
 
     assert EqualRun(served(300), served(250), 0, 0).served_ratio == pytest.approx(1.2)
     assert EqualRun(served(1194), served(0), 0, 597).served_ratio == math.inf
+
+
+def test_a_run_fails_only_where_a_load_got_no_answer_at_all() -> None:
+    answered = ClassRun(offered=10, answered=10, refused=0, p50_ms=1.0, p99_ms=2.0)
+
+    def streamed(count: int) -> StreamedRun:
+        return StreamedRun(offered=10, answered=count, refused=10 - count, shed=0, p50_ms=1.0, p99_ms=2.0)
+
+    def results(generation: GenerationRun) -> Results:
+        meta = RunRecord("2026-11-29 00:00 UTC", "2 cores", "python -m batchd.bench.priority")
+        priority = {"first_come": [PriorityRun(answered, answered, answered)]}
+        return Results(meta, QUICK, 100.0, priority, {}, generation={"first_come": [generation]})
+
+    # First come: the sheddable class may hold the queue for the whole mix, and that is a finding.
+    assert failure(results(GenerationRun(streamed(10), streamed(0), streamed(3)))) is None
+    assert failure(results(GenerationRun(streamed(0), streamed(0), streamed(0)))) == (
+        "a token-level load got no answer at all"
+    )
 
 
 @pytest.mark.slow
