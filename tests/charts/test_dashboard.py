@@ -74,6 +74,7 @@ def test_the_dashboard_is_well_formed() -> None:
         "priority classes",
         "fairness",
         "rollout",
+        "prefix cache",
     ):
         assert wanted in titles
     assert all(not re.search(r"\$\w", expr) for _, expr in panel_queries()), "an unsubstituted variable"

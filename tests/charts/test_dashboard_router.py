@@ -27,6 +27,7 @@ def exported() -> dict[str, set[str]]:
     deployment = ("default", "adder")
     metrics.requests.labels(*deployment, "2xx").inc()
     metrics.decisions.labels(*deployment, "two_choices").inc()
+    metrics.prefix_routes.labels(*deployment, "hit").inc()
     metrics.retries.labels(*deployment, "refused").inc()
     metrics.revisions.labels(*deployment, "canary").inc()
     metrics.held.labels(*deployment).set(1)

@@ -86,6 +86,7 @@ PERFORMANCE_CHARTS = {
     "router": ("router-keepalive.png", "router-zero.png"),
     "tracing": ("tracing.png",),
     "peers": ("peers.png",),
+    "prefix": ("prefix.png",),
     "priority": ("priority.png",),
     "rollouts": ("rollouts.png",),
 }

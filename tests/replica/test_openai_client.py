@@ -27,7 +27,7 @@ from batchd.api.manifest import parse_manifest
 from batchd.replica.front.app import create_app
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing import manifests
-from batchd.testing.models import MINILM_SOURCE, build_gpt2, minilm_mirror, minilm_path
+from batchd.testing.models import GPT2_CHAT_TEMPLATE, MINILM_SOURCE, build_gpt2, minilm_mirror, minilm_path
 from batchd.testing.servers import uvicorn_in_thread, wait_until
 
 pytestmark = pytest.mark.slow
@@ -35,10 +35,6 @@ pytestmark = pytest.mark.slow
 PROMPT = "Once upon a time"
 LONG = 120  # new tokens of a long answer
 ENDLESS = 2000  # new tokens of an answer that outlasts any test: one that leaves, or fills a row
-CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}"
-)
 SENTENCES = ["A man is eating food.", "The stock market fell sharply today."]
 
 
@@ -82,7 +78,7 @@ def gpt2(gpt2_dir: Path) -> Iterator[str]:
         "served_model_name": "tiny/gpt2",
         # End-of-sequence held back until max_tokens: every answer has the length it asks for.
         "call_kwargs": {"max_new_tokens": ENDLESS, "min_new_tokens": ENDLESS},
-        "generation": {"max_new_tokens": ENDLESS, "chat_template": CHAT_TEMPLATE},
+        "generation": {"max_new_tokens": ENDLESS, "chat_template": GPT2_CHAT_TEMPLATE},
     }
     batching = {"max_batch_size": 4, "max_queued_requests": 8, "request_timeout_s": 60}
     document = manifests.manifest("gpt2", model, batching=batching)
@@ -97,7 +93,7 @@ def gpt2_by_request(gpt2_dir: Path) -> Iterator[str]:
         "task": "text-generation",
         "source": f"file://{gpt2_dir}",
         "device": "cpu",
-        "generation": {"scheduling": "request", "chat_template": CHAT_TEMPLATE},
+        "generation": {"scheduling": "request", "chat_template": GPT2_CHAT_TEMPLATE},
     }
     document = manifests.manifest("gpt2", model, batching={"max_batch_size": 4})
     with uvicorn_in_thread(create_app(parse_manifest(document), ReplicaSettings())) as url:

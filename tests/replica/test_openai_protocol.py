@@ -198,12 +198,15 @@ def test_n_choices_per_prompt_each_seeded_apart() -> None:
 
 def test_answers_and_events_are_openais_objects() -> None:
     header = answers.Header(answers.CHAT, "chatcmpl-1", 5, "m")
-    completion = Completion("hi", "stop", 3, (7, 8), (TokenLogprob(7, -0.5, ((7, -0.5), (9, -1.5))),))
+    completion = Completion(
+        "hi", "stop", 3, (7, 8), (TokenLogprob(7, -0.5, ((7, -0.5), (9, -1.5))),), cached_tokens=16
+    )
     body = answers.whole(header, [completion], 3, lambda token: f"<{token}>")
     assert body["object"] == "chat.completion" and body["usage"] == {
         "prompt_tokens": 3,
         "completion_tokens": 2,
         "total_tokens": 5,
+        "prompt_tokens_details": {"cached_tokens": 16},
     }
     (choice,) = body["choices"]
     assert choice["message"] == {"role": "assistant", "content": "hi"} and choice["finish_reason"] == "stop"

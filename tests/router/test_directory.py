@@ -20,6 +20,7 @@ from batchd.router.directory import (
 from batchd.router.errors import AmbiguousModel, UnknownModel
 from batchd.router.holding import Holds
 from batchd.router.metrics import RouterMetrics
+from batchd.router.prefixes import PrefixIndex
 from batchd.router.settings import RouterSettings
 
 
@@ -149,7 +150,7 @@ def test_a_fresh_list_forgets_what_was_deleted_meanwhile_in_its_namespace_only()
     assert directory.replicas(DeploymentRef("default", "gone")) == ()
 
 
-def test_a_replica_that_leaves_has_its_idle_connections_closed() -> None:
+def test_a_replica_that_leaves_has_its_idle_connections_closed_and_its_prefixes_forgotten() -> None:
     class Pool:
         def __init__(self) -> None:
             self.forgotten: list[str] = []
@@ -158,11 +159,14 @@ def test_a_replica_that_leaves_has_its_idle_connections_closed() -> None:
             self.forgotten.append(replica)
 
     pool = Pool()
-    events = DirectoryEvents(Holds(1, RouterMetrics()), RouterMetrics(), pool)  # type: ignore[arg-type]
+    prefixes = PrefixIndex(chunks_per_replica=8)
+    prefixes.record("10.0.0.1:8000", (1, 2, 3))
+    events = DirectoryEvents(Holds(1, RouterMetrics()), RouterMetrics(), pool, prefixes)  # type: ignore[arg-type]
     directory = Directory(events)
     directory.put_slice(endpoint_slice("adder", [("10.0.0.1", True), ("10.0.0.2", True)]))
     directory.put_slice(endpoint_slice("adder", [("10.0.0.2", True)]))
     assert pool.forgotten == ["10.0.0.1:8000"]
+    assert prefixes.chunks("10.0.0.1:8000") == 0
 
 
 def test_a_deployments_request_timeout_is_read_from_its_spec_or_the_specs_default() -> None:
@@ -273,3 +277,19 @@ def test_classes_that_break_a_rule_together_name_none_and_the_deployment_still_r
     directory.put_deployment(broken)
     ref = directory.resolve("chat")
     assert directory.classes(ref).names == ["default"] and directory.request_timeout_s(ref) == 5.0
+
+
+def test_a_record_says_whether_its_replicas_cache_prefixes_and_whose() -> None:
+    generator = {"task": "text-generation", "source": "file:///models/gpt2"}
+    cached = DeploymentRecord.of(
+        {**bd("chat"), "spec": {"model": generator, "batching": {"max_batch_size": 16}}}
+    )
+    assert (cached.prefix_cached, cached.prefix_by_caller, cached.max_batch_size) == (True, True, 16)
+    shared = {**generator, "generation": {"prefix_cache_scope": "deployment"}}
+    assert not DeploymentRecord.of({**bd("chat"), "spec": {"model": shared}}).prefix_by_caller
+    for model in (
+        {**generator, "generation": {"prefix_cache_bytes": 0}},
+        {**generator, "generation": {"scheduling": "request"}},
+        {"handler": "examples.adder:BatchAdder.handle_batch"},
+    ):
+        assert not DeploymentRecord.of({**bd("chat"), "spec": {"model": model}}).prefix_cached

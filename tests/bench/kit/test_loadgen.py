@@ -30,6 +30,47 @@ async def test_a_closed_loop_counts_every_answer_in_its_window(endpoint: tuple[s
     assert all(latency > 0 for latency in result.latencies_s)
 
 
+async def test_staggered_clients_call_back_when_the_window_opens_and_answers_resolve_finer_than_rounds(
+    endpoint: tuple[str, int],
+) -> None:
+    host, port = endpoint
+    request = loadgen.Request.post_json(host, port, "/v1/models/floor:predict", b'{"instances": [1]}')
+    opened: list[float] = []
+    result = await loadgen.closed_loop(
+        host,
+        port,
+        request,
+        4,
+        duration_s=0.3,
+        warmup_s=0.2,
+        stagger_s=0.2,
+        at_window=lambda: opened.append(1),
+    )
+    assert opened == [1] and result.errors == 0
+    assert len(result.answered_s) == result.completed and all(0 <= at <= 0.3 for at in result.answered_s)
+    assert sorted(set(result.answered_by)) == [0, 1, 2, 3] and result.steady_rps > 0
+
+
+def test_answers_in_rounds_count_a_round_by_its_time_not_by_the_window() -> None:
+    # Four clients answered together every 0.3 s, four rounds in a window of 1 s: 4 / 0.3 a second.
+    result = loadgen.RunResult("closed", 4, None, duration_s=1.0)
+    for round_ in range(4):
+        for client in range(4):
+            result.latencies_s.append(0.3)
+            result.answered_s.append(0.05 + 0.3 * round_)
+            result.answered_by.append(client)
+    assert result.throughput_rps == 16.0  # a round more or less moves this by a quarter
+    assert result.steady_rps == pytest.approx(4 / 0.3)  # 15 answers over 0.9 s would say 16.7
+    # Staggered clients: the same rate, each client's answers a third of a round apart from the next's.
+    spread = loadgen.RunResult("closed", 4, None, duration_s=1.0)
+    for client in range(4):
+        for round_ in range(3):
+            spread.latencies_s.append(0.3)
+            spread.answered_s.append(0.05 + 0.075 * client + 0.3 * round_)
+            spread.answered_by.append(client)
+    assert spread.steady_rps == pytest.approx(4 / 0.3)
+
+
 async def test_an_open_loop_sends_every_request_when_due_and_counts_the_measured_part(
     endpoint: tuple[str, int],
 ) -> None:

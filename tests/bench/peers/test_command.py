@@ -24,7 +24,10 @@ MODULE = "batchd.bench.peers"
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--peers", "tgi"], "--peers: invalid choice: 'tgi' (choose from 'batchd', 'unbatched', 'floor'"),
+        (
+            ["--peers", "tgi"],
+            "--peers: invalid choice: 'tgi' (choose from 'batchd', 'unbatched', 'uncached', 'floor'",
+        ),
         (
             ["--peers", "baseline"],
             "--peers: baseline needs --baseline-src, the replica source tree it runs from",

@@ -31,7 +31,20 @@ INFOS = [
 
 def _run(peer: str, model: str, repeat: int, rps: float, p99_ms: float, cpu_ms: float) -> Run:
     return Run(
-        peer, model, repeat, 128, int(rps * 10), 0, rps, p99_ms / 2, p99_ms, cpu_ms, 1.0, 500.0, 450.0, 2
+        peer,
+        model,
+        repeat,
+        128,
+        int(rps * 10),
+        0,
+        rps,
+        p50_ms=p99_ms / 2,
+        p99_ms=p99_ms,
+        cpu_ms_per_request=cpu_ms,
+        cores_busy=1.0,
+        rss_mb=500.0,
+        pss_mb=450.0,
+        processes=2,
     )
 
 

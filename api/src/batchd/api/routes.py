@@ -25,6 +25,9 @@ class Route:
     # Where the path names no model: the JSON body's field that does (as OpenAI's "model"); with
     # neither, the request is for the one model its replica serves.
     model_field: str | None = None
+    # Where a text-generation request's prompt is in the JSON body (a string, a list of prompts, or
+    # OpenAI's `messages`): what a router matches against the prefixes a replica may hold.
+    prompt_field: str | None = None
     prefix: str = field(init=False, repr=False)
     suffix: str = field(init=False, repr=False)
 
@@ -56,14 +59,18 @@ class RouteMatch:
     model_name: str | None  # None: the path names no model (see `Route.model_field`)
 
 
-KSERVE_V1_PREDICT = Route("kserve_v1_predict", "POST", "/v1/models/{name}:predict")
+KSERVE_V1_PREDICT = Route("kserve_v1_predict", "POST", "/v1/models/{name}:predict", prompt_field="instances")
 V2_INFER = Route("v2_infer", "POST", "/v2/models/{name}/infer")
-V2_GENERATE = Route("v2_generate", "POST", "/v2/models/{name}/generate")
-V2_GENERATE_STREAM = Route("v2_generate_stream", "POST", "/v2/models/{name}/generate_stream")
+V2_GENERATE = Route("v2_generate", "POST", "/v2/models/{name}/generate", prompt_field="text_input")
+V2_GENERATE_STREAM = Route(
+    "v2_generate_stream", "POST", "/v2/models/{name}/generate_stream", prompt_field="text_input"
+)
 # OpenAI's API names the model in the body, so that one base URL serves every model.
-OPENAI_COMPLETIONS = Route("openai_completions", "POST", "/v1/completions", model_field="model")
+OPENAI_COMPLETIONS = Route(
+    "openai_completions", "POST", "/v1/completions", model_field="model", prompt_field="prompt"
+)
 OPENAI_CHAT_COMPLETIONS = Route(
-    "openai_chat_completions", "POST", "/v1/chat/completions", model_field="model"
+    "openai_chat_completions", "POST", "/v1/chat/completions", model_field="model", prompt_field="messages"
 )
 OPENAI_EMBEDDINGS = Route("openai_embeddings", "POST", "/v1/embeddings", model_field="model")
 SIMPLE_CALL_GET = Route("simple_call_get", "GET", "/")

@@ -129,6 +129,24 @@ class GenerationSpec(_Strict):
     """A Jinja chat template for `/v1/chat/completions`, as transformers' `chat_template`. Default:
     the tokenizer's own; a model with neither refuses chat requests (400 naming `messages`)."""
 
+    prefix_cache_bytes: Annotated[int, Field(ge=0, le=2**50)] | None = None
+    """Bytes of keys and values kept after a sequence ends (token-level scheduling), in blocks of
+    16 tokens, so that a later prompt that begins with the same tokens (a system prompt, the
+    earlier turns of a conversation) copies them instead of computing them again; the least
+    recently used blocks go first. 0 turns the cache off. Default: sized once the model is loaded
+    and warm, to half of what the pod's memory request (resources.requests.memory, else
+    resources.limits.memory) leaves after the process's resident memory and the running
+    sequences' own cache (max_batch_size sequences of the model's context); 1 GiB when the pod
+    names no memory; on a GPU, half of the device memory then free, less the running sequences'."""
+
+    prefix_cache_scope: Literal["caller", "deployment"] = "caller"
+    """Who may reuse whose cached prefixes. `caller`: blocks are keyed by the request's
+    batchd-fairness-id header as well, so two callers that send the same prompt never hit each
+    other's blocks (a shared cache answers sooner for a prompt someone else sent, which tells
+    them what was sent); requests without the header share one scope. Never a field of the body
+    (OpenAI's `user`), which any client sets as it likes. `deployment`: every caller of the
+    deployment shares one cache."""
+
 
 class ModelSpec(_Strict):
     """What to serve: a transformers pipeline (`task` + `source`) or a custom batch `handler`."""

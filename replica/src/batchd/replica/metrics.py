@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import (
@@ -400,6 +401,7 @@ class GenerationMetrics:
             "batchd_kv_cache_usage_ratio",
             "Tokens held in the KV cache over its bound (max_batch_size sequences of the model's context).",
         )
+        self.prefix_cache = PrefixCacheFigures(registry, labels, values)
 
     def track(
         self, running: Callable[[], float], waiting: Callable[[], float], kv_usage: Callable[[], float]
@@ -423,3 +425,85 @@ class GenerationMetrics:
     # StepObserver, for the engine (called from its thread; prometheus_client is thread-safe).
     def step_done(self, kind: str, sequences: int, duration_s: float) -> None:
         self._steps[kind].observe(duration_s)
+
+
+class PrefixCacheState(Protocol):
+    """What the prefix cache tells its metrics (`generation.prefix_cache.PrefixCache`)."""
+
+    @property
+    def stats(self) -> PrefixCacheCounts: ...
+
+    @property
+    def bytes_held(self) -> int: ...
+
+    @property
+    def capacity_bytes(self) -> int: ...
+
+
+class PrefixCacheCounts(Protocol):
+    @property
+    def queried_tokens(self) -> int: ...
+
+    @property
+    def hit_tokens(self) -> int: ...
+
+    @property
+    def evicted_blocks(self) -> int: ...
+
+
+class PrefixCacheFigures(Collector):
+    """The prefix cache's counters and size, read from the engine's own plain numbers at scrape
+    time (the engine's thread counts without a lock). Its hit rate is
+    rate(batchd_prefix_cache_hit_tokens_total) / rate(batchd_prefix_cache_queried_tokens_total).
+    Zero until a token-level generation service tracks its cache (request-level keeps none)."""
+
+    def __init__(self, registry: CollectorRegistry, labels: Sequence[str], values: Sequence[str]) -> None:
+        self._labels, self._values = tuple(labels), list(values)
+        self._cache: Callable[[], PrefixCacheState | None] = lambda: None
+        self._created = time.time()
+        registry.register(self)
+
+    def track(self, cache: Callable[[], PrefixCacheState | None]) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        cache = self._cache()
+        stats = cache.stats if cache is not None else None
+
+        def counter(name: str, doc: str, value: int) -> CounterMetricFamily:
+            family = CounterMetricFamily(name, doc, labels=self._labels)
+            family.add_metric(self._values, value, created=self._created)
+            return family
+
+        def gauge(name: str, doc: str, value: int) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(name, doc, labels=self._labels)
+            family.add_metric(self._values, value)
+            return family
+
+        yield counter(
+            "batchd_prefix_cache_queried_tokens",
+            "Prompt tokens of new sequences looked up in the prefix cache.",
+            stats.queried_tokens if stats else 0,
+        )
+        yield counter(
+            "batchd_prefix_cache_hit_tokens",
+            "Of those, the tokens found cached and copied, not computed (the answers' cached_tokens); "
+            "over the queried tokens: the hit rate.",
+            stats.hit_tokens if stats else 0,
+        )
+        yield counter(
+            "batchd_prefix_cache_evicted_blocks",
+            "Blocks (16 tokens each) evicted, least recently used first, to stay within prefix_cache_bytes.",
+            stats.evicted_blocks if stats else 0,
+        )
+        yield gauge(
+            "batchd_prefix_cache_bytes",
+            "Bytes of keys and values the prefix cache holds.",
+            cache.bytes_held if cache is not None else 0,
+        )
+        yield gauge(
+            "batchd_prefix_cache_capacity_bytes",
+            "The prefix cache's bound (model.generation.prefix_cache_bytes, or the size it was given "
+            "from the pod's memory); 0: off.",
+            cache.capacity_bytes if cache is not None else 0,
+        )

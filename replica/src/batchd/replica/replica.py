@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from batchd.api.quantity import memory_request_bytes
 from batchd.api.spec import BatchedDeployment, TensorSpec
 from batchd.replica.batching import Batcher
 from batchd.replica.errors import Draining, InvalidInput, NotReady, Stalled, TooLarge, UnknownModel
@@ -138,21 +139,22 @@ class Replica:
         if not isinstance(model, TextGenerator):
             return
         metrics = GenerationMetrics(self.metrics.registry, self.manifest.metadata.name, self.model_name)
-        service = model.generation_service(
-            GenerationSetup(
-                self.manifest.spec.batching,
-                self.batcher,
-                sequences=metrics,
-                steps=metrics,
-                classes=self.metrics,
-                tracer=self.tracing,
-            )
+        setup = GenerationSetup(
+            self.manifest.spec.batching,
+            self.batcher,
+            sequences=metrics,
+            steps=metrics,
+            classes=self.metrics,
+            memory_request_bytes=memory_request_bytes(self.manifest.spec.resources),
+            tracer=self.tracing,
         )
+        service = model.generation_service(setup)
         metrics.track(
             running=lambda: service.running,
             waiting=lambda: service.waiting,
             kv_usage=lambda: service.kv_usage,
         )
+        metrics.prefix_cache.track(lambda: service.prefix_cache)
         self.generation = service
         self._token_level = service if service.scheduling == "token" else None
 

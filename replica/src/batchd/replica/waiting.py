@@ -35,14 +35,17 @@ class Client:
     """What the replica knows of a request's client: how it learns that the client has gone
     (`gone`), how long the client still waits (`timeout_s`, from `batchd-timeout-s`), the priority
     class it asks for (`priority`, from `batchd-priority`, as sent; None: the default class), who it
-    is, for fair shares within its class (`caller`, from `batchd-fairness-id`), whether it is a
-    composer's call (`composed`, `batchd-called-by`), and the request's span where the replica
-    traces (`trace`). `batchd.api.priority` reads the class."""
+    is, for fair shares within its class (`caller`, from `batchd-fairness-id`, else what the body
+    says) and for the prefix cache's scope (`tenant`: from the header only, which a gateway sets,
+    never from the body, which the client writes), whether it is a composer's call (`composed`,
+    `batchd-called-by`), and the request's span where the replica traces (`trace`).
+    `batchd.api.priority` reads the class."""
 
     gone: Abandoned | None = None
     timeout_s: float | None = None
     priority: str | None = None
     caller: str = ""
+    tenant: str = ""
     composed: bool = False
     trace: RequestTrace | None = None
 
@@ -54,6 +57,7 @@ class Client:
             self.timeout_s,
             self.priority if self.priority is not None else priority,
             self.caller or caller or "",
+            self.tenant,
             self.composed,
             self.trace,
         )

@@ -23,6 +23,7 @@ from batchd.router.holding import Holds
 from batchd.router.kube_watches import KubeClient
 from batchd.router.loads import LoadPoller, Loads
 from batchd.router.metrics import RouterMetrics
+from batchd.router.prefixes import PrefixIndex
 from batchd.router.proxy import Router
 from batchd.router.settings import RouterSettings
 from batchd.router.traces import Tracing
@@ -39,12 +40,14 @@ class DirectoryEvents:
     holds: Holds
     metrics: RouterMetrics
     pool: Pool
+    prefixes: PrefixIndex
     known: dict[DeploymentRef, tuple[str, ...]] = field(default_factory=dict)
 
     def replicas_changed(self, ref: DeploymentRef, replicas: tuple[str, ...]) -> None:
         self.metrics.replicas.labels(ref.namespace, ref.name).set(len(replicas))
         for gone in set(self.known.get(ref, ())) - set(replicas):
             self.pool.forget(gone)
+            self.prefixes.forget(gone)  # a replica that comes back at that address starts empty
         self.known[ref] = replicas
         if replicas:
             self.holds.release(ref)
@@ -68,7 +71,9 @@ class RouterApp:
         settings = self.settings
         self.holds = Holds(settings.max_held_per_deployment, self.metrics)
         self.upstream = Upstream(settings)
-        self.directory = Directory(DirectoryEvents(self.holds, self.metrics, self.upstream.pool))
+        self.prefixes = PrefixIndex(settings.prefix_chunks_per_replica)
+        events = DirectoryEvents(self.holds, self.metrics, self.upstream.pool, self.prefixes)
+        self.directory = Directory(events)
         self.loads = Loads()
         self.watchers: list[Watcher] = []
         self.router = Router(
@@ -80,6 +85,7 @@ class RouterApp:
             self.metrics,
             self.synced,
             self.rng,
+            self.prefixes,
             self.tracing,
         )
         self._tasks: list[asyncio.Task[None]] = []

@@ -73,6 +73,11 @@ class DeploymentRecord:
     request_timeout_s: float  # how long its replica works on a request before its own 504
     classes: PriorityClasses  # its priority classes, as its replicas read them
     canary_percent: int  # the canary revision's share now (0 whenever no canary serves)
+    # Its replicas keep a prefix cache (token-level text generation with prefix_cache_bytes not 0):
+    # requests are routed by their prompts' prefixes, salted by caller unless the scope is shared.
+    prefix_cached: bool = False
+    prefix_by_caller: bool = True  # model.generation.prefix_cache_scope: caller
+    max_batch_size: int = 1  # sequences a replica runs at once: the load guard's unit
 
     @classmethod
     def of(cls, deployment: Mapping[str, Any]) -> DeploymentRecord:
@@ -81,6 +86,12 @@ class DeploymentRecord:
         rollout = read_status(deployment.get("status")).rollout
         model = spec.model.name or ref.name
         served = spec.model.served_model_name
+        generation = spec.model.generation_spec
+        cached = (
+            spec.model.task == "text-generation"
+            and generation.scheduling == "token"
+            and generation.prefix_cache_bytes != 0
+        )
         return cls(
             ref=ref,
             model=model,
@@ -88,6 +99,9 @@ class DeploymentRecord:
             request_timeout_s=spec.batching.request_timeout_s,
             classes=classes_of(ref, spec.batching),
             canary_percent=rollout.canary_percent if rollout is not None else 0,
+            prefix_cached=cached,
+            prefix_by_caller=generation.prefix_cache_scope == "caller",
+            max_batch_size=spec.batching.max_batch_size,
         )
 
 
@@ -159,6 +173,10 @@ class Directory:
         if found is None:
             raise UnknownModel(f"deployment {ref}: no such BatchedDeployment")
         return found
+
+    def get(self, ref: DeploymentRef) -> DeploymentRecord | None:
+        """The deployment's record; None when no such deployment is known."""
+        return self._records.get(ref)
 
     def model_of(self, ref: DeploymentRef) -> str:
         """The model name a deployment serves; UnknownModel when no such deployment is known."""

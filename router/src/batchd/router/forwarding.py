@@ -1,7 +1,8 @@
 """One request sent on to a replica of its deployment: the better of two by load (`picker`,
-`loads`), and, after a refusal before acceptance or no connection at all, one other. Nothing a
-replica may have accepted is sent twice, and no replica is waited on past the request's bound
-(`client_deadline`)."""
+`loads`), or, for a text-generation request, the replica that holds the start of its prompt
+within the load guard (`prefixes`); after a refusal before acceptance or no connection at all,
+one other. Nothing a replica may have accepted is sent twice, and no replica is waited on past
+the request's bound (`client_deadline`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from batchd.router.errors import DeadlineExceeded, Unreachable, UpstreamFailed
 from batchd.router.loads import Loads
 from batchd.router.metrics import RouterMetrics
 from batchd.router.picker import pick
+from batchd.router.prefixes import HIT, PrefixAsk, PrefixIndex, pick_by_prefix
 from batchd.router.settings import RouterSettings
 from batchd.router.traces import RouteTrace
 from batchd.router.upstream import Answer, ConnectFailed, SendFailed, Upstream, relay
@@ -36,6 +38,7 @@ class Outbound:
     deadline: float | None  # time.monotonic() by which the client wants its answer
     watch: ClientWatch | None
     priority: int = 0  # of its class at the deployment; negative: sheddable, never retried
+    prefix: PrefixAsk | None = None  # a text-generation request to route by its prompt
     trace: RouteTrace | None = None  # its span, where the router traces
 
     def client_left(self) -> bool:
@@ -57,6 +60,7 @@ class Forwarder:
         upstream: Upstream,
         metrics: RouterMetrics,
         rng: random.Random,
+        prefixes: PrefixIndex | None = None,
     ) -> None:
         self.settings = settings
         self.directory = directory
@@ -64,6 +68,7 @@ class Forwarder:
         self.upstream = upstream
         self.metrics = metrics
         self.rng = rng
+        self.prefixes = prefixes or PrefixIndex(settings.prefix_chunks_per_replica)
 
     async def forward(self, request: Outbound, send: Send) -> int:
         """To the better of two replicas; to one other after a refusal or no connection at all."""
@@ -71,7 +76,7 @@ class Forwarder:
         tried: list[str] = []
         pool = self._revision(ref, request.trace)
         while True:
-            replica = self._pick(ref, pool, tried, request.trace)
+            replica = self._pick(ref, pool, tried, request.prefix, request.trace)
             if replica is None:
                 raise Unreachable(
                     f"model {model!r}: no replica of {ref} could be reached (tried {', '.join(tried)})"
@@ -181,17 +186,31 @@ class Forwarder:
         return any(replica not in tried for replica in (*pool, *self.directory.replicas(ref)))
 
     def _pick(
-        self, ref: DeploymentRef, pool: tuple[str, ...], tried: list[str], trace: RouteTrace | None
+        self,
+        ref: DeploymentRef,
+        pool: tuple[str, ...],
+        tried: list[str],
+        prefix: PrefixAsk | None,
+        trace: RouteTrace | None,
     ) -> str | None:
-        """The better of two of the revision's replicas, less those tried; when none is left (a
-        canary scaled away meanwhile), of the stable revision's."""
+        """The better of two of the revision's replicas (or, by its prompt, the one holding its
+        prefix), less those tried; when none is left (a canary scaled away meanwhile), of the
+        stable revision's."""
         if not any(replica not in tried for replica in pool):
             pool = self.directory.replicas(ref)
         ready = [replica for replica in pool if self.loads.ready(replica)] or pool
         candidates = [replica for replica in ready if replica not in tried]
-        replica = pick(candidates, self.loads.items, self.rng)
+        if prefix is not None:
+            matched = self.prefixes.matched(candidates, prefix.hashes)
+            replica, outcome = pick_by_prefix(candidates, matched, self.loads.items, prefix.guard, self.rng)
+            if not tried:  # each request counted once, by how its first replica was chosen
+                self.metrics.prefix_routes.labels(ref.namespace, ref.name, outcome).inc()
+            if replica is not None:
+                self.prefixes.record(replica, prefix.hashes)
+        else:
+            replica, outcome = pick(candidates, self.loads.items, self.rng), ""
         if replica is not None:
-            choice = "two_choices" if len(candidates) > 1 else "only_choice"
+            choice = "prefix" if outcome == HIT else "two_choices" if len(candidates) > 1 else "only_choice"
             self.metrics.decisions.labels(ref.namespace, ref.name, choice).inc()
             if trace is not None:
                 trace.picked(replica, candidates)

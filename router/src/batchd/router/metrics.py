@@ -26,8 +26,17 @@ class RouterMetrics:
         )
         self.decisions = Counter(
             "batchd_router_decisions",
-            "Replicas picked: `two_choices` (the less loaded of two), `only_choice` (one was left).",
+            "Replicas picked: `prefix` (one holding the start of a generation request's prompt), "
+            "`two_choices` (the less loaded of two), `only_choice` (one was left).",
             [*DEPLOYMENT, "choice"],
+            registry=r,
+        )
+        self.prefix_routes = Counter(
+            "batchd_router_prefix_routes",
+            "Text-generation requests of deployments with a prefix cache, by how they were routed: "
+            "`hit` (to a replica the router had sent the start of the prompt to), `imbalanced` (every "
+            "such replica was busier than the load guard allows: by load), `miss` (none: by load).",
+            [*DEPLOYMENT, "outcome"],
             registry=r,
         )
         self.revisions = Counter(

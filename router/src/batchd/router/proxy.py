@@ -2,7 +2,8 @@
 
 Per request: the model name from the path (or the JSON body, see `naming`) picks the deployment
 (`directory`); with no ready replica the request is held (`holding`); then it is sent on
-(`forwarding`). Everything else is the router's own (`own_routes`).
+(`forwarding`), a text-generation request by the start of its prompt (`prefixes`), read from
+its body. Everything else is the router's own (`own_routes`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import random
 import time
 from collections.abc import Callable
 
-from batchd.api.headers import TIMEOUT_HEADER
+import orjson
+
+from batchd.api.headers import FAIRNESS_HEADER, TIMEOUT_HEADER
 from batchd.api.httpserver import closing
 from batchd.api.priority import PriorityClass, PriorityError, asked_class, named_in_headers
-from batchd.api.routes import RouteMatch
+from batchd.api.routes import Route, RouteMatch
 from batchd.router.client_deadline import deadline_of
 from batchd.router.client_request import (
     Body,
@@ -26,6 +29,7 @@ from batchd.router.client_request import (
     Receive,
     Send,
     read_ahead,
+    read_all,
     until_gone,
 )
 from batchd.router.directory import DeploymentRef, Directory
@@ -43,6 +47,7 @@ from batchd.router.loads import Loads
 from batchd.router.metrics import RouterMetrics
 from batchd.router.naming import DEPLOYMENT_PREFIX, json_body, named_model, routed, scoped
 from batchd.router.own_routes import answer_own
+from batchd.router.prefixes import LoadGuard, PrefixAsk, PrefixIndex, chunk_hashes, prompt_text
 from batchd.router.settings import RouterSettings
 from batchd.router.traces import RouteTrace, Tracing
 from batchd.router.upstream import SendFailed, Upstream, request_headers
@@ -61,6 +66,7 @@ class Router:
         metrics: RouterMetrics,
         synced: Callable[[], bool],
         rng: random.Random | None = None,
+        prefixes: PrefixIndex | None = None,
         tracing: Tracing | None = None,
     ) -> None:
         self.settings = settings
@@ -71,7 +77,10 @@ class Router:
         self.holds = holds
         self.metrics = metrics
         self.synced = synced
-        self.forwarder = Forwarder(settings, directory, loads, upstream, metrics, rng or random.Random())
+        self.prefixes = prefixes or PrefixIndex(settings.prefix_chunks_per_replica)
+        self.forwarder = Forwarder(
+            settings, directory, loads, upstream, metrics, rng or random.Random(), self.prefixes
+        )
         self.draining = False  # from SIGTERM on: unready, and every answer says Connection: close
         self.inflight = 0  # inference requests being routed or held now
 
@@ -130,6 +139,7 @@ class Router:
                 raise NotSynced("the router has not yet read the deployments from the API server")
             if found is not None:
                 model = found.model_name
+                route: Route | None = found.route
                 if model is None:
                     assert found.route.model_field is not None  # see `routed`
                     document = await self._json_body(found.route.model_field, receive, received)
@@ -141,9 +151,11 @@ class Router:
                 model = self.directory.model_of(wanted)  # an unknown one is counted under no label
                 ref = wanted
                 scope = {**scope, "path": inner, "raw_path": inner.encode("latin-1")}
+                inner_route = routed(scope["method"], inner)
+                route = inner_route.route if inner_route is not None else None
             if trace is not None:
                 trace.routed(ref.namespace, ref.name, model)
-            status = await self._route(ref, model, scope, receive, send, received, document, trace)
+            status = await self._route(ref, model, scope, receive, send, received, route, document, trace)
         except RouterError as error:
             failure = error
             answer = http_answer(error, self.settings)
@@ -172,6 +184,40 @@ class Router:
             raise BadRequest(f"request body: larger than {limit} bytes, so the router cannot read {field!r}")
         return json_body(b"".join(message.get("body", b"") for message in received), field)
 
+    async def _prefix_of(
+        self,
+        ref: DeploymentRef,
+        route: Route | None,
+        headers: list[tuple[bytes, bytes]],
+        receive: Receive,
+        received: list[Message],
+        document: object,
+    ) -> PrefixAsk | None:
+        """How to route a text-generation request by its prompt, for a deployment whose replicas
+        cache prefixes; None for any other request, and for a body too large to read ahead
+        (`retry_body_max_bytes`) or that is no JSON (its replica answers that)."""
+        settings = self.settings
+        record = self.directory.get(ref)
+        if route is None or route.prompt_field is None or record is None or not record.prefix_cached:
+            return None
+        if not settings.prefix_routing:
+            return None
+        if document is None:
+            await read_ahead(receive, received, settings.retry_body_max_bytes)
+            if not read_all(received) or received[-1]["type"] == "http.disconnect":
+                return None
+            try:
+                document = orjson.loads(b"".join(message.get("body", b"") for message in received))
+            except orjson.JSONDecodeError:
+                return None
+        text = prompt_text(document, route.prompt_field) or ""
+        caller = ""
+        if record.prefix_by_caller:  # as the replicas salt their blocks: by the header alone
+            caller = next((v.decode("latin-1") for k, v in headers if k.lower() == FAIRNESS_HEADER), "")
+        hashes = chunk_hashes(text, caller, settings.prefix_chunk_chars, settings.prefix_max_chunks)
+        slack = max(1.0, settings.prefix_load_slack * record.max_batch_size)
+        return PrefixAsk(hashes, LoadGuard(slack, settings.prefix_load_ratio))
+
     def _class_of(self, ref: DeploymentRef, scope: Message, document: object) -> PriorityClass:
         """The priority class a request names at `ref`, read as its replicas read it (headers, else
         an OpenAI body's metadata.priority); BadRequest naming it and the classes there are when
@@ -191,6 +237,7 @@ class Router:
         receive: Receive,
         send: Send,
         received: list[Message],
+        route: Route | None = None,
         document: object = None,
         trace: RouteTrace | None = None,
     ) -> int:
@@ -205,6 +252,7 @@ class Router:
             finally:
                 if trace is not None:
                     trace.held(time.monotonic() - held_at)
+        prefix = await self._prefix_of(ref, route, scope["headers"], receive, received, document)
         if not received:
             received.append(await receive())
         if received[-1]["type"] == "http.disconnect":
@@ -216,7 +264,7 @@ class Router:
         watch = ClientWatch(receive) if body.complete else None
         headers = request_headers(scope["headers"], self._replaced if trace is not None else frozenset())
         request = Outbound(
-            ref, model, scope["method"], target, headers, body, deadline, watch, priority, trace
+            ref, model, scope["method"], target, headers, body, deadline, watch, priority, prefix, trace
         )
         try:
             return await self.forwarder.forward(request, send)

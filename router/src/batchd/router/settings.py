@@ -6,7 +6,7 @@ a variable changed under it. A bad value stops the process at startup naming the
 
 from __future__ import annotations
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from batchd.api.environment import ClusterClientSettings, LogLevel
 from batchd.api.pod import ROUTER_PORT
@@ -55,6 +55,25 @@ class RouterSettings(ClusterClientSettings):
     upstream_keepalive_s: PositiveFloat = 30.0
     # Seconds to open a connection to a replica; one that cannot be reached is tried no longer.
     upstream_connect_timeout_s: PositiveFloat = 2.0
+    # Text generation: each request to the replica most likely to hold the beginning of its prompt
+    # in its prefix cache (the router's own index of what it sent where), within the load guard
+    # below; off: the better of two by load, as every other request.
+    prefix_routing: bool = True
+    # Characters of a prompt per chunk of the index, and the most chunks of one prompt matched:
+    # the Gateway API Inference Extension's prefix plugin's defaults (64 characters are about 16
+    # tokens, one block of a replica's cache; 256 chunks, the first 16 KiB of a prompt).
+    prefix_chunk_chars: PositiveInt = 64
+    prefix_max_chunks: PositiveInt = 256
+    # Chunks remembered per replica, least recently used forgotten first: about what a replica's
+    # cache holds of a small model's prompts (the extension's default), at 100 bytes each here.
+    prefix_chunks_per_replica: PositiveInt = 31_250
+    # The load guard (SGLang's balance thresholds): a replica is too busy to take a request for its
+    # prefix when it holds more items than the least loaded replica by more than this share of
+    # the deployment's max_batch_size (at least one item) and by more than this ratio; the request
+    # then goes to the better of two by load, so a hot prefix spreads over the replicas.
+    prefix_load_slack: NonNegativeFloat = 0.25
+    prefix_load_ratio: PositiveFloat = 1.5
+
     # A replica's answer is waited for the deployment's `request_timeout_s` plus this (seconds),
     # then 504: the replica answers its own 504 at `request_timeout_s`, this is the time for that
     # answer to arrive, so a replica that hangs (or a partition) holds no client forever.

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,8 @@ class RunResult:
     last_answer_s: float = 0.0  # when the last measured answer came, from the start (open loop)
     answered_due_s: list[float] = field(default_factory=list)  # when each of latencies_s was due (open loop)
     refused: int = 0  # of the errors, the 503s (open loop)
+    answered_s: list[float] = field(default_factory=list)  # when each of latencies_s came (closed loop)
+    answered_by: list[int] = field(default_factory=list)  # which client each of answered_s came to
 
     @property
     def completed(self) -> int:
@@ -65,6 +67,28 @@ class RunResult:
     def throughput_rps(self) -> float:
         return self.completed / self.duration_s if self.duration_s else 0.0
 
+    @property
+    def steady_rps(self) -> float:
+        """Answers a second, each client's own rate summed: a client's answers after its first in
+        the window, over the time from its first to its last. It resolves finer than the count over
+        the window, which moves a whole round at a time where every request takes as long; and,
+        client by client, a round is counted once, where the first to last answer of all clients
+        together would count one round more than the time between them holds. A client with fewer
+        than two answers adds its count over the window."""
+        times: dict[int, list[float]] = {}
+        for client, at in zip(self.answered_by, self.answered_s, strict=True):
+            times.setdefault(client, []).append(at)
+        if not any(len(answers) > 1 for answers in times.values()):
+            return self.throughput_rps
+        total = 0.0
+        for answers in times.values():
+            span = max(answers) - min(answers)
+            if len(answers) > 1 and span > 0:
+                total += (len(answers) - 1) / span
+            elif self.duration_s:
+                total += len(answers) / self.duration_s
+        return total
+
     def record_error(self, what: str) -> None:
         self.errors += 1
         if len(self.error_samples) < 5:
@@ -72,15 +96,27 @@ class RunResult:
 
 
 async def closed_loop(
-    host: str, port: int, request: Request, concurrency: int, duration_s: float, warmup_s: float = 0.0
+    host: str,
+    port: int,
+    request: Request,
+    concurrency: int,
+    duration_s: float,
+    warmup_s: float = 0.0,
+    stagger_s: float = 0.0,
+    at_window: Callable[[], None] | None = None,
 ) -> RunResult:
-    """`concurrency` clients, each on its own connection, for `duration_s` after `warmup_s`."""
+    """`concurrency` clients, each on its own connection, for `duration_s` after `warmup_s`; client
+    i starts i/concurrency of `stagger_s` late (within the warm-up), so that clients whose
+    requests all take as long are spread over a round rather than in step. `at_window` is called
+    when the measured window opens (to read the server's CPU there, say)."""
     result = RunResult("closed", concurrency, None)
     start = time.perf_counter()
     measure_from = start + warmup_s
     stop_at = measure_from + duration_s
+    window = asyncio.get_running_loop().call_later(warmup_s, at_window) if at_window is not None else None
 
-    async def client() -> None:
+    async def client(index: int) -> None:
+        await asyncio.sleep(stagger_s * index / concurrency)
         session = Session(host, port)
         while True:
             now = time.perf_counter()
@@ -99,12 +135,16 @@ async def closed_loop(
                 break  # finished after the window: counted neither as done nor as lost
             if status == 200:
                 result.latencies_s.append(done - now)
+                result.answered_s.append(done - measure_from)
+                result.answered_by.append(index)
             else:
                 result.record_error(f"HTTP {status}: {body[:200]!r}")
         session.close()
 
     cpu_before = time.process_time()
-    await asyncio.gather(*(client() for _ in range(concurrency)))
+    await asyncio.gather(*(client(index) for index in range(concurrency)))
+    if window is not None:
+        window.cancel()
     result.client_cpu_s = time.process_time() - cpu_before
     result.duration_s = duration_s
     return result

@@ -46,7 +46,10 @@ class Run:
     clients: int
     requests: int = 0  # answered 200 within the measured window
     errors: int = 0
+    # Answers a second, each client's own rate summed (`loadgen.RunResult.steady_rps`), so that
+    # answers that come in rounds resolve to a round's time.
     rps: float = math.nan
+    tokens_per_s: float = math.nan  # the generator's: rps times the new tokens of an answer
     p50_ms: float = math.nan
     p99_ms: float = math.nan
     cpu_ms_per_request: float = math.nan  # the whole server tree's CPU over the window
@@ -90,7 +93,7 @@ REFERENCES = ("mosec", "batchd")
 # A peer is said to be ahead of batchd only by more than this factor: closer than that, one
 # repeat's neighbours on a shared machine move the figures further.
 LEAD_FROM = 1.05
-FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_ms_per_request", "rss_mb", "pss_mb")
+FIGURES = ("rps", "tokens_per_s", "p50_ms", "p99_ms", "cpu_ms_per_request", "rss_mb", "pss_mb")
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,16 @@ def goals(results: Results) -> list[Goal]:
                 at_least=FLOOR_GOAL,
             ),
         ]
+    if any(run.model == "gpt2" and run.measured for run in results.runs):
+        lowest, closest = _lowest_against_peers(results, "gpt2", "tokens_per_s")
+        found.append(
+            _goal(
+                "Generator: tokens/s >= every peer's (batchd / the closest peer)",
+                lowest,
+                at_least=1,
+                detail=f"closest: {closest}" if closest else "no peer measured",
+            )
+        )
     if "minilm" in results.options["models"]:
         others = [
             info.name for info in results.peers if info.name != "batchd" and not PEERS[info.name].reference
@@ -250,6 +263,16 @@ def goals(results: Results) -> list[Goal]:
             ),
         ]
     return found
+
+
+def _lowest_against_peers(results: Results, model: str, figure: str) -> tuple[float, str]:
+    """batchd's figure over each peer's (the median of ratios within each repeat): the lowest, and
+    whose it is."""
+    others = [info.name for info in results.peers if info.name != "batchd" and not PEERS[info.name].reference]
+    versus = {peer: paired(results.runs, model, "batchd", peer, figure) for peer in others}
+    measured = {peer: value for peer, value in versus.items() if not math.isnan(value)}
+    closest = min(measured, key=measured.__getitem__, default="")
+    return (measured[closest] if closest else math.nan), closest
 
 
 def leads(table: Sequence[Row]) -> list[Lead]:

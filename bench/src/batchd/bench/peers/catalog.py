@@ -33,13 +33,24 @@ class Model:
     title: str
     item: Any  # every request carries this one item
     clients: int  # the closed loop's: each sends its next request when its answer arrives
+    # Whether the clients start spread over the warm-up: requests that all take as long would
+    # otherwise run in step, and answers come in rounds of every client at once.
+    staggered: bool = False
+    tokens: int = 0  # new tokens an answer holds (the generator's): its throughput in tokens/s
 
 
 MODELS: Mapping[str, Model] = {
     "adder": Model("adder", "Trivial adder", 1, 128),
     "minilm": Model("minilm", "MiniLM-L6 embeddings", SENTENCE, 64),
     # As many clients as a batch has rows: a server that batches whole requests runs full batches.
-    "gpt2": Model("gpt2", f"Tiny GPT-2 generation, {models.NEW_TOKENS} new tokens a request", PROMPT, 32),
+    "gpt2": Model(
+        "gpt2",
+        f"Tiny GPT-2 generation, {models.NEW_TOKENS} new tokens a request",
+        PROMPT,
+        32,
+        staggered=True,
+        tokens=models.NEW_TOKENS,
+    ),
 }
 
 
@@ -69,6 +80,7 @@ class Peer:
         return {
             "batchd": f"/v1/models/{model.name}:predict",
             "unbatched": f"/v1/models/{model.name}:predict",
+            "uncached": f"/v1/models/{model.name}:predict",
             "baseline": f"/v1/models/{model.name}:predict",
             "floor": f"/v1/models/{model.name}:predict",  # it answers any path alike
             "minimal": f"/v1/models/{model.name}:predict",  # it answers any path alike
@@ -101,7 +113,7 @@ class Peer:
 
 
 SERVERS = "batchd.bench.peers.servers"
-BATCHD_PEERS = ("batchd", "unbatched", "baseline")
+BATCHD_PEERS = ("batchd", "unbatched", "uncached", "baseline")
 
 PEERS: Mapping[str, Peer] = {
     peer.name: peer
@@ -118,6 +130,14 @@ PEERS: Mapping[str, Peer] = {
             "batchd, max_batch_size 1",
             "",
             "batchd as above with batches of one: what batching gains, on the same server",
+            reference=True,
+        ),
+        Peer(
+            "uncached",
+            "batchd, prefix cache off",
+            "",
+            "batchd as above with model.generation.prefix_cache_bytes: 0 (the generator only)",
+            models=("gpt2",),
             reference=True,
         ),
         Peer(
@@ -176,16 +196,22 @@ PEERS: Mapping[str, Peer] = {
     )
 }
 
-# Every peer but the baseline, which needs a source tree to run from (`--baseline-src`).
-DEFAULT_PEERS = tuple(name for name in PEERS if name != "baseline")
+# Every peer but the baseline, which needs a source tree to run from (`--baseline-src`), and batchd
+# without its prefix cache (the prefix benchmark runs it).
+DEFAULT_PEERS = tuple(name for name in PEERS if name not in ("baseline", "uncached"))
 
 
 def batchd_manifest(
-    model: Model, gpt2_dir: Path | None = None, device: str = "cpu", batched: bool = True
+    model: Model,
+    gpt2_dir: Path | None = None,
+    device: str = "cpu",
+    batched: bool = True,
+    prefix_cache: bool = True,
 ) -> dict[str, Any]:
     """The BatchedDeployment batchd serves `model` from, with every peer's batching settings (the
-    generator: batchd's own default, token-level scheduling, at as many rows as a peer's batch);
-    unbatched, batches of one and no wait."""
+    generator: batchd's own default, token-level scheduling, at as many rows as a peer's batch,
+    its prefix cache at its default size unless `prefix_cache` is off); unbatched, batches of one
+    and no wait."""
     batching = (
         {"max_batch_size": models.MAX_BATCH_SIZE, "batch_wait_timeout_s": models.BATCH_WAIT_S}
         if batched
@@ -205,7 +231,7 @@ def batchd_manifest(
             "device": device,
             # Greedy, and every answer runs to exactly `tokens` new tokens, as the peers' do.
             "call_kwargs": {"max_new_tokens": tokens, "min_new_tokens": tokens, "do_sample": False},
-            "generation": {"max_new_tokens": tokens},
+            "generation": {"max_new_tokens": tokens} | ({} if prefix_cache else {"prefix_cache_bytes": 0}),
         }
     return manifest(f"peers-{model.name}", block, batching=batching)
 

@@ -19,26 +19,33 @@ from batchd.bench.peers.catalog import MODELS, PEERS
 FIGURE_NAMES = {"rps": "req/s", "p99_ms": "p99", "cpu_ms_per_request": "server CPU per request"}
 
 
-def _table(results: Results, model: str, table: list[analysis.Row]) -> list[str]:
+def model_table(results: Results, model: str, table: list[analysis.Row]) -> list[str]:
     spec = MODELS[model]
+    tokens = "| tokens/s " if spec.tokens else ""
+    staggered = ", their starts spread over the warm-up" if spec.staggered else ""
     lines = [
-        f"## {spec.title}, max batch 32, 10 ms wait, {spec.clients} clients (closed loop)",
+        f"## {spec.title}, max batch 32, 10 ms wait, {spec.clients} clients (closed loop{staggered})",
         "",
-        "| server | req/s | p50 ms | p99 ms | server CPU ms/request | RSS MB (tree) | PSS MB (tree) "
+        f"| server | req/s {tokens}| p50 ms | p99 ms | server CPU ms/request | RSS MB (tree) | PSS MB (tree) "
         "| processes "
         "| req/s vs Mosec | req/s vs batchd | CPU/req vs Mosec | CPU/req vs batchd |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|"
+        + ("---:|" if spec.tokens else "")
+        + "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in table:
         if row.model != model:
             continue
         title = PEERS[row.peer].title
         if not row.repeats:
-            lines.append(f"| {title} | not measured: {_one_line(row.failure)} |" + " |" * 11)
+            lines.append(
+                f"| {title} | not measured: {_one_line(row.failure)} |" + " |" * (12 if tokens else 11)
+            )
             continue
         m = row.medians
+        made = f"| {figure(m['tokens_per_s'])} " if spec.tokens else ""
         lines.append(
-            f"| {title} | {figure(m['rps'])} | {number(m['p50_ms'])} | {number(m['p99_ms'])} "
+            f"| {title} | {figure(m['rps'])} {made}| {number(m['p50_ms'])} | {number(m['p99_ms'])} "
             f"| {number(m['cpu_ms_per_request'], 3)} | {figure(m['rss_mb'])} | {figure(m['pss_mb'])} "
             f"| {row.processes} | {number(row.vs['mosec']['rps'], 2)} | {number(row.vs['batchd']['rps'], 2)} "
             f"| {number(row.vs['mosec']['cpu_ms_per_request'], 2)} "
@@ -88,7 +95,7 @@ def to_markdown(results: Results) -> str:
         "",
     ]
     for model in options["models"]:
-        lines += _table(results, model, table)
+        lines += model_table(results, model, table)
     lines += ["## Goals", "", "| goal | measured | |", "|---|---:|---|"]
     for goal in analysis.goals(results):
         detail = f" ({goal.detail})" if goal.detail else ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -126,7 +127,8 @@ def start(
     if peer.serves_manifest:
         generator = gpt2_dir(workdir) if model.name == "gpt2" else None
         batched = peer.name != "unbatched"
-        manifest_path = write_manifest(workdir, batchd_manifest(model, generator, device, batched))
+        cached = peer.name != "uncached"
+        manifest_path = write_manifest(workdir, batchd_manifest(model, generator, device, batched, cached))
     command = [*peer.command(python, model, manifest_path), "--host", HOST, "--port", str(port)]
     log_path = workdir / f"{peer.name}-{model.name}-{port}.log"
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
@@ -204,18 +206,27 @@ def measure(
         wait_answering(server, path, body, options.ready_timeout_s)
         idle = processtree.sample(server.pid)
         request = loadgen.Request.post_json(HOST, server.port, path, body)
-        loadgen.run(loadgen.closed_loop(HOST, server.port, request, model.clients, options.warmup_s))
-        before = processtree.sample(server.pid)
-        result = loadgen.run(
-            loadgen.closed_loop(HOST, server.port, request, model.clients, options.duration_s)
+        window: list[processtree.TreeSample] = []  # the tree when the measured window opens
+        load = loadgen.closed_loop(
+            HOST,
+            server.port,
+            request,
+            model.clients,
+            options.duration_s,
+            warmup_s=options.warmup_s,
+            stagger_s=options.warmup_s if model.staggered else 0.0,
+            at_window=lambda: window.append(processtree.sample(server.pid)),
         )
+        result = loadgen.run(load)
         tree = processtree.sample(server.pid)
+        (before,) = window
         server.check_alive()
     except (ServerFailed, OSError, httpx.HTTPError) as error:
         return Run(peer.name, model.name, repeat, model.clients, failure=str(error))
     finally:
         stop(server)
     cpu_s = processtree.cpu_between(before, tree)
+    rps = result.steady_rps
     return Run(
         peer.name,
         model.name,
@@ -223,7 +234,8 @@ def measure(
         model.clients,
         requests=result.completed,
         errors=result.errors,
-        rps=result.throughput_rps,
+        rps=rps,
+        tokens_per_s=rps * model.tokens if model.tokens else math.nan,
         p50_ms=percentile(result.latencies_s, 50) * 1000,
         p99_ms=percentile(result.latencies_s, 99) * 1000,
         cpu_ms_per_request=cpu_s / result.completed * 1000 if result.completed else float("nan"),

@@ -62,13 +62,15 @@ def client_waiting(
         timeout_s = None if timeout is None else parse_timeout_s(timeout)
     except ValueError as error:
         raise InvalidInput(str(error)) from None
+    caller_id = "" if caller is None else caller.decode("latin-1")
     return Client(
         gone,
         timeout_s,
         None if priority is None else priority.decode("latin-1"),
-        "" if caller is None else caller.decode("latin-1"),
-        composed,
-        trace,
+        caller_id,
+        tenant=caller_id,
+        composed=composed,
+        trace=trace,
     )
 
 

@@ -10,14 +10,20 @@ The buffers grow (by copying) to the rows and columns the engine reserves, and a
 no sequence runs: memory follows the work, and is bounded by max_batch_size x the model's context.
 
 The model calls `update` from each attention layer, as it would call a transformers `Cache`:
-`prefill` and `decode` say beforehand where this forward pass writes.
+`prefill` and `decode` say beforehand where this forward pass writes. A prefill whose sequences
+begin with cached blocks (`prefix_cache`) has them copied into their rows layer by layer, as the
+forward pass reaches each layer, and its new tokens attend to those rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+# Copies cached blocks into rows of one layer's buffers: (layer, keys, values).
+BlockCopy = Callable[[int, torch.Tensor, torch.Tensor], None]
 
 
 class SlotCache:
@@ -31,10 +37,12 @@ class SlotCache:
         self._rows = 0  # what the buffers must hold, as reserved by the engine
         self._columns = 0
         # Where the current forward pass writes: a prefill (new sequences, left-padded) ...
-        self._prefill: tuple[int, list[int]] | None = None  # (first row, prompt lengths)
+        self._prefill: tuple[int, Sequence[int], Sequence[int]] | None = None  # first row, lengths, starts
+        self._copy: BlockCopy | None = None  # the cached blocks a prefill begins with
         # ... or a decoding step (rows 0..n-1, each at its own column).
         self._positions: torch.Tensor | None = None
         self._width = 0
+        self._token_bytes: dict[int, int] = {}  # per layer: the bytes of one token's keys and values
 
     # -- what the engine says ------------------------------------------------------------
 
@@ -47,10 +55,18 @@ class SlotCache:
         self._keys, self._values = [], []
         self._rows = self._columns = 0
 
-    def prefill(self, first_row: int, lengths: list[int]) -> None:
-        """The next forward pass is the prompts of new sequences, left-padded to the longest,
-        for rows first_row, first_row + 1, ..."""
-        self._prefill, self._positions = (first_row, lengths), None
+    def prefill(
+        self,
+        first_row: int,
+        lengths: Sequence[int],
+        starts: Sequence[int] | None = None,
+        copy: BlockCopy | None = None,
+    ) -> None:
+        """The next forward pass is the prompts of new sequences for rows first_row, first_row + 1,
+        ...: tokens starts[i] to lengths[i] of each (all of them without `starts`), left-padded to
+        the longest; `copy` puts each row's cached tokens before its start."""
+        self._prefill, self._positions = (first_row, lengths, starts or [0] * len(lengths)), None
+        self._copy = copy
 
     def decode(self, positions: torch.Tensor, width: int) -> None:
         """The next forward pass is one token for each of rows 0..n-1, at these columns
@@ -61,6 +77,16 @@ class SlotCache:
         """Row `source`'s first `length` columns become row `target`'s (a sequence ended there)."""
         for buffer in (*self._keys, *self._values):
             buffer[target, :, :length] = buffer[source, :, :length]
+
+    @property
+    def buffers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's (keys, values) buffers, [rows, heads, columns, head dim] (empty when released)."""
+        return list(zip(self._keys, self._values, strict=True))
+
+    @property
+    def token_bytes(self) -> int:
+        """The bytes of one token's keys and values over every layer (known after a first forward pass)."""
+        return sum(self._token_bytes.values())
 
     @property
     def nbytes(self) -> int:
@@ -78,12 +104,18 @@ class SlotCache:
         """Store this layer's new keys and values; return what its attention reads."""
         keys, values = self._buffers(layer_idx, key_states)
         if self._prefill is not None:
-            first, lengths = self._prefill
+            first, lengths, starts = self._prefill
+            if self._copy is not None:
+                self._copy(layer_idx, keys, values)
             padded = key_states.shape[2]
-            for index, length in enumerate(lengths):
-                keys[first + index, :, :length] = key_states[index, :, padded - length :]
-                values[first + index, :, :length] = value_states[index, :, padded - length :]
-            return key_states, value_states  # a prefill attends to its own prompts only
+            for index, (length, start) in enumerate(zip(lengths, starts, strict=True)):
+                new = length - start
+                keys[first + index, :, start:length] = key_states[index, :, padded - new :]
+                values[first + index, :, start:length] = value_states[index, :, padded - new :]
+            if not any(starts):
+                return key_states, value_states  # nothing cached: a prefill attends to its own prompts
+            last, width = first + len(lengths), max(lengths)
+            return keys[first:last, :, :width], values[first:last, :, :width]
         assert self._positions is not None, "the engine says where a forward pass writes"
         rows = torch.arange(key_states.shape[0], device=key_states.device)
         keys[rows, :, self._positions] = key_states[:, :, 0]
@@ -92,6 +124,7 @@ class SlotCache:
 
     def _buffers(self, layer: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         while len(self._keys) <= layer:
+            self._token_bytes[len(self._keys)] = 2 * like.shape[1] * like.shape[3] * like.element_size()
             self._keys.append(like.new_zeros((0, like.shape[1], 0, like.shape[3])))
             self._values.append(like.new_zeros((0, like.shape[1], 0, like.shape[3])))
         keys, values = self._keys[layer], self._values[layer]

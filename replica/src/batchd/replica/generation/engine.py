@@ -9,13 +9,20 @@ decoding step). A sequence that is done (its max_new_tokens, the end-of-sequence
 string) leaves at once and its row is free for the next iteration. What each step made goes to the
 event loop in one `call_soon_threadsafe`: the loop only hands chunks of text to the waiting requests.
 
+A new sequence whose prompt begins with blocks of the prefix cache (`prefix_cache`: a system
+prompt, the earlier turns of its conversation) gets them copied into its row and prefills only
+the rest. A prompt's whole blocks are cached once it is prefilled, so that the requests right
+behind it hit them; a sequence that ends (or is paused) leaves the blocks of its answer too, so
+that the next turn of its conversation (or its own resumption) hits them.
+
 A waiting sequence of a higher priority level than a running one does not wait for a row to
 free: it takes the row of the running sequence of the lowest level (the one that started last),
 which is paused, as vLLM preempts by priority. A paused sequence keeps what it generated and its
 stream stays open; it is the first to join again when a row is free (ahead of waiting sequences
-of its level and below), its prompt and generated tokens in one prefill (vLLM's recomputation),
-and it goes on where it stopped. So a high class's time to its first token is a step or two
-whatever the lower classes hold, as a high class in the batcher waits for no lower one.
+of its level and below), its prompt and generated tokens in one prefill (vLLM's recomputation,
+less what the prefix cache kept of them), and it goes on where it stopped. So a high class's time
+to its first token is a step or two whatever the lower classes hold, as a high class in the
+batcher waits for no lower one.
 
 Why not transformers' own continuous batching (`generate_batch`, `init_continuous_batching`,
 transformers 5.23)? It serves GPT-2 correctly on CPU (greedy output identical to `generate`,
@@ -42,6 +49,7 @@ import torch
 
 from batchd.replica.generation.cache import SlotCache
 from batchd.replica.generation.params import Chunk, GenerationParams, GenerationRequest
+from batchd.replica.generation.prefix_cache import BLOCK_TOKENS, PrefixCache, extend_keys
 from batchd.replica.generation.sampling import generator_for, next_tokens, token_logprobs
 from batchd.replica.generation.text import Decoder, TextStream
 from batchd.replica.queueing import NO_CALLER, PendingQueue, PriorityClass
@@ -69,6 +77,7 @@ class SequenceState:
     priority_class: str = ""  # its class's name ...
     priority: int = 0  # ... and priority: a higher one may take its row
     caller: str = NO_CALLER  # its fairness id, for turns within its class
+    salt: str = ""  # whose cached prefixes it may use: its caller's scope (see `prefix_cache`)
     arrived_at: float = field(default_factory=time.monotonic)
     counted_in: Any = None  # the waiting queue's: where it counts while it waits alive
     trace: RequestTrace | None = None  # its request's span, where it is recorded
@@ -81,6 +90,9 @@ class SequenceState:
     last_token: int = 0
     text: TextStream | None = None
     generator: torch.Generator | None = field(default=None, repr=False)
+    block_keys: list[bytes] = field(default_factory=list, repr=False)  # of its whole blocks, so far
+    cached_slots: list[int] = field(default_factory=list, repr=False)  # found at admission
+    cached_tokens: int = 0  # of its context, copied from the prefix cache at its last join
 
     @property
     def params(self) -> GenerationParams:
@@ -121,6 +133,7 @@ class GenerationEngine:
         context_tokens: int,
         max_running: int,
         observer: StepObserver | None = None,
+        prefix_cache_bytes: int = 0,
     ) -> None:
         self._model = model
         self._device: torch.device = model.device
@@ -129,6 +142,7 @@ class GenerationEngine:
         self._special = special_ids
         self._pad = pad_id
         self._cache = SlotCache(max_running, context_tokens)
+        self.prefix_cache = PrefixCache(prefix_cache_bytes)
         self.observer = observer  # set once metrics exist
         self.tracer: DecodingTracer | None = None  # set, traced, before the thread starts
         self._decoding: DecodingTrace | None = None  # the engine thread's: the run's span
@@ -177,6 +191,19 @@ class GenerationEngine:
     def capacity_tokens(self) -> int:
         """The bound of the cache: max_running sequences of the model's whole context."""
         return self.max_running * self._cache.max_columns
+
+    @property
+    def context_tokens(self) -> int:
+        return self._cache.max_columns
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def token_bytes(self) -> int:
+        """The bytes of one token's keys and values (known once a forward pass has run)."""
+        return self._cache.token_bytes
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -319,7 +346,7 @@ class GenerationEngine:
                     sequence.counted_in is not None and self._pause_below(sequence.priority)
                 ):
                     break
-                length = len(sequence.context_ids)
+                length = len(sequence.context_ids) - self._cached_prefix(sequence)
                 if new and (len(new) + 1) * max(longest, length) > PREFILL_TOKENS:
                     break
                 if sequence.counted_in is None:  # a paused one
@@ -332,7 +359,24 @@ class GenerationEngine:
                     self._served.append((sequence.priority_class, sequence.caller, waited_s))
                 new.append(sequence)
                 longest = max(longest, length)
+        # Matched again once every pause is made: a paused sequence's blocks, stored as it leaves its
+        # row, may have evicted blocks matched before it; nothing is stored from here to the copy.
+        for sequence in new:
+            sequence.cached_tokens = self._cached_prefix(sequence)
+            if self.prefix_cache.enabled and not sequence.tokens:  # a prompt, looked up once
+                self.prefix_cache.count(len(sequence.request.prompt_ids), sequence.cached_tokens)
         return new
+
+    def _cached_prefix(self, sequence: SequenceState) -> int:
+        """How many tokens of the sequence's context the prefix cache holds (its slots kept on the
+        sequence): whole blocks, and never the last token, whose forward pass makes the next one."""
+        cache = self.prefix_cache
+        if not cache.enabled:
+            return 0
+        context = sequence.context_ids
+        keys = extend_keys(sequence.block_keys, context, sequence.salt, cache.secret)
+        sequence.cached_slots = cache.match(keys)
+        return min(len(sequence.cached_slots) * BLOCK_TOKENS, len(context) - 1)
 
     def _trace_joined(self, new: list[SequenceState], tracer: DecodingTracer) -> None:
         """The decoding run's span, opened by the first recorded request to join it."""
@@ -385,27 +429,28 @@ class GenerationEngine:
         return True
 
     def _prefill(self, new: list[SequenceState], events: list[tuple[SequenceState, Chunk]]) -> None:
-        """The new sequences' prompts (and a paused one's tokens so far), left-padded, in one
-        forward pass; their next tokens."""
+        """The new sequences' contexts (a prompt, and a paused one's tokens so far; less what the
+        prefix cache holds of each), left-padded, in one forward pass; their next tokens."""
         contexts = [s.context_ids for s in new]
         lengths = [len(context) for context in contexts]
-        padded = max(lengths)
-        ids = torch.full((len(new), padded), self._pad, dtype=torch.long)
-        positions = torch.zeros((len(new), padded), dtype=torch.long)
-        for index, context in enumerate(contexts):
-            start = padded - lengths[index]
-            ids[index, start:] = torch.tensor(context)
-            positions[index, start:] = torch.arange(lengths[index])
-        columns = torch.arange(padded)
-        starts = padded - torch.tensor(lengths)
-        causal = columns[None, :] <= columns[:, None]  # [query, key]
-        mask = causal[None] & (columns[None, None, :] >= starts[:, None, None])
-        mask |= torch.eye(padded, dtype=torch.bool)[None]  # padding attends to itself, never to nothing
+        starts = [s.cached_tokens for s in new]
         first = len(self._rows)
+        if any(starts):
+            ids, positions, mask = _prefill_after_prefixes(contexts, lengths, starts, self._pad)
+            placements = [(first + index, s.cached_slots) for index, s in enumerate(new)]
+
+            def copy(layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+                self.prefix_cache.copy_to(layer, keys, values, placements)
+
+            self._cache.prefill(first, lengths, starts, copy)
+        else:
+            ids, positions, mask = _prefill_alone(contexts, lengths, self._pad)
+            self._cache.prefill(first, lengths)
         self._cache.reserve(
             first + len(new), max(len(s.request.prompt_ids) + s.params.max_new_tokens for s in new)
         )
-        self._cache.prefill(first, lengths)
+        for sequence in new:
+            sequence.cached_slots = []
         try:
             logits = self._forward("prefill", ids, mask[:, None], positions)
         except Exception as error:
@@ -413,7 +458,7 @@ class GenerationEngine:
             events.extend((s, Chunk("", (), "error", error)) for s in new)
             return
         joined = time.monotonic()
-        for sequence, length in zip(new, lengths, strict=True):
+        for index, (sequence, length) in enumerate(zip(new, lengths, strict=True)):
             sequence.length = length
             sequence.joined_at = joined
             if sequence.text is None:  # new, not resumed
@@ -422,8 +467,17 @@ class GenerationEngine:
                     self._decoder, sequence.request.prompt_ids, sequence.params.stop, self._special
                 )
             self.held_tokens += length
+            # The context's blocks, at once: the requests right behind it may begin the same way.
+            self._keep_blocks(sequence, first + index, contexts[index])
         self._rows.extend(new)
         self._take(new, logits, events)
+
+    def _keep_blocks(self, sequence: SequenceState, row: int, tokens: Sequence[int]) -> None:
+        """The whole blocks of `tokens` (whose keys and values are in `row`) into the prefix cache."""
+        cache = self.prefix_cache
+        if cache.enabled and len(tokens) >= BLOCK_TOKENS:
+            keys = extend_keys(sequence.block_keys, tokens, sequence.salt, cache.secret)
+            cache.store(keys, row, self._cache.buffers)
 
     def _decode(self, events: list[tuple[SequenceState, Chunk]]) -> None:
         """One token more for every running sequence."""
@@ -489,11 +543,17 @@ class GenerationEngine:
                 text += sequence.text.flush()
                 self._remove(sequence)
             logprobs = (scored[row],) if row in scored else ()
-            events.append((sequence, Chunk(text, (token,), finish, logprobs=logprobs)))
+            cached = sequence.cached_tokens if sequence.generated == 1 else 0
+            events.append((sequence, Chunk(text, (token,), finish, logprobs=logprobs, cached_tokens=cached)))
 
-    def _remove(self, sequence: SequenceState) -> None:
-        """The sequence leaves; the last row moves into its place, so rows stay 0..n-1."""
+    def _remove(self, sequence: SequenceState, computed: bool = True) -> None:
+        """The sequence leaves (`computed`: its keys and values are whole, and its blocks stay in
+        the prefix cache: prompt and answer); the last row moves into its place, so rows stay 0..n-1."""
         index = self._rows.index(sequence)
+        if computed and sequence.length >= BLOCK_TOKENS and self.prefix_cache.enabled:
+            # In the cache: the prompt and every new token but the last, which was never fed back.
+            tokens = sequence.context_ids[: sequence.length]
+            self._keep_blocks(sequence, index, tokens)
         last = len(self._rows) - 1
         if index != last:
             moved = self._rows[last]
@@ -507,7 +567,7 @@ class GenerationEngine:
     ) -> list[tuple[SequenceState, Chunk]]:
         for sequence in sequences:
             if sequence in self._rows:
-                self._remove(sequence)
+                self._remove(sequence, computed=False)
         return [(s, Chunk("", (), "error", error)) for s in sequences]
 
     def _dispatch(
@@ -539,3 +599,43 @@ def _appending(chunks: list[Chunk]) -> Deliver:
         chunks.append(chunk)
 
     return deliver
+
+
+def _prefill_alone(
+    contexts: Sequence[Sequence[int]], lengths: Sequence[int], pad: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ids, positions and mask ([rows, query, key]) of whole contexts, left-padded to the longest:
+    each attends to its own tokens only."""
+    padded = max(lengths)
+    ids = torch.full((len(contexts), padded), pad, dtype=torch.long)
+    positions = torch.zeros((len(contexts), padded), dtype=torch.long)
+    for index, context in enumerate(contexts):
+        start = padded - lengths[index]
+        ids[index, start:] = torch.tensor(context)
+        positions[index, start:] = torch.arange(lengths[index])
+    columns = torch.arange(padded)
+    starts = padded - torch.tensor(lengths)
+    causal = columns[None, :] <= columns[:, None]  # [query, key]
+    mask = causal[None] & (columns[None, None, :] >= starts[:, None, None])
+    mask |= torch.eye(padded, dtype=torch.bool)[None]  # padding attends to itself, never to nothing
+    return ids, positions, mask
+
+
+def _prefill_after_prefixes(
+    contexts: Sequence[Sequence[int]], lengths: Sequence[int], starts: Sequence[int], pad: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ids, positions and mask ([rows, query, key]) of the contexts' uncached tokens (from each
+    start), left-padded to the longest; keys are the rows' columns 0 to the longest context, where
+    the cached tokens are copied: a token attends to every column up to its own position, and
+    padding to column 0 (never to nothing)."""
+    counts = [length - start for length, start in zip(lengths, starts, strict=True)]
+    padded = max(counts)
+    ids = torch.full((len(contexts), padded), pad, dtype=torch.long)
+    positions = torch.zeros((len(contexts), padded), dtype=torch.long)
+    for index, context in enumerate(contexts):
+        start = padded - counts[index]
+        ids[index, start:] = torch.tensor(context[starts[index] :])
+        positions[index, start:] = torch.arange(starts[index], lengths[index])
+    columns = torch.arange(max(lengths))
+    mask = columns[None, None, :] <= positions[:, :, None]
+    return ids, positions, mask

@@ -8,21 +8,27 @@ explicit position ids: what decoder-only transformers models (GPT-2, Llama, Mist
 accept with `sdpa` attention. Before the replica turns ready, the engine generates a few greedy
 tokens for a warm-up prompt and compares them with `model.generate`: a model whose forward pass
 does not work that way is refused at load, naming the field that switches to request-level
-batching, rather than served wrong.
+batching, rather than served wrong. It then checks the same for a prompt whose first blocks come
+from the prefix cache; a model that differs there is served without the cache (and says so).
+
+The prefix cache is sized once the model is loaded and warm (`model.generation.prefix_cache_bytes`,
+by default from what the pod's memory request leaves: `prefix_cache.default_capacity_bytes`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 from typing import Any
 
 from pydantic import TypeAdapter
 
-from batchd.api.spec import ModelSpec, TensorSpec
+from batchd.api.spec import GenerationSpec, ModelSpec, TensorSpec
 from batchd.replica.generation.engine import GenerationEngine
 from batchd.replica.generation.model_limits import limits_and_defaults, model_eos_ids
 from batchd.replica.generation.params import GenerationParams, GenerationRequest
+from batchd.replica.generation.prefix_cache import BLOCK_TOKENS, default_capacity_bytes
 from batchd.replica.generation.preparing import Preparer
 from batchd.replica.generation.request_level import load_request_level
 from batchd.replica.generation.token_level import TokenLevel
@@ -37,6 +43,8 @@ WARMUP_PROMPTS = (
     "Batching amortises the cost of a forward pass over many requests, token by token.",
 )
 CHECK_TOKENS = 4  # greedy tokens compared with model.generate at load
+# While the prefix cache is checked at load: room for the check prompt's blocks, whatever the model.
+CHECK_CACHE_BYTES = 64 << 20
 
 
 class TokenGenerationModel:
@@ -50,12 +58,15 @@ class TokenGenerationModel:
         executor: ModelExecutor,
         item_adapter: TypeAdapter[Any],
         generate_reference: Any,
+        generation: GenerationSpec | None = None,
     ) -> None:
         self.engine = engine
         self.preparer = preparer
         self._executor = executor
         self.item_adapter = item_adapter
         self._reference = generate_reference
+        self._generation = generation or GenerationSpec()
+        self._prefix_cache_works = True  # until the check at load says otherwise
         self.metadata = ModelMetadata(
             platform="transformers/text-generation",
             inputs=(TensorSpec(name="text", datatype="BYTES"),),
@@ -68,12 +79,32 @@ class TokenGenerationModel:
         batcher is not used: sequences have the engine's own queue."""
         if self._service is None:
             self.engine.observer = setup.steps
+            self._size_prefix_cache(setup)
             self.engine.tracer = setup.tracer
             self._service = TokenLevel(
-                self.engine, self.preparer, setup.config, setup.sequences, setup.classes
+                self.engine,
+                self.preparer,
+                setup.config,
+                setup.sequences,
+                setup.classes,
+                self._generation.prefix_cache_scope,
             )
             self.engine.start(asyncio.get_running_loop())
         return self._service
+
+    def _size_prefix_cache(self, setup: GenerationSetup) -> None:
+        """The prefix cache's bound, now that the model is loaded and warm; empty (the warm-up's
+        prompts are nobody's)."""
+        cache = self.engine.prefix_cache
+        wanted = self._generation.prefix_cache_bytes
+        if not self._prefix_cache_works:
+            wanted = 0
+        elif wanted is None:
+            running = setup.config.max_batch_size * self.engine.context_tokens * self.engine.token_bytes
+            wanted = default_capacity_bytes(*_memory_budget(self.engine, setup.memory_request_bytes), running)
+        cache.set_capacity(wanted)
+        cache.clear()
+        logger.info("prefix cache: %d bytes (%d bytes a token)", wanted, self.engine.token_bytes)
 
     async def predict_batch(self, items: list[Any]) -> list[Any]:
         """Whole texts for prompts (the pipeline's answer: prompt and continuation), with the
@@ -105,11 +136,41 @@ class TokenGenerationModel:
                 "model.generation.scheduling: token-level scheduling cannot drive this model's forward pass "
                 f"(greedy {ours!r}, transformers' generate {expected!r}); use scheduling: request"
             )
+        self._check_prefix_cache(params)
+        # Within what the spec allows: a deployment may cap answers below the warm-up's 8 tokens.
+        length = {"max_new_tokens": min(8, self.preparer.limits.max_new_tokens)}
         warm = [
-            self.preparer.prepare(WARMUP_PROMPTS[i % len(WARMUP_PROMPTS)], {"max_new_tokens": 8}, "warm-up")
+            self.preparer.prepare(WARMUP_PROMPTS[i % len(WARMUP_PROMPTS)], length, "warm-up")
             for i in range(sequences)
         ]
         self.engine.run_to_completion(warm)
+
+    def _check_prefix_cache(self, params: GenerationParams) -> None:
+        """A prompt twice, the second time from the prefix cache: both must be generate's greedy
+        tokens; else the replica serves without the cache (a model whose attention cannot read
+        copied keys and values, such as one with a sliding window)."""
+        fits = self.preparer.limits.context_tokens - params.max_new_tokens
+        ids = self.preparer.encode(" ".join(WARMUP_PROMPTS * 2))[:fits]
+        if self._generation.prefix_cache_bytes == 0 or len(ids) <= BLOCK_TOKENS:
+            return
+        request = GenerationRequest("", ids, params)
+        expected = self._reference(request)
+        cache = self.engine.prefix_cache
+        cache.set_capacity(CHECK_CACHE_BYTES)
+        try:
+            texts = ["".join(c.text for c in self.engine.run_to_completion([request])[0]) for _ in range(2)]
+            hit = cache.stats.hit_tokens
+        finally:
+            cache.set_capacity(0)
+        if texts != [expected, expected] or not hit:
+            logger.warning(
+                "the prefix cache is off: this model's greedy tokens after cached blocks (%r, %d tokens "
+                "cached) are not transformers' generate's (%r)",
+                texts,
+                hit,
+                expected,
+            )
+            self._prefix_cache_works = False
 
 
 def load_text_generation(spec: ModelSpec, location: str, executor: ModelExecutor) -> TextGenerator:
@@ -169,4 +230,18 @@ def load_token_level(
         return str(decoder.decode(output[0, ids.shape[1] :].tolist(), skip_special_tokens=True))
 
     logger.info("token-level generation: context %d tokens, defaults %s", context, defaults)
-    return TokenGenerationModel(engine, preparer, executor, item_adapter, reference)
+    return TokenGenerationModel(engine, preparer, executor, item_adapter, reference, spec.generation_spec)
+
+
+def _memory_budget(engine: GenerationEngine, memory_request_bytes: int | None) -> tuple[int | None, int]:
+    """What the prefix cache may share, and what is used of it already: on a GPU, the device's
+    free memory (nothing of it used); else the pod's memory request and the process's resident
+    memory at its peak so far (the model loaded and warm)."""
+    import torch
+
+    device = engine.device
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free, 0
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return memory_request_bytes, peak_kib * 1024

@@ -96,6 +96,7 @@ class Completion:
     prompt_tokens: int
     token_ids: tuple[int, ...]  # the new tokens (an end-of-sequence token among them)
     logprobs: tuple[TokenLogprob, ...] = ()  # one per new token, where the request asked for them
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache, not computed again
 
     @property
     def generated_tokens(self) -> int:
@@ -112,6 +113,7 @@ class Chunk:
     finish_reason: str | None = None  # "length" or "stop" once the sequence has ended; "error"
     error: BaseException | None = None
     logprobs: tuple[TokenLogprob, ...] = ()  # of `token_ids`, where the request asked for them
+    cached_tokens: int = 0  # on a sequence's first chunk: prompt tokens copied from the prefix cache
 
     @property
     def tokens(self) -> int:

@@ -57,6 +57,10 @@ class Preparer:
         check_prompt(len(prompt_ids), params, self.limits, field)
         return GenerationRequest(text, prompt_ids, params)
 
+    def encode(self, text: str) -> tuple[int, ...]:
+        """The tokens of `text`, unchecked (the replica's own prompts: warm-up, checks)."""
+        return tuple(int(token) for token in self._encoder(text)["input_ids"])
+
     def prepare_ids(
         self, prompt_ids: Sequence[int], params: GenerationParams, field: str
     ) -> GenerationRequest:

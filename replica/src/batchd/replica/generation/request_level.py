@@ -165,6 +165,10 @@ class RequestLevel:
     def class_depths(self) -> list[tuple[str, int]]:
         return []  # likewise
 
+    @property
+    def prefix_cache(self) -> None:
+        return None  # transformers' generate computes every prompt whole
+
     def open(self, request: GenerationRequest, client: Client = NO_CLIENT) -> SequenceStream:
         """A stream of one chunk: the whole answer, when its batch is done."""
         loop = asyncio.get_running_loop()

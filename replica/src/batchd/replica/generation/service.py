@@ -13,13 +13,16 @@ with a `streams.SequenceStream`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from batchd.api.spec import BatchingSpec
 from batchd.replica.generation.params import Completion, GenerationRequest
 from batchd.replica.generation.preparing import Preparer
 from batchd.replica.generation.streams import SequenceStream
 from batchd.replica.waiting import NO_CLIENT, Client
+
+if TYPE_CHECKING:  # it holds tensors
+    from batchd.replica.generation.prefix_cache import PrefixCache
 
 
 class GenerationService(Protocol):
@@ -36,6 +39,11 @@ class GenerationService(Protocol):
     @property
     def kv_usage(self) -> float:
         """The share of the key-value cache that running sequences hold (0 with none kept)."""
+        ...
+
+    @property
+    def prefix_cache(self) -> PrefixCache | None:
+        """Whole blocks of earlier sequences kept for later prompts (token-level only; else None)."""
         ...
 
     @property

@@ -62,6 +62,7 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
         self._first: float | None = None
         self._chunks = 0
         self.generated_tokens = 0
+        self.cached_tokens = 0  # of the prompt, from the prefix cache (said by the first chunk)
         trace = client.trace
         # The answer's text, kept only for a span that records it (the deployment opted in).
         self._text: list[str] | None = [] if trace is not None and trace.captures_text else None
@@ -130,7 +131,9 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
             logprobs.extend(chunk.logprobs)
             finish = chunk.finish_reason or finish
         prompt_tokens = len(self.request.prompt_ids)
-        return Completion("".join(pieces), finish, prompt_tokens, tuple(tokens), tuple(logprobs))
+        return Completion(
+            "".join(pieces), finish, prompt_tokens, tuple(tokens), tuple(logprobs), self.cached_tokens
+        )
 
     def _account(self, chunk: Chunk) -> None:
         now = time.perf_counter()
@@ -142,6 +145,7 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
             if trace is not None:
                 trace.first_token(now - self._started)
         self.generated_tokens += chunk.tokens
+        self.cached_tokens += chunk.cached_tokens
         if self._text is not None:
             self._text.append(chunk.text)
         if chunk.finish_reason is not None:

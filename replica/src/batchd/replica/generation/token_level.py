@@ -23,6 +23,7 @@ from batchd.replica.batching import ClassObserver, NullBatchObserver, class_of, 
 from batchd.replica.errors import Displaced, Draining, QueueTimedOut, Shed
 from batchd.replica.generation.engine import GenerationEngine, SequenceState
 from batchd.replica.generation.params import Completion, GenerationRequest
+from batchd.replica.generation.prefix_cache import PrefixCache
 from batchd.replica.generation.preparing import Preparer
 from batchd.replica.generation.streams import Deliver, SequenceObserver, SequenceStream
 from batchd.replica.queue_timeouts import QueueTimeouts
@@ -42,8 +43,10 @@ class TokenLevel:
         config: BatchingSpec,
         observer: SequenceObserver | None = None,
         classes_observer: ClassObserver | None = None,
+        prefix_scope: str = "caller",
     ) -> None:
         self.engine = engine
+        self._prefix_scope = prefix_scope  # model.generation.prefix_cache_scope
         self.preparer = preparer
         self._config = config
         self._observer = observer
@@ -78,6 +81,10 @@ class TokenLevel:
     @property
     def kv_usage(self) -> float:
         return self.engine.held_tokens / max(1, self.engine.capacity_tokens)
+
+    @property
+    def prefix_cache(self) -> PrefixCache:
+        return self.engine.prefix_cache
 
     @property
     def longest_step_s(self) -> float:
@@ -166,6 +173,9 @@ class TokenLevel:
             self._open += 1
             self._idle.clear()
 
+        # Whose cached prefixes it may use: its caller's own (by the header), or the deployment's.
+        salt = client.tenant if self._prefix_scope == "caller" else ""
+
         def start(deliver: Deliver) -> Callable[[], None]:
             sequence = SequenceState(
                 request,
@@ -173,6 +183,7 @@ class TokenLevel:
                 priority_class=priority_class.name,
                 priority=priority_class.priority,
                 caller=caller,
+                salt=salt,
                 trace=client.trace,
             )
             self.engine.submit(sequence)

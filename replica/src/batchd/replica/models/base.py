@@ -59,14 +59,16 @@ class BatchModel(Protocol):
 @dataclass(frozen=True)
 class GenerationSetup:
     """What the replica gives a text-generation model's service: its batching, its batcher (for
-    request-level scheduling), and where it reports each sequence, each engine step, and what
-    each priority class was served and refused."""
+    request-level scheduling), where it reports each sequence, each engine step, and what each
+    priority class was served and refused, and the memory its pod asks for
+    (resources.requests.memory, in bytes; None when it names none)."""
 
     config: BatchingSpec
     batcher: Batcher
     sequences: SequenceObserver
     steps: StepObserver
     classes: ClassObserver
+    memory_request_bytes: int | None = None
     tracer: DecodingTracer | None = None  # the decoding runs' spans; None untraced
 
 

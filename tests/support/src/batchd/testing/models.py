@@ -14,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "BERT_CORPUS",
+    "GPT2_CHAT_TEMPLATE",
     "GPT2_CORPUS",
     "MINILM_REPO",
     "MINILM_SOURCE",
@@ -59,6 +60,12 @@ GPT2_CORPUS = [
     "Sentence embeddings and text generation are served by replicas on Kubernetes.",
     "Throughput rises with the batch size until the model itself becomes the limit.",
 ] * 8
+# The tiny GPT-2's tokenizer has no chat template: `model.generation.chat_template` for
+# `/v1/chat/completions` (one line a message, `role: content`, then `assistant:`).
+GPT2_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
 # Small enough to build in seconds, large enough that the model, not Python, dominates a batch.
 TINY_GPT2: dict[str, Any] = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 256}
 

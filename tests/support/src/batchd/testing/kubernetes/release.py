@@ -90,10 +90,13 @@ class Release:
         """The object as the API server has it, or None if there is none."""
         return get_object(self.api, kind, name, namespace or self.namespace)
 
-    def apply(self, *documents: dict[str, Any]) -> None:
-        """`kubectl apply` of these documents into the release's namespace, as a user applies them."""
+    def apply(self, *documents: dict[str, Any], server_side: bool = False) -> None:
+        """`kubectl apply` of these documents into the release's namespace, as a user applies them;
+        `server_side` for an object too large for kubectl's last-applied annotation (256 KiB), as a
+        user applies one."""
         stream = yaml.safe_dump_all(documents)
-        self.cluster.kubectl("apply", "-n", self.namespace, "-f", "-", input=stream)
+        mode = ("--server-side",) if server_side else ()
+        self.cluster.kubectl("apply", *mode, "-n", self.namespace, "-f", "-", input=stream)
 
     def events(self, reason: str, about: str | None = None) -> list[str]:
         """The messages of the events in the namespace with this reason (about the object named

@@ -166,11 +166,18 @@ class RouterNamespaces:
         )
 
     async def create_deployment(
-        self, name: str, *, model: str | None = None, namespace: str | None = None, **fields: Any
+        self,
+        name: str,
+        *,
+        model: str | None = None,
+        namespace: str | None = None,
+        serves: dict[str, Any] | None = None,
+        **fields: Any,
     ) -> None:
-        """A BatchedDeployment (`fields`: `manifest`'s keyword arguments), with no operator: what
-        the router reads is the resource, and the slices the test writes."""
-        document = manifest(name, **fields)
+        """A BatchedDeployment (`fields`: `manifest`'s keyword arguments; `serves`: its whole model
+        block, `model` its name), with no operator: what the router reads is the resource, and the
+        slices the test writes."""
+        document = manifest(name, serves, **fields) if serves is not None else manifest(name, **fields)
         if model is not None:
             document["spec"]["model"]["name"] = model
         self._post(DEPLOYMENTS_PATH.format(ns=namespace or self.namespace), document)

@@ -60,11 +60,13 @@ class Header:
         }
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    """OpenAI's usage: `cached_tokens` are the prompt tokens the prefix cache held."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -99,10 +101,15 @@ def _chat_logprob(entry: TokenLogprob, token_text: TokenText) -> dict[str, Any]:
 
 
 def whole(
-    header: Header, completions: Sequence[Completion], prompt_tokens: int, token_text: TokenText
+    header: Header,
+    completions: Sequence[Completion],
+    prompt_tokens: int,
+    token_text: TokenText,
+    choices_per_prompt: int = 1,
 ) -> dict[str, Any]:
     """The answer to a request that did not stream: one choice per completion, in order
-    (prompt by prompt, then n by n); `prompt_tokens` counts each prompt once."""
+    (prompt by prompt, then n by n); `prompt_tokens` counts each prompt once, and so do the
+    cached tokens (its first choice's)."""
     choices = []
     for index, completion in enumerate(completions):
         choice: dict[str, Any] = {"index": index}
@@ -116,7 +123,8 @@ def whole(
         }
         choices.append(choice)
     generated = sum(completion.generated_tokens for completion in completions)
-    return header.fields(chunk=False) | {"choices": choices, "usage": usage(prompt_tokens, generated)}
+    cached = sum(completion.cached_tokens for completion in completions[::choices_per_prompt])
+    return header.fields(chunk=False) | {"choices": choices, "usage": usage(prompt_tokens, generated, cached)}
 
 
 def event(
@@ -141,8 +149,11 @@ def event(
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
-def usage_event(header: Header, prompt_tokens: int, completion_tokens: int) -> bytes:
-    body = header.fields(chunk=True) | {"choices": [], "usage": usage(prompt_tokens, completion_tokens)}
+def usage_event(header: Header, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> bytes:
+    body = header.fields(chunk=True) | {
+        "choices": [],
+        "usage": usage(prompt_tokens, completion_tokens, cached_tokens),
+    }
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 

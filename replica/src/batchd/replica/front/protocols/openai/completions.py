@@ -113,8 +113,8 @@ async def _answer(
     prompt_tokens = sum(len(prompt.prompt_ids) for prompt in prompts)
     if not ask.stream:
         completions = await service.complete(requests, call.client)
-        return answers.whole(header, completions, prompt_tokens, service.preparer.token_text)
-    events = _events(service, header, requests, ask.include_usage, prompt_tokens, call.client)
+        return answers.whole(header, completions, prompt_tokens, service.preparer.token_text, ask.choices)
+    events = _events(service, header, requests, ask, prompt_tokens, call.client)
     return EventStream(events, SSE_HEADERS, answers.error_event)
 
 
@@ -122,7 +122,7 @@ async def _events(
     service: GenerationService,
     header: answers.Header,
     requests: list[GenerationRequest],
-    include_usage: bool,
+    ask: GenerationAsk,
     prompt_tokens: int,
     client: Client,
 ) -> AsyncGenerator[bytes, None]:
@@ -132,13 +132,16 @@ async def _events(
     sent = [0] * len(requests)  # characters, for completions' text_offset
     held: list[list[TokenLogprob]] = [[] for _ in requests]
     token_text = service.preparer.token_text
-    generated = 0
+    include_usage = ask.include_usage
+    generated = cached = 0
     async with AsyncExitStack() as streams:
         opened = [await streams.enter_async_context(service.open(r, client)) for r in requests]
         async for index, pieces in _merged(opened):
             text = "".join(piece.text for piece in pieces)
             finish = pieces[-1].finish_reason
             generated += sum(piece.tokens for piece in pieces)
+            if index % ask.choices == 0:  # each prompt's cached tokens once: its first choice's
+                cached += sum(piece.cached_tokens for piece in pieces)
             for piece in pieces:
                 held[index].extend(piece.logprobs)
             if text or finish:
@@ -146,7 +149,7 @@ async def _events(
                 yield answers.event(header, index, text, finish, first[index], include_usage, scores)
                 first[index], sent[index], held[index] = False, sent[index] + len(text), []
     if include_usage:
-        yield answers.usage_event(header, prompt_tokens, generated)
+        yield answers.usage_event(header, prompt_tokens, generated, cached)
     yield answers.DONE
 
 

@@ -119,10 +119,17 @@ class ChatCompletionRequest(_Sampling):
     )
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = Field(
+        description="Prompt tokens found in the replica's prefix cache (whole blocks of 16), not computed."
+    )
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
 
 
 class CompletionChoice(BaseModel):

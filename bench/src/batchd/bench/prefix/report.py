@@ -1,0 +1,204 @@
+"""prefix.md and prefix.png: per part, a row per load and subject (medians over repeats), the goals
+(ratios within each repeat: median and range), and the peers' generator table; the chart shows
+what the cache and the routing change, and the generator's tokens/s beside the peers'."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from batchd.bench.kit.charts import panels
+from batchd.bench.kit.formatting import figure, number, share, verdict
+from batchd.bench.kit.records import ran
+from batchd.bench.peers import analysis as peer_analysis
+from batchd.bench.peers.catalog import PEERS
+from batchd.bench.peers.report import model_table
+from batchd.bench.prefix.analysis import (
+    CACHED,
+    CONVERSATION_TURNS,
+    HOT_CAPACITY,
+    PREFIX,
+    ROUTED_CONVERSATIONS,
+    ROUTED_HOT,
+    ROUTED_UNIQUE,
+    SYSTEM_CAPACITY,
+    SYSTEM_LATENCY,
+    TWO_CHOICES,
+    UNCACHED,
+    UNIQUE_CAPACITY,
+    Figures,
+    Goal,
+    Part,
+    Results,
+    medians,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+HEAD = (
+    "| load | subject | req/s | output tokens/s | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | hit rate "
+    "| answered | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def _part(title: str, part: Part) -> list[str]:
+    lines = [f"## {title}", "", part.setup + ".", ""]
+    if part.rates:
+        rates = ", ".join(f"{load}: {number(rate, 2)} req/s" for load, rate in part.rates.items())
+        lines += [f"Open loops' arrival rates (medians over repeats): {rates}.", ""]
+    lines.append(HEAD)
+    for load, subjects in medians(part.runs).items():
+        for subject, found in subjects.items():
+            lines.append(
+                f"| {load} | {subject} | {number(found.rps, 2)} | {figure(found.tokens_per_s)} "
+                f"| {figure(found.ttft_p50_ms)} | {figure(found.ttft_p90_ms)} | {figure(found.ttft_p99_ms)} "
+                f"| {share(found.hit_rate)} | {found.completed} | {found.errors} |"
+            )
+    samples = [
+        s
+        for subjects in part.runs.values()
+        for runs in subjects.values()
+        for f in runs
+        for s in f.error_samples
+    ]
+    if samples:
+        lines += ["", f"Errors, for example: `{samples[0][:200]}`"]
+    return [*lines, ""]
+
+
+def goal_lines(goals: list[Goal]) -> list[str]:
+    lines = ["| goal | target | measured (median) | lowest to highest repeat | |", "|---|---:|---:|---|---|"]
+    for goal in goals:
+        clean = [value for value in goal.repeats if not math.isnan(value)]
+        spread = f"{number(min(clean), 2)} to {number(max(clean), 2)}" if clean else "-"
+        met = None if math.isnan(goal.measured) else goal.met
+        measured = number(goal.measured, 2)
+        lines.append(f"| {goal.name} | {number(goal.target, 2)} | {measured} | {spread} | {verdict(met)} |")
+    return lines
+
+
+def to_markdown(results: Results) -> str:
+    lines = [
+        "# Prefix caching and prefix-aware routing",
+        "",
+        f"Measured by {ran(results.meta)}.",
+        "",
+        "Every request through the OpenAI routes, streamed; the time to first token is when its first "
+        "text arrived, from when it was due (open loops) or sent (closed loops and conversations); the "
+        "hit rate is the prompt tokens the answers' usage says were cached over all prompt tokens. "
+        "Completions a second of a closed loop are each client's own rate summed (its answers after "
+        "its first in the window, over the time from its first to its last); of an open loop, from "
+        "the first answer of the window to its last. Ratios are taken within each repeat.",
+        "",
+    ]
+    goals: list[Goal] = []
+    if results.replica is not None:
+        lines += _part("One replica: the cache on and off", results.replica)
+        goals += results.replica.goals
+    if results.routing is not None:
+        lines += _part("Two replicas: prefix-aware routing and the power of two choices", results.routing)
+        reachable = {
+            subject: share(found.reachable_hit_rate)
+            for subject, found in medians(results.routing.runs).get(ROUTED_CONVERSATIONS, {}).items()
+        }
+        if reachable:
+            lines += [
+                "The open loop's reachable hit rate, had every turn gone to the replica that served "
+                "the turn before it (its blocks, as the answers' token counts bound them, and nothing "
+                "evicted): "
+                + ", ".join(f"{rate} in the {subject} run" for subject, rate in reachable.items())
+                + ".",
+                "",
+            ]
+        goals += results.routing.goals
+    if results.peers is not None:
+        table = peer_analysis.rows(results.peers)
+        ran_for = results.peers.options
+        lines += [
+            "## The peers' generator load, the cache on and off",
+            "",
+            f"`batchd.bench.peers` on its tiny GPT-2 ({results.peers.placement}); "
+            f"{ran_for['repeats']} repeat(s) of {ran_for['duration_s']:g} s after "
+            f"{ran_for['warmup_s']:g} s of warm-up, over which the clients' starts are spread.",
+            "",
+            *model_table(results.peers, "gpt2", table),
+        ]
+        unavailable = [info for info in results.peers.peers if info.unavailable]
+        for info in unavailable:
+            lines.append(f"- {info.title}: {info.unavailable.splitlines()[0][:200]}")
+        goals += results.peer_goals or []
+    lines += ["", "## Goals", "", *goal_lines(goals)]
+    return "\n".join(lines) + "\n"
+
+
+def _bars(ax: Axes, labels: list[str], groups: dict[str, list[float]], ylabel: str, title: str) -> None:
+    """Bars side by side per label, one colour per group, each with its value."""
+    width = 0.8 / max(1, len(groups))
+    for index, (name, values) in enumerate(groups.items()):
+        positions = [n + (index - (len(groups) - 1) / 2) * width for n in range(len(labels))]
+        ax.bar(positions, values, width, label=name)
+        for x, value in zip(positions, values, strict=True):
+            if math.isfinite(value):
+                ax.annotate(figure(value), (x, value), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(labels)), labels, fontsize=7)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+
+
+NOTHING = Figures(0, 0, 0, [], math.nan, math.nan, math.nan, math.nan, math.nan, math.nan)
+
+
+def _of(found: dict[str, dict[str, Figures]], load: str, subject: str) -> Figures:
+    return found.get(load, {}).get(subject, NOTHING)
+
+
+def draw_chart(results: Results, path: Path) -> None:
+    with panels(path, 2, 2, (11, 8), constrained_layout=True) as (canvas, grid):
+        if results.replica is not None:
+            found = medians(results.replica.runs)
+            loads = {
+                "system prompts": SYSTEM_CAPACITY,
+                "one hot prefix": HOT_CAPACITY,
+                "unique prompts": UNIQUE_CAPACITY,
+            }
+            rps = {s: [_of(found, load, s).rps for load in loads.values()] for s in (CACHED, UNCACHED)}
+            _bars(grid[0][0], list(loads), rps, "requests/s (closed loop)", "One replica: capacity")
+            timed = {
+                "system prompts (open loop)": SYSTEM_LATENCY,
+                "conversations, turns 3-6": CONVERSATION_TURNS,
+            }
+            ttft = {
+                s: [_of(found, load, s).ttft_p50_ms for load in timed.values()] for s in (CACHED, UNCACHED)
+            }
+            _bars(grid[0][1], list(timed), ttft, "ms", "One replica: time to first token, p50")
+        if results.routing is not None:
+            found = medians(results.routing.runs)
+            routed = {
+                s: [
+                    _of(found, ROUTED_CONVERSATIONS, s).hit_rate * 100,
+                    _of(found, ROUTED_CONVERSATIONS, s).ttft_p90_ms / 10,
+                    _of(found, ROUTED_HOT, s).rps,
+                    _of(found, ROUTED_UNIQUE, s).rps,
+                ]
+                for s in (PREFIX, TWO_CHOICES)
+            }
+            labels = ["hit rate, %", "TTFT p90, 10 ms", "hot prefix, req/s", "unique, req/s"]
+            _bars(
+                grid[1][0], labels, routed, "", "Two replicas: conversations at 70% of capacity; throughput"
+            )
+        if results.peers is not None:
+            rows = [row for row in peer_analysis.rows(results.peers) if row.repeats and row.model == "gpt2"]
+            ax = grid[1][1]
+            for index, row in enumerate(rows):
+                made = row.medians["tokens_per_s"]
+                ax.bar(index, made, color="C0" if row.peer in ("batchd", "uncached") else "C7")
+                ax.annotate(figure(made), (index, made), ha="center", va="bottom", fontsize=7)
+            ax.set_xticks(range(len(rows)), [PEERS[row.peer].title for row in rows], rotation=30, fontsize=7)
+            ax.set_ylabel("output tokens/s", fontsize=8)
+            ax.set_title("The peers' tiny GPT-2 load: 32 clients, 64 tokens each", fontsize=9)
+            ax.grid(axis="y", alpha=0.3)
+        canvas.suptitle("Prefix caching and prefix-aware routing (medians over repeats)", fontsize=10)

@@ -1,0 +1,149 @@
+"""The routing part: two replicas with the prefix cache behind two routers, one routing by prompt
+prefix, one by load alone (the power of two choices), taking turns with the same requests.
+
+The routers read a real API server with no node (`batchd.testing.kubernetes.routed`): the
+benchmark writes the deployment and the replicas' EndpointSlices. The conversations' capacity is
+measured through the power-of-two router first in each repeat; then conversations arrive open loop
+at `routing_share` of it, through each router. Each replica's cache is small enough
+(`routing_cache_bytes`) that it holds about half of what the conversations hold at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+from pathlib import Path
+
+from batchd.bench.kit.arrivals import poisson
+from batchd.bench.kit.repeats import rotated
+from batchd.bench.kit.stats import median
+from batchd.bench.prefix import client
+from batchd.bench.prefix.analysis import (
+    PREFIX,
+    ROUTED_CAPACITY,
+    ROUTED_CONVERSATIONS,
+    ROUTED_HOT,
+    ROUTED_UNIQUE,
+    TWO_CHOICES,
+    Figures,
+    Part,
+    Runs,
+    figures,
+    routing_goals,
+)
+from batchd.bench.prefix.replica_runs import model_dir, replica_manifest, vocabulary_of
+from batchd.bench.prefix.workload import HOT, UNIQUE, Options, conversations, endless_conversations, jobs
+from batchd.testing import servers
+from batchd.testing.kubernetes.routed import RouterNamespaces
+from batchd.testing.kubernetes.started import benchmark_control_plane
+
+logger = logging.getLogger("batchd.bench.prefix")
+
+SUBJECTS = (PREFIX, TWO_CHOICES)
+REPLICAS = 2
+
+
+async def _routed(options: Options, workdir: Path) -> Part:
+    directory = model_dir(workdir)
+    tokenizer, vocabulary = vocabulary_of(directory)
+    shape, window = options.shape, (options.warmup_s, options.warmup_s + options.duration_s)
+    document = replica_manifest("gpt2", directory, options, options.routing_cache_bytes)
+    cores = sorted(os.sched_getaffinity(0))
+    runs: Runs = {}
+    rates: list[float] = []
+
+    def keep(load: str, subject: str, found: Figures) -> None:
+        runs.setdefault(load, {}).setdefault(subject, []).append(found)
+        logger.warning("prefix routing: %s, %s: %.2f req/s, TTFT p90 %.0f ms, hit rate %.2f, %d errors",
+                       load, subject, found.rps, found.ttft_p90_ms, found.hit_rate, found.errors)  # fmt: skip
+
+    with benchmark_control_plane(workdir / "control-plane") as cluster:
+        replicas = [
+            servers.start_replica(
+                servers.write_manifest(workdir / f"replica-{n}", document),
+                workdir / "logs",
+                name=f"routed-{n}",
+                env={"OMP_NUM_THREADS": str(options.threads), "BATCHD_LOG_LEVEL": "warning"},
+                cores={cores[n % len(cores)]},  # one core each: two replicas side by side
+                host=cluster.address,
+            )
+            for n in range(REPLICAS)
+        ]
+        with servers.running(replicas):
+            async with RouterNamespaces(cluster, workdir) as namespaces:
+                await namespaces.deploy(
+                    "gpt2",
+                    *(f"{replica.host}:{replica.port}" for replica in replicas),
+                    serves=document["spec"]["model"],
+                    batching=document["spec"]["batching"],
+                )
+                async with (
+                    namespaces.router() as prefix,
+                    namespaces.router(prefix_routing=False) as two_choices,
+                ):
+                    urls = {PREFIX: prefix.url, TWO_CHOICES: two_choices.url}
+                    for repeat in range(options.repeats):
+                        seed = 1000 * (repeat + 1) + 500
+                        stream = endless_conversations(tokenizer, shape, seed)
+                        outcomes = await client.conversation_loop(
+                            urls[TWO_CHOICES],
+                            stream,
+                            options.routing_conversations,
+                            shape.new_tokens,
+                            window[1],
+                        )
+                        capacity = figures(outcomes, *window)
+                        keep(ROUTED_CAPACITY, TWO_CHOICES, capacity)
+                        rate = options.routing_share * capacity.rps / shape.turns  # conversations a second
+                        rates.append(rate * shape.turns)
+                        begun = poisson(0.0, window[1], rate, random.Random(seed + 1))
+                        arriving = list(
+                            zip(begun, conversations(tokenizer, shape, len(begun), seed + 2), strict=True)
+                        )
+                        for subject in rotated(SUBJECTS, repeat):
+                            outcomes = await client.conversations(
+                                urls[subject],
+                                arriving,
+                                shape.new_tokens,
+                                options.routing_think_s,
+                                seed + 3,
+                                caller=_caller(subject, repeat),
+                            )
+                            keep(ROUTED_CONVERSATIONS, subject, figures(outcomes))
+                        for load, workload in ((ROUTED_HOT, HOT), (ROUTED_UNIQUE, UNIQUE)):
+                            for subject in rotated(SUBJECTS, repeat):
+                                requests = jobs(workload, shape, vocabulary, seed + 4)
+                                outcomes = await client.closed_loop(
+                                    urls[subject],
+                                    requests,
+                                    options.clients,
+                                    window[1],
+                                    caller=_caller(subject, repeat),
+                                )
+                                keep(load, subject, figures(outcomes, *window))
+                        for replica in replicas:
+                            replica.check_alive()
+    setup = (
+        f"{REPLICAS} replicas, each on a core of its own, torch threads {options.threads}, "
+        f"max_batch_size {options.max_batch_size}, prefix_cache_bytes {options.routing_cache_bytes >> 20} "
+        "MiB each; the conversations' capacity through the power-of-two router "
+        f"({options.routing_conversations} conversations at once, no pause); then conversations arriving "
+        f"open loop at {options.routing_share:g} of it ({shape.turns} turns, a pause of "
+        f"{options.routing_think_s:g} s on average after each answer); one hot prefix and unique prompts, "
+        f"closed loops of {options.clients} clients; {options.repeats} repeat(s) of {options.duration_s:g} s "
+        f"after {options.warmup_s:g} s of warm-up"
+    )
+    return Part(setup, runs, routing_goals(runs), {ROUTED_CONVERSATIONS: median(rates)})
+
+
+def _caller(subject: str, repeat: int) -> str:
+    """Each subject sends the same requests to the same two replicas: as a caller of its own, so
+    that the second never finds the first's blocks (the cache and the router's index are salted by
+    caller)."""
+    return f"{subject.replace(' ', '-')}-{repeat}"
+
+
+def run_routing_part(options: Options, workdir: Path) -> Part:
+    return asyncio.run(_routed(options, workdir))
