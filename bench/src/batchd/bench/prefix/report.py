@@ -4,7 +4,9 @@ what the cache and the routing change, and the generator's tokens/s beside the p
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +38,8 @@ from batchd.bench.prefix.analysis import (
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+
+    from batchd.bench.peers.analysis import Results as PeerResults
 
 HEAD = (
     "| load | subject | req/s | output tokens/s | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | hit rate "
@@ -102,6 +106,7 @@ def to_markdown(results: Results) -> str:
         reachable = {
             subject: share(found.reachable_hit_rate)
             for subject, found in medians(results.routing.runs).get(ROUTED_CONVERSATIONS, {}).items()
+            if not math.isnan(found.reachable_hit_rate)  # runs from before it was measured
         }
         if reachable:
             lines += [
@@ -157,48 +162,65 @@ def _of(found: dict[str, dict[str, Figures]], load: str, subject: str) -> Figure
 
 
 def draw_chart(results: Results, path: Path) -> None:
-    with panels(path, 2, 2, (11, 8), constrained_layout=True) as (canvas, grid):
-        if results.replica is not None:
-            found = medians(results.replica.runs)
-            loads = {
-                "system prompts": SYSTEM_CAPACITY,
-                "one hot prefix": HOT_CAPACITY,
-                "unique prompts": UNIQUE_CAPACITY,
-            }
-            rps = {s: [_of(found, load, s).rps for load in loads.values()] for s in (CACHED, UNCACHED)}
-            _bars(grid[0][0], list(loads), rps, "requests/s (closed loop)", "One replica: capacity")
-            timed = {
-                "system prompts (open loop)": SYSTEM_LATENCY,
-                "conversations, turns 3-6": CONVERSATION_TURNS,
-            }
-            ttft = {
-                s: [_of(found, load, s).ttft_p50_ms for load in timed.values()] for s in (CACHED, UNCACHED)
-            }
-            _bars(grid[0][1], list(timed), ttft, "ms", "One replica: time to first token, p50")
-        if results.routing is not None:
-            found = medians(results.routing.runs)
-            routed = {
-                s: [
-                    _of(found, ROUTED_CONVERSATIONS, s).hit_rate * 100,
-                    _of(found, ROUTED_CONVERSATIONS, s).ttft_p90_ms / 10,
-                    _of(found, ROUTED_HOT, s).rps,
-                    _of(found, ROUTED_UNIQUE, s).rps,
-                ]
-                for s in (PREFIX, TWO_CHOICES)
-            }
-            labels = ["hit rate, %", "TTFT p90, 10 ms", "hot prefix, req/s", "unique, req/s"]
-            _bars(
-                grid[1][0], labels, routed, "", "Two replicas: conversations at 70% of capacity; throughput"
-            )
-        if results.peers is not None:
-            rows = [row for row in peer_analysis.rows(results.peers) if row.repeats and row.model == "gpt2"]
-            ax = grid[1][1]
-            for index, row in enumerate(rows):
-                made = row.medians["tokens_per_s"]
-                ax.bar(index, made, color="C0" if row.peer in ("batchd", "uncached") else "C7")
-                ax.annotate(figure(made), (index, made), ha="center", va="bottom", fontsize=7)
-            ax.set_xticks(range(len(rows)), [PEERS[row.peer].title for row in rows], rotation=30, fontsize=7)
-            ax.set_ylabel("output tokens/s", fontsize=8)
-            ax.set_title("The peers' tiny GPT-2 load: 32 clients, 64 tokens each", fontsize=9)
-            ax.grid(axis="y", alpha=0.3)
+    """One panel per figure the run measured (a part it left out draws nothing)."""
+    drawers: list[Callable[[Axes], None]] = []
+    if results.replica is not None:
+        drawers += [
+            functools.partial(_replica_capacity, medians(results.replica.runs)),
+            functools.partial(_replica_ttft, medians(results.replica.runs)),
+        ]
+    if results.routing is not None:
+        drawers.append(functools.partial(_routing, medians(results.routing.runs)))
+    if results.peers is not None:
+        drawers.append(functools.partial(_peers, results.peers))
+    columns = min(2, max(1, len(drawers)))
+    rows = max(1, math.ceil(len(drawers) / columns))
+    with panels(path, rows, columns, (5.5 * columns, 4 * rows), constrained_layout=True) as (canvas, grid):
+        axes = [ax for row in grid for ax in row]
+        for draw, ax in zip(drawers, axes, strict=False):
+            draw(ax)
+        for ax in axes[len(drawers) :]:
+            ax.set_visible(False)
         canvas.suptitle("Prefix caching and prefix-aware routing (medians over repeats)", fontsize=10)
+
+
+def _replica_capacity(found: dict[str, dict[str, Figures]], ax: Axes) -> None:
+    loads = {
+        "system prompts": SYSTEM_CAPACITY,
+        "one hot prefix": HOT_CAPACITY,
+        "unique prompts": UNIQUE_CAPACITY,
+    }
+    rps = {s: [_of(found, load, s).rps for load in loads.values()] for s in (CACHED, UNCACHED)}
+    _bars(ax, list(loads), rps, "requests/s (closed loop)", "One replica: capacity")
+
+
+def _replica_ttft(found: dict[str, dict[str, Figures]], ax: Axes) -> None:
+    timed = {"system prompts (open loop)": SYSTEM_LATENCY, "conversations, turns 3-6": CONVERSATION_TURNS}
+    ttft = {s: [_of(found, load, s).ttft_p50_ms for load in timed.values()] for s in (CACHED, UNCACHED)}
+    _bars(ax, list(timed), ttft, "ms", "One replica: time to first token, p50")
+
+
+def _routing(found: dict[str, dict[str, Figures]], ax: Axes) -> None:
+    routed = {
+        s: [
+            _of(found, ROUTED_CONVERSATIONS, s).hit_rate * 100,
+            _of(found, ROUTED_CONVERSATIONS, s).ttft_p90_ms / 10,
+            _of(found, ROUTED_HOT, s).rps,
+            _of(found, ROUTED_UNIQUE, s).rps,
+        ]
+        for s in (PREFIX, TWO_CHOICES)
+    }
+    labels = ["hit rate, %", "TTFT p90, 10 ms", "hot prefix, req/s", "unique, req/s"]
+    _bars(ax, labels, routed, "", "Two replicas: conversations at 70% of capacity; throughput")
+
+
+def _peers(peers: PeerResults, ax: Axes) -> None:
+    rows = [row for row in peer_analysis.rows(peers) if row.repeats and row.model == "gpt2"]
+    for index, row in enumerate(rows):
+        made = row.medians["tokens_per_s"]
+        ax.bar(index, made, color="C0" if row.peer in ("batchd", "uncached") else "C7")
+        ax.annotate(figure(made), (index, made), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(rows)), [PEERS[row.peer].title for row in rows], rotation=30, fontsize=7)
+    ax.set_ylabel("output tokens/s", fontsize=8)
+    ax.set_title("The peers' tiny GPT-2 load: 32 clients, 64 tokens each", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
