@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from batchd.bench.peers import generator_bound
 from batchd.bench.peers.servers import models
 from batchd.testing.models import build_gpt2
 
@@ -28,3 +29,12 @@ def test_the_generator_continues_each_prompt_of_a_batch_as_it_would_alone(
     assert len(together) == 2 and together == [generate([short])[0], generate([long])[0]]
     for text, prompt in zip(together, (short, long), strict=True):
         assert text and not text.startswith(prompt)
+
+
+@pytest.mark.slow
+def test_the_generators_bound_compares_the_same_answers(tmp_path: Path) -> None:
+    found = generator_bound.measure(build_gpt2(tmp_path / "gpt2"), repeats=1, rows=2)
+    tokens_per_s = found["tokens_per_s"]
+    assert isinstance(tokens_per_s, dict) and set(tokens_per_s) == {"generate", "engine"}
+    assert all(rate > 0 for rate in tokens_per_s.values())
+    assert found["engine_over_generate"] == pytest.approx(tokens_per_s["engine"] / tokens_per_s["generate"])
