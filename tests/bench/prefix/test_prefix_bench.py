@@ -155,6 +155,22 @@ def test_the_report_is_written_and_read_back(tmp_path: Path) -> None:
     assert records.from_json(Results, json.loads((tmp_path / "prefix.json").read_text())) == results
 
 
+def test_the_routers_own_count_of_its_routes_is_summed_over_repeats_and_reported(tmp_path: Path) -> None:
+    turns = [outcome(0, 0.1, 1), outcome(1, 1.1, 2, cached=32)]
+    aware = [
+        dataclasses.replace(figures(turns), routes={"hit": 5, "miss": 2}),
+        dataclasses.replace(figures(turns), routes={"hit": 4, "imbalanced": 1, "miss": 2}),
+    ]
+    runs = {ROUTED_CONVERSATIONS: {PREFIX: aware, TWO_CHOICES: [figures(turns), figures(turns)]}}
+    assert medians(runs)[ROUTED_CONVERSATIONS][PREFIX].routes == {"hit": 9, "miss": 4, "imbalanced": 1}
+    assert medians(runs)[ROUTED_CONVERSATIONS][TWO_CHOICES].routes == {}  # it routes by load alone
+    results = Results(META, {"repeats": 2}, routing=Part("two replicas", runs, [], {}))
+    publish(BENCHMARK, results, tmp_path, "prefix")
+    markdown = (tmp_path / "prefix.md").read_text()
+    assert f"{ROUTED_CONVERSATIONS}: 9 hit, 1 imbalanced, 4 miss." in markdown, markdown
+    assert records.from_json(Results, json.loads((tmp_path / "prefix.json").read_text())) == results
+
+
 @pytest.mark.slow
 def test_a_smoke_sized_run_measures_the_cache_and_the_routing(run_module: RunModule, tmp_path: Path) -> None:
     done = run_module(
@@ -176,3 +192,6 @@ def test_a_smoke_sized_run_measures_the_cache_and_the_routing(run_module: RunMod
     assert cached["errors"] == 0 and cached["hit_rate"] > 0.5, "the system prompts hit the cache"
     assert results["replica"]["runs"][SYSTEM_CAPACITY][UNCACHED][0]["hit_rate"] == 0
     assert (tmp_path / "prefix.png").stat().st_size > 0
+    conversations = results["routing"]["runs"][ROUTED_CONVERSATIONS]
+    assert conversations[PREFIX][0]["routes"]["hit"] > 0, "later turns went where their conversation was"
+    assert conversations[TWO_CHOICES][0]["routes"] == {}

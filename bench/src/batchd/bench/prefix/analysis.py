@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.stats import median, percentile, ratio
@@ -33,6 +33,9 @@ class Figures:
     # Of conversations: the hit rate had every turn gone to the replica that served the one before
     # (and nothing been evicted): the most any routing could reach on this load.
     reachable_hit_rate: float = math.nan
+    # Through a prefix-aware router: how it routed the run's requests, by its own count (its
+    # `batchd_router_prefix_routes_total`: hit, imbalanced, miss).
+    routes: dict[str, int] = field(default_factory=dict)
 
 
 def _ttft_ms(outcomes: Sequence[Outcome], q: float) -> float:
@@ -241,8 +244,18 @@ def medians(runs: Runs) -> dict[str, dict[str, Figures]]:
                 ttft_p99_ms=median([f.ttft_p99_ms for f in repeats]),
                 hit_rate=median([f.hit_rate for f in repeats]),
                 reachable_hit_rate=median([f.reachable_hit_rate for f in repeats]),
+                routes=summed_routes([f.routes for f in repeats]),
             )
     return found
+
+
+def summed_routes(counts: Sequence[dict[str, int]]) -> dict[str, int]:
+    """Route counts over several runs, by outcome."""
+    total: dict[str, int] = {}
+    for count in counts:
+        for outcome, routed in count.items():
+            total[outcome] = total.get(outcome, 0) + routed
+    return total
 
 
 @dataclass(frozen=True)

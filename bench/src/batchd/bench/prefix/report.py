@@ -35,6 +35,7 @@ from batchd.bench.prefix.analysis import (
     Results,
     medians,
 )
+from batchd.router.prefixes import OUTCOMES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -117,6 +118,7 @@ def to_markdown(results: Results) -> str:
                 + ".",
                 "",
             ]
+        lines += _routes(medians(results.routing.runs))
         goals += results.routing.goals
     if results.peers is not None:
         table = peer_analysis.rows(results.peers)
@@ -152,6 +154,25 @@ def _bars(ax: Axes, labels: list[str], groups: dict[str, list[float]], ylabel: s
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
+
+
+def _routes(found: dict[str, dict[str, Figures]]) -> list[str]:
+    """How the prefix-aware router routed each load's requests, by its own count (summed over the
+    repeats); nothing for runs from before it was counted."""
+    counted = [
+        f"{load}: "
+        + ", ".join(f"{found[load][PREFIX].routes.get(outcome, 0):,} {outcome}" for outcome in OUTCOMES)
+        for load in found
+        if PREFIX in found[load] and found[load][PREFIX].routes
+    ]
+    if not counted:
+        return []
+    return [
+        "How the prefix-aware router routed the requests, by its own count (`hit`: to a replica it had "
+        "sent the start of the prompt to; `imbalanced`: such a replica was too busy for the load guard; "
+        "`miss`: none was): " + "; ".join(counted) + ".",
+        "",
+    ]
 
 
 NOTHING = Figures(0, 0, 0, [], math.nan, math.nan, math.nan, math.nan, math.nan, math.nan)

@@ -11,10 +11,14 @@ at `routing_share` of it, through each router. Each replica's cache is small eno
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import random
 from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from batchd.bench.kit.arrivals import poisson
 from batchd.bench.kit.repeats import rotated
@@ -103,6 +107,7 @@ async def _routed(options: Options, workdir: Path) -> Part:
                             zip(begun, conversations(tokenizer, shape, len(begun), seed + 2), strict=True)
                         )
                         for subject in rotated(SUBJECTS, repeat):
+                            before = await asyncio.to_thread(routes_of, urls[subject])
                             outcomes = await client.conversations(
                                 urls[subject],
                                 arriving,
@@ -111,10 +116,16 @@ async def _routed(options: Options, workdir: Path) -> Part:
                                 seed + 3,
                                 caller=_caller(subject, repeat),
                             )
-                            keep(ROUTED_CONVERSATIONS, subject, figures(outcomes))
+                            routes = await routed_since(urls[subject], before)
+                            keep(
+                                ROUTED_CONVERSATIONS,
+                                subject,
+                                dataclasses.replace(figures(outcomes), routes=routes),
+                            )
                         for load, workload in ((ROUTED_HOT, HOT), (ROUTED_UNIQUE, UNIQUE)):
                             for subject in rotated(SUBJECTS, repeat):
                                 requests = jobs(workload, shape, vocabulary, seed + 4)
+                                before = await asyncio.to_thread(routes_of, urls[subject])
                                 outcomes = await client.closed_loop(
                                     urls[subject],
                                     requests,
@@ -122,7 +133,9 @@ async def _routed(options: Options, workdir: Path) -> Part:
                                     window[1],
                                     caller=_caller(subject, repeat),
                                 )
-                                keep(load, subject, figures(outcomes, *window))
+                                routes = await routed_since(urls[subject], before)
+                                found = dataclasses.replace(figures(outcomes, *window), routes=routes)
+                                keep(load, subject, found)
                         for replica in replicas:
                             replica.check_alive()
     setup = (
@@ -136,6 +149,26 @@ async def _routed(options: Options, workdir: Path) -> Part:
         f"after {options.warmup_s:g} s of warm-up"
     )
     return Part(setup, runs, routing_goals(runs), {ROUTED_CONVERSATIONS: median(rates)})
+
+
+def routes_of(router_url: str) -> dict[str, int]:
+    """How the router has routed text-generation requests so far, by outcome (its metrics; nothing
+    for a router that does not route by prefix)."""
+    text = httpx.get(f"{router_url}/metrics", timeout=10).text
+    counts: dict[str, int] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == "batchd_router_prefix_routes":
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    outcome = sample.labels["outcome"]
+                    counts[outcome] = counts.get(outcome, 0) + int(sample.value)
+    return counts
+
+
+async def routed_since(router_url: str, before: dict[str, int]) -> dict[str, int]:
+    """How the router routed the requests since `before` (its counts then), by outcome."""
+    now = await asyncio.to_thread(routes_of, router_url)
+    return {outcome: count - before.get(outcome, 0) for outcome, count in now.items()}
 
 
 def _caller(subject: str, repeat: int) -> str:
