@@ -176,21 +176,26 @@ def test_a_permission_the_chart_does_not_grant_is_seen_refused(release: Release,
         patch = [{"op": "replace", "path": "/rules", "value": rules}]
         cluster.kubectl("patch", "clusterrole", release.name, "--type=json", "-p", json.dumps(patch))
 
+    # The operator's log says so too, where the check after every test looks (and fails a test
+    # that was not provoking it): read here, it is this test's to expect. The API server records
+    # the refusal as it answers, before the operator has logged it: the log is waited for too.
+    logged: list[str] = []
+
+    def logged_refusal() -> bool:
+        logged.extend(release.component_logs.new_problems())
+        return any("customresourcedefinitions" in line and "is forbidden" in line for line in logged)
+
     set_rules(narrowed)
     try:
         with release.operator(tmp_path / "operator.log"):
             refused = eventually(
                 lambda: forbidden(cluster, release.operator_user, since=seen), what="a refused call"
             )
+            eventually(logged_refusal, what="the operator's log of the refusal")
     finally:
         set_rules(role["rules"])
+    logged.extend(release.component_logs.new_problems())  # and what it logged as it stopped
     assert any("customresourcedefinitions" in call for call in refused), refused
-    # The operator's log says so too, where the check after every test looks (and fails a test
-    # that was not provoking it): read here, it is this test's to expect.
-    logged = release.component_logs.new_problems()
-    assert any("customresourcedefinitions" in problem and "is forbidden" in problem for problem in logged), (
-        logged
-    )
 
 
 def test_the_cluster_reports_the_version_it_was_built_at(control_plane: ControlPlane) -> None:
