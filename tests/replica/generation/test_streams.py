@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from batchd.replica.errors import DeadlineExceeded
-from batchd.replica.generation.params import Chunk, GenerationParams, GenerationRequest
+from batchd.replica.generation.params import Chunk, Completion, GenerationParams, GenerationRequest
 from batchd.replica.generation.streams import Deliver, SequenceStream
 from batchd.replica.waiting import NO_CLIENT
 
@@ -58,14 +58,22 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+async def streamed(stream: SequenceStream) -> Completion:
+    """The answer as a streaming consumer takes it: each chunk as it comes."""
+    chunks = [chunk async for chunk in stream]
+    ids = tuple(token for chunk in chunks for token in chunk.token_ids)
+    finish = chunks[-1].finish_reason or "length"
+    return Completion("".join(chunk.text for chunk in chunks), finish, len(stream.request.prompt_ids), ids)
+
+
 @pytest.mark.parametrize("whole", [False, True])
 async def test_the_answer_is_every_chunk_in_order_and_its_first_token_is_timed_as_it_comes(
     whole: bool,
 ) -> None:
     feed, observer = Feed(), FirstTokens()
-    stream = SequenceStream(feed.start, REQUEST, 30.0, NO_CLIENT, observer, whole=whole)
+    stream = SequenceStream(feed.start, REQUEST, 30.0, NO_CLIENT, observer)
     async with stream:
-        answer = asyncio.ensure_future(stream.complete())
+        answer = asyncio.ensure_future(stream.complete() if whole else streamed(stream))
         feed.send(token(0))
         await settle()
         assert len(observer.seconds) == 1  # timed when the first chunk came, not with the last
@@ -82,7 +90,7 @@ async def test_the_answer_is_every_chunk_in_order_and_its_first_token_is_timed_a
 
 async def test_a_whole_answer_past_its_deadline_is_an_error_and_frees_its_sequence() -> None:
     feed = Feed()
-    stream = SequenceStream(feed.start, REQUEST, 0.05, NO_CLIENT, None, whole=True)
+    stream = SequenceStream(feed.start, REQUEST, 0.05, NO_CLIENT, None)
     with pytest.raises(DeadlineExceeded):
         async with stream:
             answer = asyncio.ensure_future(stream.complete())
@@ -93,7 +101,7 @@ async def test_a_whole_answer_past_its_deadline_is_an_error_and_frees_its_sequen
 
 async def test_an_error_after_the_first_chunk_ends_a_whole_answer() -> None:
     feed = Feed()
-    stream = SequenceStream(feed.start, REQUEST, 30.0, NO_CLIENT, None, whole=True)
+    stream = SequenceStream(feed.start, REQUEST, 30.0, NO_CLIENT, None)
     async with stream:
         answer = asyncio.ensure_future(stream.complete())
         feed.send(token(0), token(1), Chunk("", (), "error", RuntimeError("the model failed")))

@@ -29,8 +29,8 @@ from batchd.testing.models import build_gpt2
 
 def engine_runner(directory: Path, rows: int, tokens: int) -> Callable[[], list[str]]:
     """One run of batchd's engine over `rows` copies of the peers' prompt, each to `tokens` tokens
-    (greedy, as the peers' answers), on this thread: the answers' texts."""
-    import torch
+    (greedy, as the peers' answers), on this thread: the answers' texts. Torch's threads are as
+    `load_generator` set them, the same for both."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from batchd.replica.generation.engine import GenerationEngine
@@ -56,7 +56,6 @@ def engine_runner(directory: Path, rows: int, tokens: int) -> Callable[[], list[
         answers = engine.run_to_completion([GenerationRequest(PROMPT, ids, params) for _ in range(rows)])
         return ["".join(chunk.text for chunk in chunks) for chunks in answers]
 
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
     return run
 
 

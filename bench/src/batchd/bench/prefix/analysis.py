@@ -6,6 +6,7 @@ Pure: what a report prints can be checked without a server.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -251,11 +252,7 @@ def medians(runs: Runs) -> dict[str, dict[str, Figures]]:
 
 def summed_routes(counts: Sequence[dict[str, int]]) -> dict[str, int]:
     """Route counts over several runs, by outcome."""
-    total: dict[str, int] = {}
-    for count in counts:
-        for outcome, routed in count.items():
-            total[outcome] = total.get(outcome, 0) + routed
-    return total
+    return dict(sum((Counter(count) for count in counts), Counter()))
 
 
 @dataclass(frozen=True)

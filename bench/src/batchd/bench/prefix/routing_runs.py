@@ -11,6 +11,7 @@ at `routing_share` of it, through each router. Each replica's cache is small eno
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -18,9 +19,9 @@ import random
 from pathlib import Path
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from batchd.bench.kit.arrivals import poisson
+from batchd.bench.kit.promtext import parse_counter
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.stats import median
 from batchd.bench.prefix import client
@@ -39,6 +40,7 @@ from batchd.bench.prefix.analysis import (
 )
 from batchd.bench.prefix.replica_runs import model_dir, replica_manifest, vocabulary_of
 from batchd.bench.prefix.workload import HOT, UNIQUE, Options, conversations, endless_conversations, jobs
+from batchd.router.prefixes import OUTCOMES
 from batchd.testing import servers
 from batchd.testing.kubernetes.routed import RouterNamespaces
 from batchd.testing.kubernetes.started import benchmark_control_plane
@@ -152,16 +154,13 @@ async def _routed(options: Options, workdir: Path) -> Part:
 
 
 def routes_of(router_url: str) -> dict[str, int]:
-    """How the router has routed text-generation requests so far, by outcome (its metrics; nothing
-    for a router that does not route by prefix)."""
+    """How the router has routed text-generation requests so far, by outcome (its metrics; an
+    outcome it never had, or a router that does not route by prefix, counts nothing)."""
     text = httpx.get(f"{router_url}/metrics", timeout=10).text
     counts: dict[str, int] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name == "batchd_router_prefix_routes":
-            for sample in family.samples:
-                if sample.name.endswith("_total"):
-                    outcome = sample.labels["outcome"]
-                    counts[outcome] = counts.get(outcome, 0) + int(sample.value)
+    for outcome in OUTCOMES:
+        with contextlib.suppress(LookupError):
+            counts[outcome] = int(parse_counter(text, "batchd_router_prefix_routes", {"outcome": outcome}))
     return counts
 
 

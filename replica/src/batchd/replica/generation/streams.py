@@ -35,10 +35,10 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
     error, a disconnect) frees the sequence. Raises DeadlineExceeded, ClientDisconnected, or
     the model's error, instead of a chunk.
 
-    A `whole` stream is for a consumer that wants only the whole answer (`complete`): it is woken
-    for the first chunk (its time to first token) and then once more for the rest, at the last
-    chunk or an error, not for every token: the event loop's work per answer then does not grow
-    with its length, and the engine's core is not spent waking tasks."""
+    A consumer that wants only the whole answer (`complete`) is woken for the first chunk (its
+    time to first token) and then once more for the rest, at the last chunk or an error, not for
+    every token: the event loop's work per answer then does not grow with its length, and the
+    engine's core is not spent waking tasks."""
 
     def __init__(
         self,
@@ -49,8 +49,6 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
         observer: SequenceObserver | None,
         on_open: Callable[[], None] = _nothing,
         on_close: Callable[[], None] = _nothing,
-        *,
-        whole: bool = False,
     ) -> None:
         self.request = request
         self._start = start
@@ -61,8 +59,8 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
         self._on_close = on_close
         self._queue: asyncio.Queue[Chunk | BaseException] = asyncio.Queue()
         self._held: Chunk | BaseException | None = None  # taken from the queue by `ready`, not yet handed out
-        self._whole = whole
-        self._kept: list[Chunk] = []  # a whole stream's chunks after its first, until its last comes
+        self._whole = False  # set by `complete`: the chunks after the first wait for the last
+        self._kept: list[Chunk] = []  # those chunks, until the last comes
         self._delivered = False  # a first chunk has gone to the queue
         self._cancel: Callable[[], None] = _nothing
         self._finished = False
@@ -121,8 +119,8 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
         return chunks
 
     def _deliver(self, item: Chunk | BaseException) -> None:
-        """The scheduler's chunk (or error), queued for the consumer; a whole stream keeps the
-        chunks between its first and its last, and queues them together (one wake-up)."""
+        """The scheduler's chunk (or error), queued for the consumer; for `complete`, the chunks
+        between the first and the last are kept and queued together (one wake-up)."""
         if self._whole and isinstance(item, Chunk) and item.finish_reason is None and self._delivered:
             self._kept.append(item)
             return
@@ -143,6 +141,7 @@ class SequenceStream(AbstractAsyncContextManager["SequenceStream"]):
 
     async def complete(self) -> Completion:
         """Every chunk, joined: the whole answer."""
+        self._whole = True
         pieces: list[str] = []
         tokens: list[int] = []
         logprobs: list[TokenLogprob] = []

@@ -102,7 +102,7 @@ class TokenLevel:
     ) -> list[Completion]:
         """Whole answers for several prompts (one request's instances): all admitted, or none."""
         asked = self._admit(len(requests), client)
-        streams = [self._stream(request, client, asked, whole=True) for request in requests]
+        streams = [self._stream(request, client, asked) for request in requests]
 
         async def one(stream: SequenceStream) -> Completion:
             async with stream:
@@ -164,11 +164,7 @@ class TokenLevel:
             sequence.deliver(QueueTimedOut(sequence.priority_class, timeout_s, self._retry_after_s()))
 
     def _stream(
-        self,
-        request: GenerationRequest,
-        client: Client,
-        asked: tuple[PriorityClass, str],
-        whole: bool = False,
+        self, request: GenerationRequest, client: Client, asked: tuple[PriorityClass, str]
     ) -> SequenceStream:
         started = time.perf_counter()
         priority_class, caller = asked
@@ -204,4 +200,4 @@ class TokenLevel:
                 self._idle.set()
 
         timeout_s = self._config.request_timeout_s
-        return SequenceStream(start, request, timeout_s, client, self._observer, opened, closed, whole=whole)
+        return SequenceStream(start, request, timeout_s, client, self._observer, opened, closed)
