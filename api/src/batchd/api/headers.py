@@ -30,6 +30,32 @@ FAIRNESS_HEADER = b"batchd-fairness-id"
 CALLED_BY_HEADER = b"batchd-called-by"
 
 
+# Stamped by the router alone (`batchd.api.stamp`): the caller's tenant, as the router authenticated
+# it. With PRIORITY_HEADER (the class the router granted), FAIRNESS_HEADER (the caller within the
+# tenant) and CALLED_BY_HEADER, it is signed in STAMP_HEADER; a replica believes them only so.
+TENANT_HEADER = b"batchd-tenant"
+STAMP_HEADER = b"batchd-stamp"
+
+# Credentials a client presents to the router: `Authorization: Bearer` (an API key or a
+# ServiceAccount token) or `x-api-key` (an API key). The router never forwards them.
+AUTHORIZATION_HEADER = b"authorization"
+API_KEY_HEADER = b"x-api-key"
+
+# What the router removes from every client's request before it stamps its own: the credentials,
+# and every header whose meaning is the router's to decide.
+CLIENT_IDENTITY_HEADERS = frozenset(
+    {
+        AUTHORIZATION_HEADER,
+        API_KEY_HEADER,
+        TENANT_HEADER,
+        STAMP_HEADER,
+        PRIORITY_HEADER,
+        FAIRNESS_HEADER,
+        CALLED_BY_HEADER,
+    }
+)
+
+
 def parse_timeout_s(value: bytes) -> float:
     """The seconds a `batchd-timeout-s` value names; ValueError naming the header and the value
     unless it is a positive, finite number."""

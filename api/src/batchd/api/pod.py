@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-# The port a replica serves inference, health and /metrics on (container port named "http").
+# The port a replica serves inference, health and `GET /load` on (container port named "http").
 REPLICA_PORT = 8000
+# The port a replica serves /metrics on, alone (container port named "metrics"): a NetworkPolicy
+# lets the scraper reach it and nothing else.
+REPLICA_METRICS_PORT = 9090
 # The non-root UID and GID the replica and operator images run as.
 RUNTIME_UID = 10001
 # Where the operator mounts the replica's manifest, and where `batchd serve` reads it in a pod.
@@ -21,8 +24,29 @@ CONFIG_PATH = f"{CONFIG_DIR}/{CONFIG_KEY}"
 OPERATOR_IMAGE = "ghcr.io/batchd/batchd-operator"
 REPLICA_IMAGE = "ghcr.io/batchd/batchd-replica"
 ROUTER_IMAGE = "ghcr.io/batchd/batchd-router"
-# The port the router serves clients, GET /held, health and /metrics on (container port named "http").
+# The port the router serves clients and health on (container port named "http").
 ROUTER_PORT = 8080
+# The port the router serves /metrics and `GET /held` (for the operator) on (container port named
+# "admin"): never the clients' port.
+ROUTER_ADMIN_PORT = 9090
+
+# -- access (`batchd.api.access`, `batchd.api.stamp`) ---------------------------------------------
+# The audience a ServiceAccount token must be made for to call through the router (a pod's
+# projected token: `serviceAccountToken.audience`), so that a token made for the API server, or for
+# anything else, is no credential here.
+TOKEN_AUDIENCE = "batchd"
+# The verb RBAC must grant a ServiceAccount on a BatchedDeployment for it to call it.
+INVOKE_VERB = "invoke"
+# The Secret the operator keeps per deployment: the key the router signs its stamps with (mounted
+# into the replicas, alone) and the digests of the tenants' API keys (read by the router only).
+ACCESS_SIGNING_KEY = "signing-key"
+ACCESS_KEYS_KEY = "api-key-digests"
+# Where a replica finds the signing key (BATCHD_SIGNING_KEY_FILE), and a composer its projected
+# ServiceAccount token (audience TOKEN_AUDIENCE), for its calls through the router.
+ACCESS_DIR = "/var/run/batchd/access"
+SIGNING_KEY_PATH = f"{ACCESS_DIR}/{ACCESS_SIGNING_KEY}"
+TOKEN_DIR = "/var/run/batchd/token"
+TOKEN_PATH = f"{TOKEN_DIR}/token"
 
 # -- labels -------------------------------------------------------------------------------------
 NAME_LABEL = "app.kubernetes.io/name"
@@ -67,6 +91,17 @@ def config_map_name(name: str, track: Track = STABLE) -> str:
     return f"{child_name(name, track)}-config"
 
 
+def access_secret_name(name: str) -> str:
+    """The Secret of a BatchedDeployment's signing key and API key digests (one for both tracks)."""
+    return f"{name}-access"
+
+
+def service_account_name(name: str) -> str:
+    """The ServiceAccount a BatchedDeployment's replicas run as (one for both tracks): the identity
+    of its calls to other deployments."""
+    return child_name(name)
+
+
 def selector_labels(name: str, track: Track = STABLE) -> dict[str, str]:
     """The labels that select one BatchedDeployment's pods of one track, and nobody else's."""
     return {**REPLICA_APP, INSTANCE_LABEL: name, COMPONENT_LABEL: TRACK_COMPONENTS[track]}
@@ -94,6 +129,12 @@ def track_of(child_labels: dict[str, str]) -> tuple[str, Track] | None:
             return owner, track
     return None
 
+
+# The access Secrets' own component label: the router's Secret watch selects on it (with MANAGED_BY).
+ACCESS_COMPONENT = {COMPONENT_LABEL: "access"}
+ACCESS_SECRET_SELECTOR = ",".join(
+    f"{key}={value}" for key, value in sorted({**ACCESS_COMPONENT, **MANAGED_BY}.items())
+)
 
 # The router's EndpointSlice watch: the slices of every replica Service, stable and canary. The
 # EndpointSlice controller copies a Service's labels onto its slices.

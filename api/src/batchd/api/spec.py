@@ -577,6 +577,120 @@ class TracingSpec(_Strict):
     personal data, and a trace backend is read by more people than the model's logs."""
 
 
+# A tenant's name: a DNS label, as it appears in metric labels and in the stamp the router signs.
+TENANT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# The tenant of callers that present no credential (and of every caller of an open deployment).
+ANONYMOUS_TENANT = "anonymous"
+MAX_TENANTS = 64
+# `namespace/name` of a ServiceAccount.
+SERVICE_ACCOUNT_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$"
+
+
+PriorityClassName = Annotated[str, Field(pattern=PRIORITY_CLASS_PATTERN, max_length=63)]
+SecretName = Annotated[str, Field(pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253)]
+
+
+class Entitlements(_Strict):
+    """What a tenant may do at this deployment: its priority classes, its share of each replica's
+    queue, its quotas, and whether its trace decisions are followed."""
+
+    priority_classes: Annotated[list[PriorityClassName], Field(max_length=16)] | None = None
+    """The classes of batching.priority_classes this tenant may ask for; a request for another
+    is refused with 403, naming the class and these. Default: the deployment's
+    default_priority_class only."""
+
+    default_priority_class: Annotated[str, Field(pattern=PRIORITY_CLASS_PATTERN, max_length=63)] | None = None
+    """The class of this tenant's requests that name none; one of its priority_classes. Default:
+    the deployment's default_priority_class where this tenant may use it, else its first class."""
+
+    queue_share: Annotated[float, Field(gt=0, le=1)] | None = None
+    """The most of each replica's queue (batching.max_queued_requests) this tenant's waiting items
+    may hold, so that one tenant cannot fill the queue while others wait; past it its requests
+    get 503 with Retry-After. Default: an equal share, one over the number of tenants that may
+    call (the anonymous one included where it may), at least one item."""
+
+    requests_per_s: Annotated[float, Field(gt=0, le=1_000_000)] | None = None
+    """Requests a second this tenant may send, over all of batchd's routers together; past it: 429
+    with Retry-After and OpenAI's x-ratelimit headers. Default: no limit."""
+
+    tokens_per_minute: Annotated[int, Field(ge=1, le=10**12)] | None = None
+    """Tokens a minute (prompt plus completion, as the replicas count them), over all routers
+    together, charged after each answer; past it: 429 with Retry-After. Default: no limit."""
+
+    trust_traces: bool = False
+    """Whether the sampled flag of this tenant's `traceparent` is followed. Default false: its trace
+    is joined, but whether it is recorded is decided by tracing.sampling_ratio, so that a caller
+    cannot make every one of its requests recorded."""
+
+
+class TenantSpec(Entitlements):
+    """A caller of the deployment, known by its credentials, and what it may do."""
+
+    name: Annotated[str, Field(pattern=TENANT_NAME_PATTERN, max_length=63)]
+    """The tenant's name (a DNS label): in the stamp replicas trust, the metrics' tenant label, and
+    the prefix cache's salt (two tenants never share cached blocks)."""
+
+    api_keys_secret: SecretName | None = None
+    """A Secret in the deployment's namespace whose every data value is one API key of this tenant
+    (several, so that a key can be rotated: add the new one, move the clients, remove the old).
+    Clients send a key as `Authorization: Bearer KEY` (the openai client's api_key) or `x-api-key`.
+    A change to the Secret takes effect within seconds, with no restart."""
+
+    service_accounts: Annotated[
+        list[Annotated[str, Field(pattern=SERVICE_ACCOUNT_PATTERN, max_length=317)]], Field(max_length=64)
+    ] = []
+    """ServiceAccounts (`namespace/name`) that are this tenant: a pod's projected token with the
+    audience `batchd` is checked by TokenReview, and RBAC must grant its account the verb `invoke`
+    on this BatchedDeployment (SubjectAccessReview), as kube-rbac-proxy checks."""
+
+
+class AccessSpec(_Strict):
+    """Who may call the deployment, decided by batchd's router: the tenants and their credentials,
+    and whether callers with none may call. With access set, replicas answer inference only to
+    requests the router signed. Without it the deployment is open: every caller is one tenant,
+    `anonymous`, that may use every class, and they share one prefix cache."""
+
+    tenants: Annotated[list[TenantSpec], Field(max_length=MAX_TENANTS)] = []
+    """The tenants, each with its credentials (API keys, ServiceAccounts) and entitlements."""
+
+    anonymous: Entitlements | None = None
+    """What callers that present no credential may do, as the tenant `anonymous`. Default: they
+    are refused (401 with WWW-Authenticate)."""
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_names_unique(cls, tenants: list[TenantSpec]) -> list[TenantSpec]:
+        names = [tenant.name for tenant in tenants]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"tenant names must be unique, got {', '.join(map(repr, repeated))} twice")
+        if ANONYMOUS_TENANT in names:
+            raise ValueError(
+                f"tenant name {ANONYMOUS_TENANT!r} is the callers without a credential: set access.anonymous"
+            )
+        return tenants
+
+    @field_validator("tenants")
+    @classmethod
+    def _service_accounts_in_one_tenant(cls, tenants: list[TenantSpec]) -> list[TenantSpec]:
+        seen: dict[str, str] = {}
+        for tenant in tenants:
+            for account in tenant.service_accounts:
+                if account in seen:
+                    raise ValueError(
+                        f"service account {account!r} is named by tenants {seen[account]!r} and "
+                        f"{tenant.name!r}: a caller is one tenant"
+                    )
+                seen[account] = tenant.name
+        return tenants
+
+    @model_validator(mode="after")
+    def _someone_may_call(self) -> Self:
+        if not self.tenants and self.anonymous is None:
+            raise ValueError("access: give tenants, anonymous, or both (nobody could call the deployment)")
+        return self
+
+
 class BatchedDeploymentSpec(_Strict):
     """The `spec` of a BatchedDeployment."""
 
@@ -611,6 +725,37 @@ class BatchedDeploymentSpec(_Strict):
         description="OpenTelemetry traces of the replicas, exported over OTLP/HTTP. "
         "Default: no tracing. A change rolls the pods, as a change of env does.",
     )
+    access: AccessSpec | None = Field(
+        default=None,
+        description="Who may call the deployment: tenants known by API keys or ServiceAccount tokens, "
+        "their priority classes, queue shares and quotas, decided by batchd's router. Default: open, "
+        "every caller one tenant. A change takes effect live, with no restart.",
+    )
+
+    @model_validator(mode="after")
+    def _tenants_name_classes_there_are(self) -> Self:
+        if self.access is None:
+            return self
+        classes = [c.name for c in self.batching.priority_classes] or [DEFAULT_PRIORITY_CLASS]
+        given: list[tuple[str, Entitlements]] = [(tenant.name, tenant) for tenant in self.access.tenants]
+        if self.access.anonymous is not None:
+            given.append((ANONYMOUS_TENANT, self.access.anonymous))
+        for name, entitled in given:
+            allowed = entitled.priority_classes
+            for asked in allowed or []:
+                if asked not in classes:
+                    raise ValueError(
+                        f"access: tenant {name!r} names priority class {asked!r}, which is none of "
+                        f"batching.priority_classes ({', '.join(classes)})"
+                    )
+            usable = allowed if allowed is not None else [self.batching.default_priority_class]
+            default = entitled.default_priority_class
+            if default is not None and default not in usable:
+                raise ValueError(
+                    f"access: tenant {name!r}: default_priority_class {default!r} is none of the classes "
+                    f"it may use ({', '.join(usable)})"
+                )
+        return self
 
 
 class ObjectMeta(BaseModel):
