@@ -32,9 +32,11 @@ MAX_NODES = 8
 
 
 def worker_slot() -> int:
-    """This pytest worker's slot: gw0 is 0, gw1 is 1; a run without workers is 0."""
+    """This pytest worker's slot: gw0 is 0, gw1 is 1; a run without workers is 0. Two runs side by
+    side (two checkouts of one machine) keep apart by `BATCHD_TEST_SLOT_BASE`, added to it."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     slot = int(worker.removeprefix("gw")) if worker.startswith("gw") else 0
+    slot += int(os.environ.get("BATCHD_TEST_SLOT_BASE", "0"))
     if slot >= MAX_SLOTS:
         raise ValueError(f"at most {MAX_SLOTS} test workers can each have a cluster, not {worker}")
     return slot
