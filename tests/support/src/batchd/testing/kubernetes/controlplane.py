@@ -178,6 +178,9 @@ class ControlPlane(Started):
             f"--kubelet-client-certificate={self.kubelet_client.cert}",
             f"--kubelet-client-key={self.kubelet_client.key}",
             f"--kubelet-certificate-authority={self.ca.cert}",
+            # A node's name is no host this machine resolves: reach each kubelet (pod logs, exec) at
+            # its address, which its serving certificate names.
+            "--kubelet-preferred-address-types=InternalIP",
             "--authorization-mode=Node,RBAC",
             f"--service-cluster-ip-range={self.addresses.service_cidr}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
