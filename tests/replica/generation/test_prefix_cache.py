@@ -1,7 +1,8 @@
 """The prefix cache: exact (a prompt that begins with cached blocks gets the same greedy tokens as
 without the cache, whatever the length of what it shares, around every block boundary), bounded
-in bytes (least recently used blocks go, the tail of a prompt before its head), and salted (one
-caller's blocks are never another's).
+in bytes (least recently used blocks go, the tail of a prompt before its head; a prompt longer
+than the cache fills it with blocks a match reaches), and salted (one caller's blocks are never
+another's).
 
 The engine runs the tiny GPT-2 in this process, on the test's thread (`run_to_completion`), as
 the replica's warm-up does.
@@ -106,6 +107,22 @@ def test_the_cache_holds_no_more_than_its_bound_and_evicts_the_least_recently_us
     assert cache.blocks == 2 and cache.bytes_held == 2 * cache.block_bytes
 
 
+def test_a_prompt_longer_than_the_cache_keeps_the_blocks_a_match_reaches() -> None:
+    running = buffers(rows=1, columns=61 * BLOCK_TOKENS, layers=1)
+    probe = PrefixCache(1 << 20, SECRET)
+    probe.store(extend_keys([], tokens(BLOCK_TOKENS), "", SECRET), 0, running)
+    cache = PrefixCache(48 * probe.block_bytes, SECRET)
+    prompt = extend_keys([], tokens(60 * BLOCK_TOKENS), "", SECRET)
+    cache.store(prompt, 0, running)  # as the prompt is prefilled
+    cache.store(prompt + extend_keys(list(prompt), tokens(61 * BLOCK_TOKENS), "", SECRET)[60:], 0, running)
+    # ... and as its sequence ends, one block longer: no block of its head makes room for its tail.
+    assert len(cache.match(prompt)) == cache.blocks == 48
+    assert cache.stats.evicted_blocks == 0 and cache.bytes_held == cache.capacity_bytes
+    other = extend_keys([], tokens(2 * BLOCK_TOKENS, seed=1), "", SECRET)
+    cache.store(other, 0, running)  # another prompt takes the long one's last blocks, not its first
+    assert len(cache.match(prompt)) == cache.blocks - 2 == 46 and len(cache.match(other)) == 2
+
+
 def test_the_default_bound_is_half_of_what_the_memory_request_leaves() -> None:
     gib = 1 << 30
     assert default_capacity_bytes(8 * gib, 1 * gib, 3 * gib) == 2 * gib
@@ -118,7 +135,8 @@ def test_the_default_bound_is_half_of_what_the_memory_request_leaves() -> None:
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> TokenGenerationModel:
-    directory: Path = build_gpt2(tmp_path_factory.mktemp("tiny-gpt2"))
+    # A context of 1,024 tokens: room for a prompt longer than a small cache.
+    directory: Path = build_gpt2(tmp_path_factory.mktemp("tiny-gpt2"), n_positions=1024)
     spec = ModelSpec.model_validate(
         {"task": "text-generation", "source": f"file://{directory}", "device": "cpu",
          "generation": {"max_new_tokens": 64}}
@@ -252,6 +270,19 @@ def test_under_a_small_bound_the_cache_evicts_and_stays_exact(engine: Generation
     assert engine.prefix_cache.stats.evicted_blocks > 0
     # The last prompt's blocks are the most recent: it hits, within the bound.
     assert run(engine, prompts[-1:])[0] == (expected[-1], 48)
+
+
+def test_a_prompt_longer_than_the_cache_finds_every_block_the_cache_holds(engine: GenerationEngine) -> None:
+    prompt = vocabulary(engine, 60 * BLOCK_TOKENS, seed=30)
+    (expected,) = without_cache(engine, [prompt])
+    cache = engine.prefix_cache
+    cache.set_capacity(48 * BLOCK_TOKENS * engine.token_bytes)  # 48 blocks (token_bytes: known now)
+    answers = []
+    for _ in range(3):
+        answers.append(run(engine, [prompt])[0])
+        assert cache.bytes_held <= cache.capacity_bytes
+    assert answers == [(expected, 0), (expected, 48 * BLOCK_TOKENS), (expected, 48 * BLOCK_TOKENS)]
+    assert cache.blocks == 48
 
 
 def test_a_sequence_paused_for_a_higher_class_resumes_from_its_own_blocks(engine: GenerationEngine) -> None:

@@ -6,10 +6,13 @@ here) or the pipeline with the batcher (`request_level`).
 The engine runs the model's own forward pass with its own cache, a 4-D attention mask and
 explicit position ids: what decoder-only transformers models (GPT-2, Llama, Mistral, Qwen ...)
 accept with `sdpa` attention. Before the replica turns ready, the engine generates a few greedy
-tokens for a warm-up prompt and compares them with `model.generate`: a model whose forward pass
-does not work that way is refused at load, naming the field that switches to request-level
+tokens for a warm-up prompt and compares their ids with `model.generate`'s: a model whose forward
+pass does not work that way is refused at load, naming the field that switches to request-level
 batching, rather than served wrong. It then checks the same for a prompt whose first blocks come
 from the prefix cache; a model that differs there is served without the cache (and says so).
+Token ids, not text: the engine decodes its first new token in the prompt's context, so its text
+may keep a leading space (WordPiece, SentencePiece) or wait for the rest of a character that
+decoding the new tokens alone would not.
 
 The prefix cache is sized once the model is loaded and warm (`model.generation.prefix_cache_bytes`,
 by default from what the pod's memory request leaves: `prefix_cache.default_capacity_bytes`).
@@ -20,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter
 
@@ -31,6 +35,7 @@ from batchd.replica.generation.params import GenerationParams, GenerationRequest
 from batchd.replica.generation.prefix_cache import BLOCK_TOKENS, default_capacity_bytes
 from batchd.replica.generation.preparing import Preparer
 from batchd.replica.generation.request_level import load_request_level
+from batchd.replica.generation.text import TextStream
 from batchd.replica.generation.token_level import TokenLevel
 from batchd.replica.models.base import GenerationSetup, ModelLoadError, ModelMetadata, TextGenerator
 from batchd.replica.models.executor import ModelExecutor
@@ -47,6 +52,18 @@ CHECK_TOKENS = 4  # greedy tokens compared with model.generate at load
 CHECK_CACHE_BYTES = 64 << 20
 
 
+class Greedy(NamedTuple):
+    """New tokens of one greedy answer, and their text as the engine decodes it (in the prompt's
+    context): the ids are compared, the text is for people."""
+
+    token_ids: tuple[int, ...]
+    text: str
+
+
+# transformers' `generate` for a request: the reference the engine's greedy tokens must equal.
+Reference = Callable[[GenerationRequest], Greedy]
+
+
 class TokenGenerationModel:
     """A text-generation model served by the engine: a BatchModel for the rest of the replica
     (metadata, item validation, warm-up), and the token-level `GenerationService` for its routes."""
@@ -57,7 +74,7 @@ class TokenGenerationModel:
         preparer: Preparer,
         executor: ModelExecutor,
         item_adapter: TypeAdapter[Any],
-        generate_reference: Any,
+        generate_reference: Reference,
         generation: GenerationSpec | None = None,
     ) -> None:
         self.engine = engine
@@ -128,13 +145,12 @@ class TokenGenerationModel:
         params = GenerationParams(max_new_tokens=CHECK_TOKENS, min_new_tokens=CHECK_TOKENS)
         request = self.preparer.prepare(WARMUP_PROMPTS[0], None, "warm-up")
         request = GenerationRequest(request.prompt, request.prompt_ids, params)
-        (chunks,) = self.engine.run_to_completion([request])
-        ours = "".join(chunk.text for chunk in chunks)
+        ours = self._greedy(request)
         expected = self._reference(request)
-        if ours != expected:
+        if ours.token_ids != expected.token_ids:
             raise ModelLoadError(
                 "model.generation.scheduling: token-level scheduling cannot drive this model's forward pass "
-                f"(greedy {ours!r}, transformers' generate {expected!r}); use scheduling: request"
+                f"({_difference(ours, expected)}); use scheduling: request"
             )
         self._check_prefix_cache(params)
         # Within what the spec allows: a deployment may cap answers below the warm-up's 8 tokens.
@@ -158,19 +174,40 @@ class TokenGenerationModel:
         cache = self.engine.prefix_cache
         cache.set_capacity(CHECK_CACHE_BYTES)
         try:
-            texts = ["".join(c.text for c in self.engine.run_to_completion([request])[0]) for _ in range(2)]
+            first, cached = self._greedy(request), self._greedy(request)
             hit = cache.stats.hit_tokens
         finally:
             cache.set_capacity(0)
-        if texts != [expected, expected] or not hit:
+        wrong = next((answer for answer in (cached, first) if answer.token_ids != expected.token_ids), None)
+        if wrong is not None or not hit:
+            why = "nothing was found cached" if wrong is None else _difference(wrong, expected)
             logger.warning(
-                "the prefix cache is off: this model's greedy tokens after cached blocks (%r, %d tokens "
-                "cached) are not transformers' generate's (%r)",
-                texts,
+                "the prefix cache is off: this model's greedy tokens with the cache (%d tokens cached) "
+                "are not transformers' generate's (%s)",
                 hit,
-                expected,
+                why,
             )
             self._prefix_cache_works = False
+
+    def _greedy(self, request: GenerationRequest) -> Greedy:
+        """The engine's answer to `request`, run here (not on the engine's thread)."""
+        (chunks,) = self.engine.run_to_completion([request])
+        ids = tuple(token for chunk in chunks for token in chunk.token_ids)
+        return Greedy(ids, "".join(chunk.text for chunk in chunks))
+
+
+def _difference(ours: Greedy, expected: Greedy) -> str:
+    """Where the engine's greedy tokens first part from generate's, for a message."""
+    position = next(
+        (i for i, (a, b) in enumerate(zip(ours.token_ids, expected.token_ids, strict=False)) if a != b),
+        min(len(ours.token_ids), len(expected.token_ids)),
+    )
+
+    def token(ids: Sequence[int]) -> str:
+        return f"id {ids[position]}" if position < len(ids) else "none (the answer ended)"
+
+    ids = f"greedy {token(ours.token_ids)}, transformers' generate {token(expected.token_ids)}"
+    return f"new token {position + 1}: {ids}; greedy {ours.text!r}, transformers' generate {expected.text!r}"
 
 
 def load_text_generation(spec: ModelSpec, location: str, executor: ModelExecutor) -> TextGenerator:
@@ -216,7 +253,7 @@ def load_token_level(
     )
     preparer = Preparer(encoder, limits, defaults, spec.generation_spec.chat_template)
 
-    def reference(request: GenerationRequest) -> str:
+    def reference(request: GenerationRequest) -> Greedy:
         with torch.inference_mode():
             ids = torch.tensor([request.prompt_ids], device=model.device)
             output = model.generate(
@@ -227,7 +264,9 @@ def load_token_level(
                 do_sample=False,
                 pad_token_id=pad_id,
             )
-        return str(decoder.decode(output[0, ids.shape[1] :].tolist(), skip_special_tokens=True))
+        new = tuple(int(token) for token in output[0, ids.shape[1] :].tolist())
+        text = TextStream(decoder, request.prompt_ids, (), special)
+        return Greedy(new, "".join(text.push(token) for token in new) + text.flush())
 
     logger.info("token-level generation: context %d tokens, defaults %s", context, defaults)
     return TokenGenerationModel(engine, preparer, executor, item_adapter, reference, spec.generation_spec)

@@ -10,9 +10,12 @@ the deployment says they may. The digests are keyed with a secret drawn when the
 so nobody outside can make two different prefixes collide.
 
 Blocks live in one buffer per layer, [blocks, heads, BLOCK_TOKENS, head dim], that grows up to
-the byte bound; a full cache evicts the least recently used block. A sequence's blocks are
-touched last to first, so a prefix outlives its own continuations: what is evicted first is the
-tail of a long prompt, never the system prompt in front of it.
+the byte bound; a full cache evicts the least recently used block. A match reads a run of blocks
+from the first, so a sequence stores only such a run: its blocks from the first, as many as the
+bound holds (a block after one the cache lacks could never be read, and would evict one that
+could). A sequence's blocks are touched last to first, so a block is evicted before the blocks in
+front of it: a long prompt loses its tail before its head, what it keeps is always a run from its
+first block, and a system prompt outlives the conversations that begin with it.
 
 Everything here runs on the engine's thread; the counters are read at scrape time.
 """
@@ -162,16 +165,19 @@ class PrefixCache:
     def store(
         self, keys: Sequence[bytes], row: int, buffers: Sequence[tuple[torch.Tensor, torch.Tensor]]
     ) -> None:
-        """Keep the blocks `keys` name, read from `row` of the running buffers (one (keys, values)
-        pair per layer; block i at columns i*BLOCK_TOKENS onwards); blocks already cached are only
-        touched. Evicts the least recently used blocks to stay within the bound."""
+        """Keep the blocks `keys` name (a sequence's, from its first), read from `row` of the running
+        buffers (one (keys, values) pair per layer; block i at columns i*BLOCK_TOKENS onwards): the
+        first of them, as many as the bound holds, since a match reads no block past one the cache
+        lacks. Blocks already cached are only touched; the least recently used blocks, never one of
+        these, are evicted to stay within the bound."""
         if not self.enabled or not keys or not buffers:
             return
         if not self.block_bytes:
             self._lay_out(buffers)
         limit = self._max_blocks()
+        keys = keys[:limit]
         self._touch(keys)  # what is cached already is not what makes room for the rest
-        new = [index for index, key in enumerate(keys) if key not in self._slots][:limit]
+        new = [index for index, key in enumerate(keys) if key not in self._slots]
         slots: list[int] = []
         for index in new:
             while len(self._slots) >= limit:
