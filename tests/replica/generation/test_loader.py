@@ -217,3 +217,25 @@ async def test_a_model_the_engine_drives_differently_is_refused_naming_the_first
     prompt = model.preparer.encode(WARMUP_PROMPTS[0])
     expected = generated(reference, prompt, tokenizer.eos_token_id)
     assert theirs == expected[position - 1] and ours != theirs
+
+
+async def test_a_model_whose_own_generation_config_changes_greedy_decoding_is_still_accepted(
+    tokenizer_dirs: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Models ship defaults for `generate` (Qwen2.5-Instruct a repetition penalty of 1.05): the
+    check compares the forward passes, so its reference is plain greedy decoding, whatever the
+    model's generation_config says."""
+    from transformers import GenerationConfig
+
+    reference, _ = gpt2(tokenizer_dirs["byte-level-bpe"], tmp_path, seed=0)
+    penalising = GenerationConfig(  # type: ignore[no-untyped-call]
+        repetition_penalty=5.0, no_repeat_ngram_size=1, **reference.generation_config.to_diff_dict()
+    )
+    penalising.save_pretrained(tmp_path)
+    model = load(tmp_path)
+    try:
+        with caplog.at_level(logging.WARNING, logger="batchd"):
+            await model.warmup(1)
+        assert not [r.getMessage() for r in caplog.records if r.name.startswith("batchd")]
+    finally:
+        model.close()

@@ -229,7 +229,7 @@ def load_token_level(
 ) -> TokenGenerationModel:
     """The tokenizers, the model and the engine for `spec` at `location`."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     # The event loop tokenizes prompts and the engine's thread decodes tokens: Rust tokenizers
     # refuse to be used by two threads at once, so each has its own.
@@ -253,6 +253,15 @@ def load_token_level(
     )
     preparer = Preparer(encoder, limits, defaults, spec.generation_spec.chat_template)
 
+    # The check compares forward passes, so its reference is plain greedy decoding: none of the
+    # defaults a model ships for `generate` (a repetition penalty, banned n-grams), which the engine
+    # does not apply either; answers end where the engine's end. `generate` fills what a config
+    # passed to it leaves unset from the model's own, so the model's own is replaced (nothing else
+    # of token-level generation reads it).
+    model.generation_config = GenerationConfig(  # type: ignore[no-untyped-call]
+        do_sample=False, pad_token_id=pad_id, eos_token_id=list(eos_ids) or None
+    )
+
     def reference(request: GenerationRequest) -> Greedy:
         with torch.inference_mode():
             ids = torch.tensor([request.prompt_ids], device=model.device)
@@ -261,8 +270,6 @@ def load_token_level(
                 attention_mask=torch.ones_like(ids),
                 max_new_tokens=request.params.max_new_tokens,
                 min_new_tokens=request.params.min_new_tokens,
-                do_sample=False,
-                pad_token_id=pad_id,
             )
         new = tuple(int(token) for token in output[0, ids.shape[1] :].tolist())
         text = TextStream(decoder, request.prompt_ids, (), special)
