@@ -6,7 +6,7 @@ VERSION := $(shell cat VERSION)
 REGISTRY ?= ghcr.io/batchd
 PROJECTS := api operator replica tests/support bench router
 
-.PHONY: demo test test-fast test-kubernetes-range bench lint crd images tools kubernetes jaeger install clean
+.PHONY: demo test test-fast test-kubernetes-range bench lint crd images tools kubernetes jaeger kube-router install clean
 
 install: $(VENV)/.installed
 
@@ -27,9 +27,9 @@ $(VENV)/.installed: requirements-dev.txt VERSION $(addsuffix /pyproject.toml,$(P
 	touch $@
 
 # Test-only tools from Debian: a real Prometheus (and promtool) for the metrics tests; the node's
-# container runtime (containerd, runc, the CNI plugins, iptables for kube-proxy); buildah and
-# debootstrap for the images.
-NODE_PACKAGES := prometheus containerd runc containernetworking-plugins iptables conntrack iproute2 buildah debootstrap
+# container runtime (containerd, runc, the CNI plugins, iptables for kube-proxy, ipset for the
+# NetworkPolicy enforcer); buildah and debootstrap for the images.
+NODE_PACKAGES := prometheus containerd runc containernetworking-plugins iptables ipset conntrack iproute2 buildah debootstrap
 tools:
 	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	[ -z "$$missing" ] || { \
@@ -50,6 +50,12 @@ kubernetes:
 # binaries, with the same Go caches (tools/build-jaeger.sh).
 jaeger:
 	@tools/build-jaeger.sh >/dev/null
+
+# What enforces NetworkPolicy on the test nodes: kube-router's policy controller (v2.1.0, a test
+# part only), built from its Go module into ~/.cache/batchd with the same Go caches
+# (tools/build-kube-router.sh).
+kube-router:
+	@tools/build-kube-router.sh >/dev/null
 
 # The Kubernetes minors batchd supports (README): the install and operator tests run on the oldest
 # and the newest of them, each built like the pinned one (not part of `make test`).
@@ -78,7 +84,7 @@ PYTEST := $(PY) -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadgroup
 
 # Everything, the end-to-end tests through real processes included (the aim: under 12 minutes on
 # 2 cores, a fresh install included).
-test: install tools kubernetes jaeger images
+test: install tools kubernetes jaeger kube-router images
 	$(PYTEST) --durations=15
 
 # The edit loop (under 3 minutes on 2 cores): everything but the tests marked `slow`, which run

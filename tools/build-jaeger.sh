@@ -16,22 +16,7 @@
 set -euo pipefail
 
 JAEGER_VERSION=${JAEGER_VERSION:-v1.76.0}
-CACHE=${BATCHD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/batchd}
-OUT=$CACHE/jaeger-$JAEGER_VERSION
-BIN=$OUT/bin
-
-if [ -f "$OUT/.complete" ]; then echo "$BIN/jaeger"; exit 0; fi
-command -v go >/dev/null || { echo "build-jaeger: Go is needed (go.dev/doc/install)" >&2; exit 1; }
-mkdir -p "$BIN"
-export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-
-# The module's source in Go's module cache (read-only: the build writes only the binary).
-src=$(cd "$(mktemp -d)" && go mod download -json "github.com/jaegertracing/jaeger@$JAEGER_VERSION" \
-  | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+source "$(dirname "$0")/go-binary.sh"
 # What `jaeger version` and the query API's /api/version report (Jaeger's Makefile sets the same).
 ldflags="-s -w -X github.com/jaegertracing/jaeger/internal/version.latestVersion=$JAEGER_VERSION"
-(cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$BIN/jaeger" ./cmd/jaeger)
-
-"$BIN/jaeger" version >&2
-touch "$OUT/.complete"
-echo "$BIN/jaeger"
+go_binary jaeger github.com/jaegertracing/jaeger "$JAEGER_VERSION" ./cmd/jaeger "$ldflags"

@@ -19,6 +19,7 @@ from batchd.testing.closed_loop import SteadyLoad
 from batchd.testing.kubernetes.components import forbidden
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
+from batchd.testing.kubernetes.policies import enforced
 from batchd.testing.kubernetes.release import ONE_ROUTER, Release, installed
 from batchd.testing.manifests import manifest
 from batchd.testing.waiting import eventually
@@ -105,3 +106,41 @@ def test_a_drain_moves_the_replicas_to_another_node_losing_no_request(
     # Every request answered, by a replica on one node or the other: each evicted one drained.
     assert set(load.outcomes) == {200}, load.outcomes
     cluster.kubectl("delete", "-n", ns, "bd/moved", "--wait=true", timeout_s=120)
+
+
+def test_a_network_policy_is_enforced_on_the_node_while_its_enforcer_runs(
+    release: Release, kube_node: Node
+) -> None:
+    """The test part the access tests rely on: kube-router's policy controller makes a node drop
+    what a NetworkPolicy does not allow, and leaves the node as it was when it stops."""
+    cluster, ns = release.cluster, release.namespace
+    release.apply(manifest("fenced"))
+    cluster.kubectl("wait", "-n", ns, "--for=condition=Ready", "bd/fenced", "--timeout=180s")
+    (pod,) = release.pods("fenced", ready=True)
+    predict = f"http://{pod['status']['podIP']}:8000/v1/models/fenced:predict"
+
+    def answered() -> bool:
+        try:
+            return httpx.post(predict, json={"instances": [1]}, timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    deny_all = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "fenced-deny-all"},
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/instance": "fenced"}},
+            "policyTypes": ["Ingress"],
+        },
+    }
+    release.apply(deny_all)
+    try:
+        assert answered()  # a policy alone changes nothing on a node that does not enforce it
+        with enforced(kube_node):
+            eventually(lambda: not answered(), timeout_s=30, what="the node to drop the traffic")
+            assert kube_node.ready()
+        eventually(answered, timeout_s=30, what="the traffic to flow again once the enforcer stopped")
+    finally:
+        cluster.kubectl("delete", "-n", ns, "networkpolicy/fenced-deny-all", "--ignore-not-found")
+        cluster.kubectl("delete", "-n", ns, "bd/fenced", "--wait=false")

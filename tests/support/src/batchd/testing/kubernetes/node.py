@@ -180,11 +180,19 @@ class Node(Started):
 
     # --- processes -----------------------------------------------------------------------------
 
-    def _start(self, name: str, command: list[str]) -> Process:
+    def in_node(self, command: list[str]) -> list[str]:
+        """`command` as run in the node's network namespace."""
         # nsenter joins only the network namespace: `ip netns exec` would also remount /sys and
         # hide the cgroup mounts the kubelet and runc need.
-        in_node = ["nsenter", f"--net=/run/netns/{self.addresses.netns}", *command]
-        process = Process.start(name, in_node, self.directory / f"{name}.log")
+        return ["nsenter", f"--net=/run/netns/{self.addresses.netns}", *command]
+
+    def start_process(self, name: str, command: list[str]) -> Process:
+        """`command` started in the node's network namespace, logged beside the node's own; the
+        caller stops it (a process of the node's own is stopped with the node)."""
+        return Process.start(name, self.in_node(command), self.directory / f"{name}.log")
+
+    def _start(self, name: str, command: list[str]) -> Process:
+        process = self.start_process(name, command)
         self.processes[name] = process
         return process
 
