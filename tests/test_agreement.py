@@ -19,6 +19,7 @@ from batchd.api.pod import (
     OPERATOR_IMAGE,
     REPLICA_IMAGE,
     REPLICA_PORT,
+    ROUTER_ADMIN_PORT,
     ROUTER_COMPONENT,
     ROUTER_IMAGE,
     ROUTER_PORT,
@@ -58,7 +59,7 @@ def test_the_chart_runs_the_images_and_user_the_operator_expects() -> None:
     assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (RUNTIME_UID,) * 2
     monitor = only(objects, "PodMonitor")["spec"]
     assert MANAGED_BY.items() <= monitor["selector"]["matchLabels"].items()
-    assert monitor["podMetricsEndpoints"][0]["port"] == "http"
+    assert monitor["podMetricsEndpoints"][0]["port"] == "metrics"
 
 
 def component(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -75,11 +76,15 @@ def test_chart_operator_router_and_dockerfile_agree_on_the_routers_port_image_an
     pod = router["spec"]["template"]
     container = pod["spec"]["containers"][0]
     assert container["image"] == f"{ROUTER_IMAGE}:{__version__}"
-    assert {port["name"]: port["containerPort"] for port in container["ports"]} == {"http": ROUTER_PORT}
+    assert {port["name"]: port["containerPort"] for port in container["ports"]} == {
+        "http": ROUTER_PORT,
+        "admin": ROUTER_ADMIN_PORT,
+    }
     assert ROUTER_COMPONENT.items() <= pod["metadata"]["labels"].items()
     assert RouterSettings().port == ROUTER_PORT
     env = {item["name"]: item["value"] for item in container["env"]}
     assert env["BATCHD_PORT"] == str(ROUTER_PORT)
+    assert env["BATCHD_ADMIN_PORT"] == str(ROUTER_ADMIN_PORT)
     # The operator finds these very pods, in this namespace, and tells clients this Service.
     operator_env = {
         item["name"]: item["value"]

@@ -6,14 +6,13 @@ import json
 from typing import Any
 
 import helm_python as helm
-import yaml
 import kubernetes_validate
 import pytest
+import yaml
 
 from batchd.api.pod import labels
 from batchd.api.spec import TracingSpec
 from batchd.api.tracing import pod_environment
-from batchd.operator import children
 from batchd.operator.settings import Settings
 from batchd.testing import ROOT
 from batchd.testing.helm import CHART, SCENARIOS, only, render
@@ -51,10 +50,13 @@ def test_every_rendered_object_is_valid_kubernetes(scenario: str, version: str) 
 def test_defaults_install_cluster_wide_with_the_dockerfiles_images(monkeypatch: pytest.MonkeyPatch) -> None:
     objects = render()
     kinds = sorted(o["kind"] for o in objects)
-    # The operator's and the router's own of each, the dashboard, and the router's disruption budget.
+    # The operator's and the router's own of each, the dashboard, and the router's disruption budget;
+    # the router's binding for token and access reviews, and the role users bind their callers to
+    # (`<release>-invoker`).
     assert kinds == sorted(
         ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"] * 2
         + ["ConfigMap", "PodDisruptionBudget"]
+        + ["ClusterRoleBinding", "ClusterRole"]
     )
     container = operator(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     env = {item["name"]: item["value"] for item in container["env"]}
@@ -86,7 +88,11 @@ def test_the_operator_pod_is_hardened_and_probed() -> None:
 def test_watching_listed_namespaces_grants_nothing_cluster_wide(monkeypatch: pytest.MonkeyPatch) -> None:
     objects = render(SCENARIOS["namespaced-values"])
     kinds = [o["kind"] for o in objects]
-    assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
+    # The one cluster-wide grant: the router's binding to Kubernetes' own system:auth-delegator,
+    # since token and access reviews are cluster-scoped APIs. batchd defines no ClusterRole.
+    assert "ClusterRole" not in kinds
+    (cluster_binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert cluster_binding["roleRef"]["name"] == "system:auth-delegator"
     roles = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "batchd"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     bindings = [o for o in objects if o["kind"] == "RoleBinding"]
@@ -115,7 +121,7 @@ def test_monitors_replace_scrape_annotations_and_select_the_replica_pods() -> No
     # The PodMonitor must select the pods the operator actually makes, on the port they expose.
     replica_labels = labels("minilm")
     assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= replica_labels.items()
-    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "http"
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
 
 
 def test_the_dashboard_configmap_is_the_dashboard_file() -> None:

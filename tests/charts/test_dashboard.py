@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from batchd.api.pod import REPLICA_PORT
+from batchd.api.pod import REPLICA_METRICS_PORT, REPLICA_PORT
 from batchd.testing.helm import CHART
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
@@ -130,7 +130,7 @@ async def test_every_panel_returns_data_from_a_replica_under_load(
         )
         await asyncio.to_thread(generator.wait_ready, 180)
         targets = [
-            url.removeprefix("http://"),
+            f"{pod['status']['podIP']}:{REPLICA_METRICS_PORT}",  # /metrics has a port of its own
             f"127.0.0.1:{metrics_port}",
             generator.url.removeprefix("http://"),
         ]

@@ -158,7 +158,7 @@ def test_the_operator_on_its_own_token_reconciles_scales_and_cleans_up(release: 
 
 
 def test_the_router_on_its_own_token_watches_without_a_refusal(release: Release) -> None:
-    cluster, ns = release.cluster, release.namespace
+    cluster = release.cluster
     with release.router(release.logs / "router.log", 0):
         pass
     assert forbidden(cluster, release.router_user) == []
@@ -166,7 +166,7 @@ def test_the_router_on_its_own_token_watches_without_a_refusal(release: Release)
 
 def test_a_permission_the_chart_does_not_grant_is_seen_refused(release: Release, tmp_path: Path) -> None:
     # The check the tests above rely on, shown to fail: without the CRD rule, Kopf's start is refused.
-    cluster, ns = release.cluster, release.namespace
+    cluster = release.cluster
     role = json.loads(cluster.kubectl("get", "clusterrole", release.name, "-o", "json").stdout)
     narrowed = [rule for rule in role["rules"] if "customresourcedefinitions" not in rule["resources"]]
     assert len(narrowed) < len(role["rules"])

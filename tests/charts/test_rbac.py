@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import yaml
 
 from batchd.testing.helm import SCENARIOS, render
 from batchd.testing.kubernetes.components import forbidden

@@ -34,6 +34,9 @@ def test_two_routers_listen_on_the_pod_network_probed_and_hardened(monkeypatch: 
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    # Clients' port and the admin one (/metrics, /held), apart.
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 8080, "admin": 9090}
+    assert env_of(deployment)["BATCHD_ADMIN_PORT"] == "9090"
     assert pod["serviceAccountName"] == router(render(), "ServiceAccount")["metadata"]["name"]
     for variable, value in env_of(deployment).items():
         monkeypatch.setenv(variable, value)
@@ -80,17 +83,35 @@ def test_the_service_budget_and_monitor_select_the_router_pods_only() -> None:
         assert selector.items() <= labels.items() and not selector.items() <= operator_labels.items()
     assert budget["spec"]["maxUnavailable"] == 1
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert monitor["spec"]["endpoints"][0] == {"port": "http", "path": "/metrics", "interval": "30s"}
+    # Metrics on the admin port, which the Service names for the monitor alone.
+    assert monitor["spec"]["endpoints"][0] == {"port": "admin", "path": "/metrics", "interval": "30s"}
+    admin = {"name": "admin", "port": 9090, "targetPort": "admin", "protocol": "TCP"}
+    assert admin in service["spec"]["ports"]
+    assert [p["name"] for p in router(render(), "Service")["spec"]["ports"]] == ["http"]
     # Without the Prometheus Operator, scrape annotations on the pods instead.
     plain = router(render(), "Deployment")["spec"]["template"]["metadata"]["annotations"]
-    assert plain["prometheus.io/scrape"] == "true" and plain["prometheus.io/port"] == "8080"
+    assert plain["prometheus.io/scrape"] == "true" and plain["prometheus.io/port"] == "9090"
+
+
+def bindings_of(objects: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    return [o for o in router(objects) if o["kind"].endswith("Binding") and o["roleRef"]["name"] == role]
 
 
 def test_the_routers_cluster_role_is_exactly_its_own_rules() -> None:
     objects = render()
-    assert router(objects, "ClusterRole")["rules"] == rbac.rbac_rules()
-    binding = router(objects, "ClusterRoleBinding")
-    assert binding["roleRef"]["name"] == router(objects, "ClusterRole")["metadata"]["name"]
+    role = router(objects, "ClusterRole")
+    assert role["rules"] == rbac.rbac_rules()
+    (binding,) = bindings_of(objects, role["metadata"]["name"])
+    assert binding["subjects"][0]["name"] == router(objects, "ServiceAccount")["metadata"]["name"]
+
+
+@pytest.mark.parametrize("scenario", ["default", "namespaced-values"])
+def test_the_router_may_review_callers_cluster_wide_and_nothing_more(scenario: str) -> None:
+    """Token and access reviews are cluster-scoped: the router's one cluster-wide grant, however
+    few namespaces it watches, is Kubernetes' own role for exactly them."""
+    objects = render(SCENARIOS[scenario])
+    (binding,) = bindings_of(objects, rbac.AUTH_DELEGATOR)
+    assert binding["kind"] == "ClusterRoleBinding" and binding["roleRef"]["kind"] == "ClusterRole"
     assert binding["subjects"][0]["name"] == router(objects, "ServiceAccount")["metadata"]["name"]
 
 
@@ -99,8 +120,13 @@ def test_watching_listed_namespaces_the_router_gets_a_role_in_each_and_reads_onl
 ) -> None:
     objects = render(SCENARIOS["namespaced-values"])
     kinds = [o["kind"] for o in router(objects)]
-    assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
-    roles = [o for o in router(objects) if o["kind"] == "Role"]
+    assert "ClusterRole" not in kinds
+    assert [o["roleRef"]["name"] for o in router(objects) if o["kind"] == "ClusterRoleBinding"] == [
+        rbac.AUTH_DELEGATOR
+    ]
+    roles = [
+        o for o in router(objects) if o["kind"] == "Role" and not o["metadata"]["name"].endswith("-peers")
+    ]
     assert sorted(role["metadata"]["namespace"] for role in roles) == ["team-a", "team-b"]
     for role in roles:
         assert role["rules"] == rbac.role("x", role["metadata"]["namespace"])["rules"]
@@ -136,3 +162,24 @@ def test_without_the_router_nothing_of_it_is_rendered_and_the_operator_is_told_s
     for variable, value in env_of(operator).items():
         monkeypatch.setenv(variable, value)
     assert not Settings.from_env().routers_run
+
+
+def test_each_router_follows_its_own_services_endpoints_to_share_the_quotas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    objects = render(SCENARIOS["namespaced-values"])
+    for variable, value in env_of(router(objects, "Deployment")).items():
+        monkeypatch.setenv(variable, value)
+    settings = RouterSettings.from_env()
+    service = router(objects, "Service")["metadata"]
+    assert (settings.router_service, settings.router_namespace) == (service["name"], "batchd-system")
+    # The release's namespace is not watched: the routers may read their own slices there, only.
+    (role,) = [
+        o for o in router(objects) if o["kind"] == "Role" and o["metadata"]["namespace"] == "batchd-system"
+    ]
+    assert role["rules"] == [
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}
+    ]
+    (binding,) = bindings_of(objects, role["metadata"]["name"])
+    assert binding["subjects"][0]["name"] == router(objects, "ServiceAccount")["metadata"]["name"]
+    assert not [o for o in router(render()) if o["kind"] == "Role"]  # cluster-wide: the ClusterRole has them

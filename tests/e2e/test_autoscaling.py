@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from batchd.api.manifest import parse_manifest
+from batchd.api.pod import REPLICA_METRICS_PORT
 from batchd.api.revisions import batching_revision_of
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.bench.kit.promtext import parse_histogram
@@ -79,7 +80,7 @@ def status(release: Release, name: str) -> dict[str, Any]:
 
 
 def traffic(release: Release, name: str, rate: float | Any) -> Traffic:
-    url = release.service_url(f"{release.name}-router", 80)
+    url = release.router_url()
     return Traffic(lambda: [url], f"/v1/models/{name}:predict", b'{"instances": [1]}', rate)
 
 
@@ -216,7 +217,7 @@ def test_an_idle_deployment_goes_to_zero_and_a_request_through_the_router_wakes_
     # The request a client sends, to the Service the deployment's status names.
     url = (release.get("bd", "sleepy") or {})["status"]["url"]
     assert url.startswith(f"http://{release.name}-router.{release.namespace}.svc")
-    router = release.service_url(f"{release.name}-router", 80)
+    router = release.router_url()
     sent = time.monotonic()
     answer = httpx.post(
         f"{router}/v1/models/sleepy:predict",
@@ -234,7 +235,7 @@ def test_an_idle_deployment_goes_to_zero_and_a_request_through_the_router_wakes_
 
 def batch_sizes(pod: dict[str, Any]) -> tuple[float, float]:
     # Prometheus' own scrape timeout: a replica under load on a starved node may take seconds.
-    metrics = httpx.get(f"http://{pod['status']['podIP']}:8000/metrics", timeout=10).text
+    metrics = httpx.get(f"http://{pod['status']['podIP']}:{REPLICA_METRICS_PORT}/metrics", timeout=10).text
     histogram = parse_histogram(metrics, "batchd_batch_size")
     return histogram.count, histogram.sum
 

@@ -52,7 +52,7 @@ def test_an_applied_deployment_answers_through_its_service_and_the_router(releas
     body = {"instances": [1, 2, 3]}
     answer = release.first_answer(f"{release.service_url('adder', 8000)}/v1/models/adder:predict", body)
     assert answer.json() == {"predictions": [2, 3, 4]}
-    router = release.service_url(f"{release.name}-router", 80)
+    router = release.router_url()
     routed = eventually(
         lambda: (
             (r := httpx.post(f"{router}/v1/models/adder:predict", json=body, timeout=10)).is_success and r

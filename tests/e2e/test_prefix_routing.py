@@ -12,6 +12,7 @@ holds it.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from batchd.api.pod import REPLICA_METRICS_PORT
 from batchd.testing.closed_loop import metric
 from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.components import forbidden
@@ -54,13 +56,20 @@ class Stack:
 
     @property
     def router(self) -> str:
-        return self.release.service_url(f"{self.release.name}-router", 80)
+        return self.release.router_url()
+
+    @functools.cached_property
+    def admin(self) -> str:
+        """The router's admin port (`/metrics`): its pod's, no Service's."""
+        return self.release.router_admin_url()
 
     def ready_pods(self, count: int) -> list[str]:
+        """Where the ready pods serve their metrics (waits until `count` are ready)."""
+
         def probe() -> list[str]:
             pods, ready = self.release.pods(NAME), self.release.pods(NAME, ready=True)
             return (
-                [f"http://{p['status']['podIP']}:8000" for p in ready]
+                [f"http://{p['status']['podIP']}:{REPLICA_METRICS_PORT}" for p in ready]
                 if len(pods) == len(ready) == count
                 else []
             )
@@ -120,7 +129,7 @@ async def test_later_turns_follow_the_first_while_balanced_and_a_hot_prefix_spre
     pods = await asyncio.to_thread(stack.ready_pods, 2)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as client:
         deadline = asyncio.get_running_loop().time() + 60
-        while await metric(client, stack.router, "batchd_router_ready_replicas") != 2:
+        while await metric(client, stack.admin, "batchd_router_ready_replicas") != 2:
             assert asyncio.get_running_loop().time() < deadline, "the router did not see two ready replicas"
             await asyncio.sleep(0.1)
         # Conversations one turn at a time: the fleet stays balanced (one request at a time).
@@ -152,7 +161,7 @@ async def test_later_turns_follow_the_first_while_balanced_and_a_hot_prefix_spre
         shares = [(a - b) / 72 for a, b in zip(after, before, strict=True)]
         assert min(shares) >= 0.2, f"the hot prefix piled onto one replica: {shares}"
         routed = {
-            outcome: await metric(client, stack.router, "batchd_router_prefix_routes_total", outcome=outcome)
+            outcome: await metric(client, stack.admin, "batchd_router_prefix_routes_total", outcome=outcome)
             for outcome in ("hit", "miss", "imbalanced")
         }
         assert routed["hit"] >= 16 and routed["imbalanced"] > 0, routed

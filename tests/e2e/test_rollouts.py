@@ -150,7 +150,7 @@ class Stack:
         )
 
     def traffic(self, name: str = NAME, body: bytes = b'{"instances": [1]}') -> Traffic:
-        url = self.release.service_url(f"{self.release.name}-router", 80)
+        url = self.release.router_url()
         return Traffic(lambda: [url], f"/v1/models/{name}:predict", body, RATE)
 
     async def while_sending(
@@ -422,7 +422,7 @@ async def test_mid_rollout_a_restarted_router_splits_a_second_change_replaces_th
 
     def canary_requests() -> float:
         # The new router's own count: it read the share from the status, not from its predecessor.
-        text = httpx.get(f"{release.service_url(f'{release.name}-router', 80)}/metrics").text
+        text = httpx.get(f"{release.router_admin_url()}/metrics").text
         found = re.search(r'batchd_router_revision_requests_total\{[^}]*track="canary"[^}]*\} (\S+)', text)
         return float(found.group(1)) if found else 0.0
 

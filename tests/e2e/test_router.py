@@ -11,6 +11,7 @@ are told clearly that the deployment was deleted.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import time
@@ -22,7 +23,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from batchd.api.pod import selector_string
+from batchd.api.pod import REPLICA_METRICS_PORT, REPLICA_PORT, selector_string
 from batchd.testing.closed_loop import CONNECTIONS, UNSENT, KeepAliveClient, metric
 from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.components import forbidden
@@ -73,7 +74,12 @@ class Stack:
 
     @property
     def router(self) -> str:
-        return self.release.service_url(f"{self.release.name}-router", 80)
+        return self.release.router_url()
+
+    @functools.cached_property
+    def admin(self) -> str:
+        """The router's admin port (`/metrics`, `GET /held`): its pod's, no Service's."""
+        return self.release.router_admin_url()
 
     def url(self, model: str) -> str:
         return f"{self.router}/v1/models/{model}:predict"
@@ -82,14 +88,15 @@ class Stack:
         document = manifest(name, model, **handlers.pod_spec(), **spec)
         self.release.apply(document)
 
-    def ready_pods(self, name: str, count: int) -> list[str]:
-        """The base URLs of the deployment's `count` ready pods (waits until there are that many)."""
+    def ready_pods(self, name: str, count: int, port: int = REPLICA_PORT) -> list[str]:
+        """The base URLs of the deployment's `count` ready pods on `port` (waits until there are
+        that many)."""
 
         def probe() -> list[str]:
             pods = self.release.pods(name)
             ready = self.release.pods(name, ready=True)
             return (
-                [f"http://{p['status']['podIP']}:8000" for p in ready]
+                [f"http://{p['status']['podIP']}:{port}" for p in ready]
                 if len(pods) == len(ready) == count
                 else []
             )
@@ -131,10 +138,10 @@ async def test_a_keep_alive_client_through_the_router_spreads_over_new_replicas(
             )
             # The autoscaler's decision, as it writes it: three replicas.
             stack.cluster.kubectl("scale", "-n", stack.release.namespace, "bd/slow", "--replicas=3")
-            pods = await asyncio.to_thread(stack.ready_pods, "slow", 3)
+            pods = await asyncio.to_thread(stack.ready_pods, "slow", 3, REPLICA_METRICS_PORT)
 
             async def router_sees_three() -> bool:
-                return await metric(client, stack.router, "batchd_router_ready_replicas") == 3
+                return await metric(client, stack.admin, "batchd_router_ready_replicas") == 3
 
             deadline = time.monotonic() + 20
             while not await router_sees_three():
@@ -164,7 +171,7 @@ async def predict(client: aiohttp.ClientSession, url: str, n: int) -> tuple[int,
 
 
 async def held(client: aiohttp.ClientSession, stack: Stack, count: int) -> bool:
-    async with client.get(f"{stack.router}/held") as response:
+    async with client.get(f"{stack.admin}/held") as response:
         entries = (await response.json())["deployments"]
     return bool(sum(entry["held_requests"] for entry in entries) == count)
 
@@ -209,7 +216,7 @@ async def test_requests_held_at_zero_replicas_wake_the_deployment_and_go_to_its_
         status = stack.release.get("bd", "cold")
         # Those that answered are Ready (the router sends only there); a second may be starting.
         ready = await asyncio.to_thread(stack.release.pods, "cold", ready=True)
-        urls = [f"http://{pod['status']['podIP']}:8000" for pod in ready]
+        urls = [f"http://{pod['status']['podIP']}:{REPLICA_METRICS_PORT}" for pod in ready]
         answered = sum([await metric(client, url, "batchd_requests_total") for url in urls])
     assert [code for code, _ in answers] == [200] * 6
     assert sorted(body["predictions"][0] for _, body in answers) == [n + 1 for n in range(6)]
@@ -323,10 +330,10 @@ async def test_past_capacity_the_high_class_is_all_answered_and_the_low_class_ta
     await asyncio.gather(high.run(10.0), low.run(10.0))
     high_statuses = Counter(outcome.status for outcome in high.outcomes)
     low_statuses = Counter(outcome.status for outcome in low.outcomes)
-    pods = await asyncio.to_thread(stack.ready_pods, "ranked", 2)
+    metrics = await asyncio.to_thread(stack.ready_pods, "ranked", 2, REPLICA_METRICS_PORT)
     async with aiohttp.ClientSession() as client:
-        replicas = [await metrics_text(client, pod) for pod in pods]
-        router = await metrics_text(client, stack.router)
+        replicas = [await metrics_text(client, pod) for pod in metrics]
+        router = await metrics_text(client, stack.admin)
     assert high_statuses == {200: len(high.outcomes)}, who_refused(high.outcomes, replicas, router)
     assert unanswered(low.outcomes) == [] and low_statuses[503] > 0 and low_statuses[200] > 0, low_statuses
 

@@ -77,7 +77,7 @@ async def test_a_composed_request_through_the_router_is_one_trace_with_its_batch
             timeout_s=START_S,
             what=f"{name} ready",
         )
-    router = release.service_url(f"{release.name}-router", 80)
+    router = release.router_url()
     url = f"{router}/v1/models/composer:predict"
     await asyncio.to_thread(
         release.first_answer, f"{router}/v1/models/callee:predict", {"instances": [0]}, START_S

@@ -26,15 +26,33 @@ def test_a_replicas_answers_are_read_from_its_metrics_leaving_out_what_it_did_no
     answers = exposed(
         success=[0.02] * 90,
         error=[0.01] * 3,
-        invalid=[0.01] * 3,  # the model raised on an item alone
         timeout=[30.0] * 4,
+        invalid=[0.01] * 300,  # the callers' 4xx: malformed bodies, an unknown model
         rejected=[0.0] * 50,
         cancelled=[0.0] * 7,
     )
-    assert (answers.answered, answers.failed) == (100, 10)
-    assert answers.error_rate == pytest.approx(0.1)
+    assert (answers.answered, answers.failed) == (97, 7)
+    assert answers.error_rate == pytest.approx(7 / 97)
     p99 = answers.p99()
     assert p99 is not None and 10 <= p99 <= 60  # the timeouts are the slowest percent
+
+
+def test_the_callers_4xx_neither_roll_back_a_good_canary_nor_mask_a_bad_one() -> None:
+    good = exposed(success=[0.02] * 200)
+    stable = exposed(success=[0.02] * 200, error=[0.02] * 2)
+    # Malformed bodies sent to the canary's Service: no failure of the canary's.
+    flooded = analysis.total([good, exposed(invalid=[0.001] * 1000)])
+    assert flooded == good
+    assert analysis.judge(flooded, stable, ANALYSIS).failure is None
+    # A bad canary stays bad whoever floods the stable Service (or the canary's) with bad input.
+    bad = exposed(success=[0.02] * 150, error=[0.02] * 50)
+    stable_flooded = analysis.total([stable, exposed(invalid=[0.001] * 1000)])
+    canary_flooded = analysis.total([bad, exposed(invalid=[0.001] * 1000)])
+    verdict = analysis.judge(canary_flooded, stable_flooded, ANALYSIS)
+    assert verdict.failure is not None and "error rate 25.0%" in verdict.failure
+    # Nor does a flood of fast 4xx make its p99 look better, or a slow 4xx worse.
+    slow = exposed(success=[0.02] * 100)
+    assert analysis.total([slow, exposed(invalid=[30.0] * 50)]).p99() == slow.p99()
 
 
 def test_metrics_without_the_answer_histogram_are_refused() -> None:
@@ -76,10 +94,10 @@ def test_a_canary_failing_more_than_allowed_fails_with_the_figures() -> None:
 
 
 def test_inputs_that_fail_on_both_revisions_alike_are_not_the_canarys_fault() -> None:
-    canary = exposed(success=[0.02] * 80, invalid=[0.02] * 20)
-    stable = exposed(success=[0.02] * 820, invalid=[0.02] * 180)
+    canary = exposed(success=[0.02] * 80, error=[0.02] * 20)
+    stable = exposed(success=[0.02] * 820, error=[0.02] * 180)
     assert analysis.judge(canary, stable, ANALYSIS).failure is None
-    worse = exposed(success=[0.02] * 70, invalid=[0.02] * 30)
+    worse = exposed(success=[0.02] * 70, error=[0.02] * 30)
     assert analysis.judge(worse, stable, ANALYSIS).failure is not None
 
 

@@ -10,7 +10,15 @@ import pytest
 import yaml
 
 from batchd.api.manifest import load_manifest, parse_manifest
-from batchd.api.pod import REVISION_LABEL
+from batchd.api.pod import (
+    ACCESS_DIR,
+    ACCESS_SIGNING_KEY,
+    REVISION_LABEL,
+    SIGNING_KEY_PATH,
+    TOKEN_AUDIENCE,
+    TOKEN_DIR,
+    TOKEN_PATH,
+)
 from batchd.api.revisions import revision_of
 from batchd.api.spec import BatchedDeployment
 from batchd.operator import children
@@ -126,7 +134,11 @@ def test_probes_use_the_health_routes_and_allow_a_slow_model_load() -> None:
     assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     assert c["livenessProbe"]["timeoutSeconds"] == 30  # a starved replica is slow, not dead
-    assert c["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    assert c["ports"] == [
+        {"name": "http", "containerPort": 8000, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
+    ]
+    assert {"name": "BATCHD_METRICS_PORT", "value": "9090"} in c["env"]
 
 
 def test_pods_drain_before_they_stop() -> None:
@@ -157,7 +169,7 @@ def test_security_context_is_hardened() -> None:
 def test_prometheus_scrapes_the_replica_port() -> None:
     annotations = children.deployment(GPU, SETTINGS)["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
-    assert annotations["prometheus.io/port"] == "8000"
+    assert annotations["prometheus.io/port"] == "9090"
     assert annotations["prometheus.io/path"] == "/metrics"
 
 
@@ -200,6 +212,20 @@ def test_scaling_autoscaling_and_batching_changes_never_roll_the_pods() -> None:
     )
     assert (retuned.spec.batching.max_batch_size, retuned.batching_revision) == (64, 5)
     assert retuned.spec.autoscaling is None  # the replica never sees what only the operator acts on
+
+
+def test_an_access_edit_rolls_no_pod_and_reaches_the_replicas_manifest() -> None:
+    base = bd(num_replicas=1)
+    keyed = {"tenants": [{"name": "search", "api_keys_secret": "search-keys"}]}
+    opened = {**keyed, "anonymous": {"queue_share": 0.2}}
+    for change in (bd(num_replicas=1, access=keyed), bd(num_replicas=1, access=opened)):
+        assert (
+            children.deployment(change, SETTINGS)["spec"]["template"]
+            == (children.deployment(base, SETTINGS)["spec"]["template"])
+        )
+        assert children.revision(change, SETTINGS) == children.revision(base, SETTINGS)
+    seen = parse_manifest(yaml.safe_load(children.config_map(bd(access=opened))["data"]["manifest.yaml"]))
+    assert seen.spec.access is not None and seen.spec.access.tenants[0].api_keys_secret == "search-keys"
 
 
 def test_tracing_gives_the_pods_the_standard_opentelemetry_environment() -> None:
@@ -301,6 +327,38 @@ def test_a_composer_is_told_where_its_callees_services_are(monkeypatch: pytest.M
     )
 
 
+def test_pods_mount_the_signing_key_alone_and_run_as_their_own_account() -> None:
+    composer = bd(
+        model={"handler": "examples.classifier:EmbeddingClassifier", "calls": {"embedder": "minilm"}}
+    )
+    for spec, composes in ((GPU, False), (composer, True)):
+        pod = children.deployment(spec, SETTINGS)["spec"]["template"]["spec"]
+        canary = children.deployment(spec, SETTINGS, track="canary")["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == canary["serviceAccountName"] == "minilm"
+        assert pod["automountServiceAccountToken"] is False
+        volumes = {volume["name"]: volume for volume in pod["volumes"]}
+        assert volumes["access"]["secret"] == {
+            "secretName": "minilm-access",
+            "items": [{"key": ACCESS_SIGNING_KEY, "path": ACCESS_SIGNING_KEY}],  # no digests
+            "defaultMode": 0o440,
+        }
+        c = container({"spec": {"template": {"spec": pod}}})
+        mounts = {mount["name"]: mount for mount in c["volumeMounts"]}
+        assert mounts["access"] == {"name": "access", "mountPath": ACCESS_DIR, "readOnly": True}
+        env = {item["name"]: item.get("value") for item in c["env"]}
+        assert env["BATCHD_SIGNING_KEY_FILE"] == SIGNING_KEY_PATH == f"{ACCESS_DIR}/{ACCESS_SIGNING_KEY}"
+        # Only a composer holds a token, and one for batchd's router alone.
+        assert ("token" in volumes) is composes and ("BATCHD_TOKEN_FILE" in env) is composes
+    (source,) = volumes["token"]["projected"]["sources"]
+    assert source["serviceAccountToken"]["audience"] == TOKEN_AUDIENCE
+    assert mounts["token"] == {"name": "token", "mountPath": TOKEN_DIR, "readOnly": True}
+    assert env["BATCHD_TOKEN_FILE"] == TOKEN_PATH == f"{TOKEN_DIR}/{source['serviceAccountToken']['path']}"
+    account = children.service_account(GPU)
+    assert account["metadata"]["name"] == "minilm" and account["automountServiceAccountToken"] is False
+    kinds = [child["kind"] for child in children.children(GPU, SETTINGS)]
+    assert kinds.index("ServiceAccount") < kinds.index("Deployment")
+
+
 def test_with_the_router_a_composer_calls_its_callees_through_it_and_clients_are_sent_to_it() -> None:
     routed = Settings(router_url="http://batchd-router.batchd-system.svc/")
     composer = bd(
@@ -318,7 +376,7 @@ def test_with_the_router_a_composer_calls_its_callees_through_it_and_clients_are
 
 def test_a_canarys_pods_are_never_selected_by_the_stable_service_nor_its_disruption_budget() -> None:
     stable = children.deployment(GPU, SETTINGS)
-    canary, service = children.canary_children(GPU, SETTINGS, 1)[1:]
+    canary, service = children.canary_children(GPU, SETTINGS, 1)[1:3]
     canary_labels = canary["spec"]["template"]["metadata"]["labels"]
     for selector in (children.service(GPU)["spec"]["selector"], stable["spec"]["selector"]["matchLabels"]):
         assert not selector.items() <= canary_labels.items()

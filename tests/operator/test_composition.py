@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from batchd.api.pod import selector_string
+from batchd.api.pod import REPLICA_METRICS_PORT, REPLICA_PORT, selector_string
 from batchd.bench.kit.promtext import parse_histogram
 from batchd.testing import manifests
 from batchd.testing.kubernetes import handlers
@@ -36,12 +36,12 @@ def release(
         yield release
 
 
-def pod_url(release: Release, name: str) -> str:
+def pod_url(release: Release, name: str, port: int = REPLICA_PORT) -> str:
     listed = release.cluster.kubectl(
         "get", "pods", "-n", release.namespace, "-l", selector_string(name), "-o", "json"
     ).stdout
     (pod,) = json.loads(listed)["items"]
-    return f"http://{pod['status']['podIP']}:8000"
+    return f"http://{pod['status']['podIP']}:{port}"
 
 
 def test_a_composers_calls_reach_its_callee_through_the_router_and_are_batched_there(
@@ -75,7 +75,7 @@ def test_a_composers_calls_reach_its_callee_through_the_router_and_are_batched_t
                     lambda n: client.post(url, json={"instances": [{"to": "double", "n": n}]}), range(48)
                 )
             )
-        metrics = client.get(f"{pod_url(release, 'doubler')}/metrics").text
+        metrics = client.get(f"{pod_url(release, 'doubler', REPLICA_METRICS_PORT)}/metrics").text
     assert [answer.status_code for answer in answers] == [200] * 48, answers[0].text
     assert [answer.json()["predictions"] for answer in answers] == [[2 * n] for n in range(48)]
     batches = parse_histogram(metrics, "batchd_batch_size")

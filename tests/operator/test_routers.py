@@ -40,10 +40,11 @@ def test_entries_that_are_not_what_the_router_documents_are_skipped_not_fatal() 
     assert held_per_deployment(answers) == {("ml", "d"): Held(2, 0.5)}
 
 
-def pod(name: str, labels: dict[str, str], ready: bool = True) -> dict[str, Any]:
+def pod(name: str, labels: dict[str, str], ready: bool = True, admin: bool = True) -> dict[str, Any]:
+    ports = [{"name": "http", "containerPort": 8080}, *([{"name": "admin", "containerPort": 9090}] * admin)]
     return {
         "metadata": {"name": name, "labels": labels},
-        "spec": {"containers": [{"name": "router", "ports": [{"name": "http", "containerPort": 8080}]}]},
+        "spec": {"containers": [{"name": "router", "ports": ports}]},
         "status": {"podIP": "10.0.0.7", "conditions": [{"type": "Ready", "status": str(ready)}]},
     }
 
@@ -56,10 +57,14 @@ def test_router_pods_are_the_listed_pods_with_every_selected_label() -> None:
             pod("router-a", ours),
             pod("router-b", {**ours, "app.kubernetes.io/instance": "other-release"}),
             pod("router-c", ours, ready=False),
+            pod("router-d", ours, admin=False),
         ]
     }
     pods = router_pods(listed, selector)
+    # /held is read on the admin port, never the clients' one; a router of an earlier release
+    # (no admin port) on its http port.
     assert [(p.name, p.ip, p.port, p.serving) for p in pods] == [
-        ("router-a", "10.0.0.7", 8080, True),
-        ("router-c", "10.0.0.7", 8080, False),
+        ("router-a", "10.0.0.7", 9090, True),
+        ("router-c", "10.0.0.7", 9090, False),
+        ("router-d", "10.0.0.7", 8080, True),
     ]

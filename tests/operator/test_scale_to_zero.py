@@ -78,7 +78,7 @@ def standin_pod(image: str) -> dict[str, Any]:
         "name": "router",
         "image": image,
         "command": ["python", "-c", STANDIN_SERVER, str(STANDIN_PORT)],
-        "ports": [{"name": "http", "containerPort": STANDIN_PORT}],
+        "ports": [{"name": "admin", "containerPort": STANDIN_PORT}],
         "readinessProbe": {"httpGet": {"path": "/reads", "port": STANDIN_PORT}, "periodSeconds": 1},
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
         "securityContext": {

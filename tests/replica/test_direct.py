@@ -48,8 +48,9 @@ class SeenByTheFront:
 def serve(direct: bool, **batching: Any) -> Iterator[tuple[str, SeenByTheFront]]:
     handler = "batchd.testing.batch_handlers:add_one"
     document = manifest(MODEL, handler, batching={"max_batch_size": 8, "batch_wait_timeout_s": 0, **batching})
-    app = SeenByTheFront(create_app(parse_manifest(document), ReplicaSettings(max_body_bytes=MAX_BODY)))
-    with uvicorn_in_thread(app, http=replica_protocol(app.replica, access_log=not direct)) as url:
+    front = create_app(parse_manifest(document), ReplicaSettings(max_body_bytes=MAX_BODY))
+    app = SeenByTheFront(front)
+    with uvicorn_in_thread(app, http=replica_protocol(front, access_log=not direct)) as url:
         yield url, app
 
 

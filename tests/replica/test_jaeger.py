@@ -52,7 +52,7 @@ document = parse_manifest(manifest("adder", "batchd.testing.batch_handlers:add_o
 assert start_tracing(document) is None
 for direct in (True, False):
     app = create_app(document, ReplicaSettings(), tracing=None)
-    with uvicorn_in_thread(app, http=replica_protocol(app.replica, access_log=not direct)) as url:
+    with uvicorn_in_thread(app, http=replica_protocol(app, access_log=not direct)) as url:
         answer = httpx.post(url + "/v1/models/adder:predict", json={"instances": [1]}, timeout=30)
         assert answer.json() == {"predictions": [2]}, answer.text
 # The replica: FastAPI imports OpenTelemetry's API for telemetry of its own (which the replica

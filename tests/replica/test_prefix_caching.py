@@ -1,14 +1,15 @@
 """The prefix cache as a client sees it, through the real `openai` client against a replica on real
 uvicorn (a tiny GPT-2 built here): a repeated prompt and the next turn of a chat answer the same
 text and say how much of the prompt was cached (`usage.prompt_tokens_details.cached_tokens`);
-callers named by the batchd-fairness-id header never hit each other's blocks, whatever the body
-says, unless the deployment lets them share; and the metrics count it all.
+tenants, as batchd's router stamps them, never hit each other's blocks, whatever the body or the
+fairness id says, unless the deployment lets them share; and the metrics count it all.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ import httpx
 import openai
 import pytest
 
-from batchd.api.headers import FAIRNESS_HEADER
+from batchd.api.headers import TENANT_HEADER
 from batchd.api.manifest import parse_manifest
+from batchd.api.stamp import Stamp, signed_headers
 from batchd.replica.front.app import create_app
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing import manifests
@@ -31,7 +33,8 @@ BLOCK = 16  # tokens a block of the prefix cache holds
 NEW_TOKENS = 8
 SYSTEM = " ".join(GPT2_CORPUS[:3])  # a system prompt of several blocks
 MEMORY_REQUEST = 2 << 30  # the pod's memory request: 2 GiB
-FAIRNESS = FAIRNESS_HEADER.decode()
+TENANTS = ("alice", "bob", "repeat", "chat", "metrics")
+KEY = secrets.token_bytes(32)  # the deployment's signing key, as the operator makes one
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +43,7 @@ def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def serve(gpt2_dir: Path, **generation: Any) -> Any:
+def serve(gpt2_dir: Path, key: Path, **generation: Any) -> Any:
     model = {
         "task": "text-generation",
         "source": f"file://{gpt2_dir}",
@@ -54,27 +57,48 @@ def serve(gpt2_dir: Path, **generation: Any) -> Any:
         model,
         batching={"max_batch_size": 4, "request_timeout_s": 60},
         resources={"requests": {"memory": "2Gi"}},
+        access={"tenants": [{"name": tenant} for tenant in TENANTS]},
     )
-    return uvicorn_in_thread(create_app(parse_manifest(document), ReplicaSettings()))
+    settings = ReplicaSettings(signing_key_file=key)
+    return uvicorn_in_thread(create_app(parse_manifest(document), settings))
 
 
 @pytest.fixture(scope="module")
-def replica(gpt2_dir: Path) -> Iterator[str]:
-    with serve(gpt2_dir) as url:
+def key(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("access") / "signing-key"
+    path.write_bytes(KEY)
+    return path
+
+
+@pytest.fixture(scope="module")
+def replica(gpt2_dir: Path, key: Path) -> Iterator[str]:
+    with serve(gpt2_dir, key) as url:
         yield url
 
 
 @pytest.fixture(scope="module")
-def shared(gpt2_dir: Path) -> Iterator[str]:
-    """The same model, its callers sharing one cache (`prefix_cache_scope: deployment`)."""
-    with serve(gpt2_dir, prefix_cache_scope="deployment") as url:
+def shared(gpt2_dir: Path, key: Path) -> Iterator[str]:
+    """The same model, its tenants sharing one cache (`prefix_cache_scope: deployment`)."""
+    with serve(gpt2_dir, key, prefix_cache_scope="deployment") as url:
         yield url
 
 
-def client(url: str, caller: str | None = None) -> openai.OpenAI:
-    headers = {FAIRNESS: caller} if caller is not None else None
+def client(url: str, tenant: str, caller: str = "", *, forged: dict[str, str] | None = None) -> openai.OpenAI:
+    """The `openai` client as batchd's router forwards it: each request stamped as `tenant`'s
+    `caller` (its fairness id) with the deployment's key, plus `forged` headers of the client's."""
+
+    def stamp(request: Any) -> None:  # an httpx Request, of the httpx the openai client runs on
+        target = request.url.raw_path.decode()
+        for name, value in signed_headers(KEY, request.method, target, Stamp(tenant, "", caller)):
+            request.headers[name.decode()] = value.decode()
+        request.headers.update(forged or {})
+
     return openai.OpenAI(
-        base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60, default_headers=headers
+        base_url=f"{url}/v1",
+        api_key="unused",
+        max_retries=0,
+        timeout=60,
+        http_client=openai.DefaultHttpxClient(event_hooks={"request": [stamp]}, timeout=60),
     )
 
 
@@ -131,16 +155,26 @@ def test_the_next_turn_of_a_chat_hits_the_conversation_so_far(replica: str) -> N
         assert hit >= earlier_prompt // BLOCK * BLOCK > 0
 
 
-def test_callers_never_hit_each_others_blocks_whatever_the_body_says(replica: str) -> None:
+def test_tenants_never_hit_each_others_blocks_whatever_they_claim(replica: str) -> None:
     prompt = f"{SYSTEM} Who asked this?"
-    with client(replica, "alice") as alice, client(replica, "bob") as bob, client(replica) as nobody:
+    with client(replica, "alice", "a") as alice:
         text, _, first = complete(alice, prompt)
         assert first == 0
-        assert complete(alice, prompt)[2] > 0
-        # Bob names Alice in the body (OpenAI's `user`): only the header says whose blocks are his.
-        as_bob, _, bobs = complete(bob, prompt, user="alice")
+        assert complete(alice, prompt)[2] > 0  # the positive control: Alice's own blocks
+    # Bob names Alice's caller as his fairness id, or in the body (OpenAI's `user`): only the
+    # tenant the router stamped says whose blocks are his.
+    with client(replica, "bob", "a") as bob:
+        as_bob, _, bobs = complete(bob, prompt, user="a")
         assert bobs == 0 and as_bob == text
-        assert complete(nobody, prompt, user="alice")[2] == 0, "a request with no header hit Alice's"
+    # Bob writes Alice's tenant into the stamped header himself: the stamp no longer checks.
+    forged = {TENANT_HEADER.decode(): "alice"}
+    with (
+        client(replica, "bob", forged=forged) as forger,
+        pytest.raises(openai.AuthenticationError) as refused,
+    ):
+        complete(forger, prompt)
+    assert "not signed with this deployment's key" in str(refused.value)
+    with client(replica, "bob") as bob:
         assert complete(bob, prompt)[2] > 0, "Bob's own blocks"
 
 

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from batchd.api.spec import BatchingSpec
+from batchd.api.spec import ANONYMOUS_TENANT, BatchingSpec
 from batchd.replica.batching import Batcher
 from batchd.replica.errors import (
     Displaced,
@@ -24,12 +24,14 @@ from batchd.replica.errors import (
     QueueFull,
     QueueTimedOut,
     Shed,
+    TenantQueueFull,
     UnknownPriorityClass,
     answer_for,
     http_error,
 )
 from batchd.replica.front.protocols.openai.requests import who_asks
-from batchd.replica.metrics import MAX_CALLER_SERIES, ClassFigures, ReplicaMetrics
+from batchd.replica.metrics import ClassFigures, ReplicaMetrics
+from batchd.replica.queueing import fair_line
 from batchd.replica.waiting import Client
 from batchd.testing import manifests
 from batchd.testing.servers import ServerProcess, replica_process, wait_until, write_manifest
@@ -323,14 +325,14 @@ def test_the_openai_routes_take_the_class_from_metadata_and_the_caller_from_user
         who_asks({"user": 7})
 
 
-def test_class_figures_count_by_class_and_bound_the_callers_to_a_fixed_number_of_series() -> None:
+def test_class_figures_count_by_class_and_items_by_tenant_never_by_an_id_a_client_chose() -> None:
     registry = CollectorRegistry()
     figures = ClassFigures(registry, ("deployment", "model"), ("d", "m"))
     figures.track(lambda: [("search", 0), ("batch", 3)])
     figures.refused("batch", "displaced", 1)
     figures.refused("prefetch", "shed", 4)
-    for n in range(MAX_CALLER_SERIES + 5):
-        figures.served("batch", f"tenant-{n}", 0.002)
+    for n in range(21):  # fairness ids of two tenants' callers, and of an open deployment's
+        figures.served("batch", fair_line(("acme", "globex", ANONYMOUS_TENANT)[n % 3], f"caller-{n}"), 0.002)
     figures.served("search", "", 0.5)
     families = {
         family.name: family for family in text_string_to_metric_families(generate_latest(registry).decode())
@@ -357,11 +359,8 @@ def test_class_figures_count_by_class_and_bound_the_callers_to_a_fixed_number_of
         )
         == 21
     )
-    callers = {s.labels["fairness_id"] for s in families["batchd_caller_items"].samples}
-    assert len(callers) == MAX_CALLER_SERIES + 2  # the first ones seen, "other" and "none"
-    # Five later ids count as "other"; a request with none, seen after the bound, as "none".
-    assert value("batchd_caller_items", "batchd_caller_items_total", fairness_id="other") == 5
-    assert value("batchd_caller_items", "batchd_caller_items_total", fairness_id="none") == 1
+    served = {s.labels["tenant"]: s.value for s in families["batchd_tenant_items"].samples}
+    assert served == {"acme": 7, "globex": 7, ANONYMOUS_TENANT: 8}
 
 
 async def test_first_come_order_serves_every_class_in_arrival_order_and_takes_no_ones_place() -> None:
@@ -488,3 +487,32 @@ async def test_requests_whose_clients_gave_up_hold_no_place_so_no_live_request_i
     text = mixed.metrics()
     assert 'batchd_rejections_total{deployment="mixed",model="mixed",reason="queue_full"} 0.0' in text
     assert refusals(mixed, "displaced") == {"high": 0, "low": 0}  # no live one had to make room either
+
+
+def tenant(name: str, share: int, priority: str | None = None, caller: str = "") -> Client:
+    """A caller of tenant `name` as the gate makes it: its fair line within the tenant, and its share."""
+    return Client(priority=priority, caller=caller, tenant=name, queue_items=share)
+
+
+async def test_one_tenant_cannot_fill_the_queue_while_the_others_wait() -> None:
+    model = RecordingModel()
+    batcher = make(model, max_batch_size=2, batch_wait_timeout_s=0, max_queued_requests=8,
+                   priority_classes=CLASSES, default_priority_class="batch")  # fmt: skip
+    busy = await occupied(model, batcher)
+    # acme may have half the queue waiting: four items, in any class, from any of its callers.
+    acme = [asyncio.ensure_future(batcher.infer([n], tenant("acme", 4, caller=f"c{n}"))) for n in range(4)]
+    await until(lambda: batcher.queue_depth == 4)
+    with pytest.raises(TenantQueueFull, match=r"tenant 'acme' has its share .* \(4 items\)") as refused:
+        await batcher.infer([9], tenant("acme", 4, "search"))
+    assert refused.value.retry_after_s > 0
+    # Its claim to the top class displaces nothing: the queue had room, only not for acme.
+    assert batcher.queue_depth == 4 and not any(future.done() for future in acme)
+    globex = [asyncio.ensure_future(batcher.infer([100 + n], tenant("globex", 4))) for n in range(4)]
+    await until(lambda: batcher.queue_depth == 8)
+    acme[0].cancel()  # one of acme's requests leaves: its place is acme's again
+    await until(lambda: batcher.queue_depth == 7)
+    again = asyncio.ensure_future(batcher.infer([5], tenant("acme", 4)))
+    await until(lambda: batcher.queue_depth == 8)
+    model.gate.set()
+    await asyncio.gather(busy, *acme[1:], *globex, again)
+    await batcher.drain()

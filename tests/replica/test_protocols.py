@@ -30,7 +30,7 @@ def front(request: pytest.FixtureRequest) -> str:
 
 def serve(document: dict[str, Any], front: str = "direct", **settings: Any) -> Iterator[str]:
     app = create_app(parse_manifest(document), ReplicaSettings(**settings))
-    protocol = replica_protocol(app.replica, access_log=front == "asgi")
+    protocol = replica_protocol(app, access_log=front == "asgi")
     with uvicorn_in_thread(app, http=protocol) as url:
         yield url
 

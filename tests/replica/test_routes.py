@@ -86,7 +86,9 @@ def test_the_document_describes_every_endpoint_with_its_schemas_and_statuses() -
         assert operation["operationId"] == endpoint.route.operation
         statuses = set(operation["responses"])
         names_model = endpoint.route.names_model or endpoint.route.model_field is not None
-        expected = {"200", "400", "413", "422", "500", "503", "504"} | ({"404"} if names_model else set())
+        expected = {"200", "400", "401", "413", "422", "500", "503", "504"} | (
+            {"404"} if names_model else set()
+        )
         assert statuses == expected, endpoint.route
         assert "Retry-After" in operation["responses"]["503"]["headers"]
         if endpoint.request is not None:

@@ -68,7 +68,7 @@ def serve(
     parsed = parse_manifest(document)
     tracing = ReplicaTracing(spans, parsed, config or TracingConfig())
     app = create_app(parsed, ReplicaSettings(calls=calls or {}), tracing=tracing)
-    with uvicorn_in_thread(app, http=replica_protocol(app.replica, access_log=not direct)) as url:
+    with uvicorn_in_thread(app, http=replica_protocol(app, access_log=not direct)) as url:
         exporter.clear()  # the readiness probes' requests are no inference routes: nothing, but be sure
         yield Traced(url, exporter)
     spans.shutdown()

@@ -11,7 +11,7 @@ import json
 import socket
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +20,26 @@ import pytest
 from batchd.bench.kit.asgi import read_body
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.routed import RouterNamespaces
-from batchd.testing.servers import uvicorn_in_thread
+from batchd.testing.servers import ServerProcess, uvicorn_in_thread
+
+
+class Routed(RouterNamespaces):
+    """`RouterNamespaces` that keeps its running router's admin URL (`/metrics`, `/held`)."""
+
+    admin_url = ""
+
+    @contextlib.asynccontextmanager
+    async def router(
+        self, env: dict[str, str] | None = None, **settings: Any
+    ) -> AsyncIterator[ServerProcess]:
+        async with super().router(env, **settings) as router:
+            self.admin_url = router.admin_url
+            yield router
 
 
 @pytest.fixture
-def cluster(control_plane: ControlPlane, tmp_path: Path) -> Iterator[RouterNamespaces]:
-    routed = RouterNamespaces(control_plane, tmp_path)
+def cluster(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Routed]:
+    routed = Routed(control_plane, tmp_path)
     routed.set_up()
     try:
         yield routed

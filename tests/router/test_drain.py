@@ -85,7 +85,7 @@ async def test_a_held_request_gets_503_with_retry_after_at_the_drain_bound(clust
             held = asyncio.ensure_future(client.post(URL.format(router=router.url), json={"instances": [1]}))
 
             async def holding() -> bool:
-                async with client.get(f"{router.url}/held") as response:
+                async with client.get(f"{cluster.admin_url}/held") as response:
                     return bool((await response.json())["deployments"])
 
             await cluster.eventually(holding, what="the request held")

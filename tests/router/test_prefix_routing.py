@@ -74,18 +74,20 @@ async def test_turns_of_a_conversation_follow_the_first_until_its_replica_is_too
             assert sorted(sent) == [0, 4], f"{topic}'s turns went to {sent}"
             homes[topic] = sent.index(4)
         assert set(homes.values()) == {0, 1}, "new conversations spread by load"
-        assert await routes(client, router.url, "hit") == 12 * 3  # every turn after the first
+        assert await routes(client, cluster.admin_url, "hit") == 12 * 3  # every turn after the first
 
         # One replica says it holds far more than the other: its conversations go by load now.
         busy = homes[topics[0]]
         replicas[busy].load = {"ready": True, "queued_items": 20, "running_items": 8}
         await cluster.eventually(
-            lambda: _load_seen(client, router.url, replicas[busy].address, 28), what="the busy replica's load"
+            lambda: _load_seen(client, cluster.admin_url, replicas[busy].address, 28),
+            what="the busy replica's load",
         )
         await chat(client, router.url, conversation(topics[0], 5))
         await chat(client, router.url, conversation(topics[0], 6))
         assert served_by(replicas, f"about {topics[0]}.")[1 - busy] == 2
-        assert await routes(client, router.url, "imbalanced") == 1  # then the other replica held it too
+        # then the other replica held it too
+        assert await routes(client, cluster.admin_url, "imbalanced") == 1
 
 
 async def _load_seen(client: aiohttp.ClientSession, url: str, replica: str, items: float) -> bool:
@@ -97,7 +99,7 @@ async def _load_seen(client: aiohttp.ClientSession, url: str, replica: str, item
     return found is not None and float(found.group(1)) >= items
 
 
-async def test_callers_kept_apart_by_their_deployment_are_routed_apart(cluster: Any, fakes: Any) -> None:
+async def test_the_index_keys_by_tenant_never_by_a_header_the_client_wrote(cluster: Any, fakes: Any) -> None:
     replicas = [fakes("ok"), fakes("ok")]
     await cluster.deploy("chat", *(fake.address for fake in replicas), serves=MODEL, batching=BATCHING)
     shared_model = {**MODEL, "generation": {"prefix_cache_scope": "deployment"}}
@@ -106,9 +108,11 @@ async def test_callers_kept_apart_by_their_deployment_are_routed_apart(cluster: 
     async with cluster.router() as router, aiohttp.ClientSession() as client:
         messages = conversation("secrets", 1)
         await chat(client, router.url, messages, caller="alice")
-        await chat(client, router.url, messages, caller="bob")  # not alice's prefix: routed by load
+        # An open deployment's callers are one tenant: a fairness id keeps no caller apart.
+        await chat(client, router.url, messages, caller="bob")
         await chat(client, router.url, messages, caller="alice")
-        assert await routes(client, router.url, "hit") == 1 and await routes(client, router.url, "miss") == 2
+        admin = cluster.admin_url
+        assert await routes(client, admin, "hit") == 2 and await routes(client, admin, "miss") == 1
         body = {"model": "shared", "messages": messages}
         for caller in ("alice", "bob", "carol"):
             headers = {FAIRNESS_HEADER.decode(): caller}
@@ -135,5 +139,5 @@ async def test_the_prompt_of_a_generate_request_and_no_prefix_where_replicas_cac
             async with client.post(router.url + "/v2/models/plain/generate", json=body) as answer:
                 assert answer.status == 200
         assert sorted(served_by(replicas, "question")) == [0, 6]
-        assert await routes(client, router.url, "hit") == 5
+        assert await routes(client, cluster.admin_url, "hit") == 5
         assert sum(fake.received for fake in plain) == 6  # routed by load, and not counted as prefixes

@@ -107,7 +107,7 @@ async def test_a_replica_killed_mid_load_loses_only_what_it_had_accepted(
 
     async with cluster.router() as router:
         statuses = await closed_loop(URL.format(router=router.url), 400, connections, kill_after_some)
-        async with aiohttp.ClientSession() as client, client.get(f"{router.url}/metrics") as response:
+        async with aiohttp.ClientSession() as client, client.get(f"{cluster.admin_url}/metrics") as response:
             metrics = await response.text()
     assert doomed.process.poll() is not None
     assert set(statuses) <= {200, 502}
@@ -150,7 +150,7 @@ async def test_a_request_a_full_replica_refused_is_answered_by_another(cluster: 
             answers = [
                 await client.post(URL.format(router=router.url), json={"instances": [n]}) for n in range(10)
             ]
-            metrics = (await client.get(f"{router.url}/metrics")).text
+            metrics = (await client.get(f"{cluster.admin_url}/metrics")).text
             await asyncio.gather(*busy)
         full_metrics = full.metrics()
     assert [(answer.status_code, answer.json()) for answer in answers] == [

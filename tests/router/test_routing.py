@@ -66,7 +66,7 @@ async def test_a_refused_request_goes_to_another_replica(cluster: Any, fakes: An
     await cluster.deploy("adder", refusing.address, accepting.address)
     async with cluster.router() as router:
         answers = await post_many(router.url + PREDICT.format(model="adder"), 40)
-        metrics = await _metrics(router.url)
+        metrics = await _metrics(cluster.admin_url)
     assert [status for status, _ in answers] == [200] * 40
     assert accepting.received == 40
     assert refusing.received > 0  # about half were tried there first
@@ -93,7 +93,7 @@ async def test_an_unreachable_replica_is_passed_over(cluster: Any, fakes: Any) -
     await cluster.deploy("adder", f"{cluster.host}:9", accepting.address)  # 9: the discard port, closed
     async with cluster.router() as router:
         answers = await post_many(router.url + PREDICT.format(model="adder"), 30)
-        metrics = await _metrics(router.url)
+        metrics = await _metrics(cluster.admin_url)
     assert [status for status, _ in answers] == [200] * 30
     assert accepting.received == 30
     assert 'reason="unreachable"' in metrics
@@ -170,7 +170,7 @@ async def test_load_the_router_did_not_send_steers_requests_away(cluster: Any, f
     async with cluster.router(load_poll_interval_s=0.1) as router:
 
         async def busy_seen() -> bool:
-            return f'replica="{busy.address}"}} 1000.0' in await _metrics(router.url)
+            return f'replica="{busy.address}"}} 1000.0' in await _metrics(cluster.admin_url)
 
         await cluster.eventually(busy_seen, what="the router to read the busy replica's load")
         answers = await post_many(router.url + PREDICT.format(model="adder"), 40)
@@ -199,7 +199,7 @@ async def test_a_replica_that_closes_after_answering_gets_a_new_connection(clust
     await cluster.deploy("adder", closing.address)
     async with cluster.router() as router:
         answers = await post_many(router.url + PREDICT.format(model="adder"), 30, connections=1)
-        metrics = await _metrics(router.url)
+        metrics = await _metrics(cluster.admin_url)
     assert [status for status, _ in answers] == [200] * 30
     assert closing.received == 30
     assert "batchd_router_retries_total{" not in metrics  # each went on a fresh connection, first time
@@ -246,19 +246,54 @@ async def test_a_deployment_named_in_the_path_is_reached_whatever_its_model_is_c
             async with client.post(url, json={"instances": [1]}) as response:
                 assert response.status == 200
                 assert await response.json() == {"predictions": [int(fake.address.rpartition(":")[2])]}
-        async with client.post(f"{router.url}/deployments/team-c/adder/v1/models", json={}) as response:
+        url = f"{router.url}/deployments/team-c/adder" + PREDICT.format(model="adder")
+        async with client.post(url, json={}) as response:
             assert response.status == 404
             assert await response.json() == {"error": "deployment team-c/adder: no such BatchedDeployment"}
     assert (mine.received, theirs.received) == (1, 1)
 
 
-async def test_the_priority_and_fairness_headers_reach_the_replica_as_the_client_sent_them(
+async def test_only_inference_paths_of_a_deployment_named_in_the_path_are_forwarded(
+    cluster: Any, fakes: Any
+) -> None:
+    replica = fakes("ok")
+    await cluster.deploy("adder", replica.address)
+    base = f"/deployments/{cluster.namespace}/adder"
+    async with cluster.router() as router, aiohttp.ClientSession() as client:
+        for method, path in (
+            ("GET", "/metrics"),
+            ("GET", "/load"),
+            ("GET", "/docs"),
+            ("GET", "/openapi.json"),
+            ("GET", "/held"),
+            ("GET", "/v1/models"),
+            ("POST", "/v2/models/../../metrics/infer"),
+        ):
+            async with client.request(method, router.url + base + path) as response:
+                assert response.status == 404, path
+                assert "inference routes only" in (await response.json())["error"]
+        # The router's own admin pages are not on the clients' port either.
+        for path in ("/metrics", "/held"):
+            async with client.get(router.url + path) as response:
+                assert response.status == 404, path
+        async with client.post(router.url + base + PREDICT.format(model="adder"), json={}) as response:
+            assert response.status == 200
+    assert replica.received == 1
+
+
+async def test_an_open_deployment_gets_the_class_granted_and_no_identity_the_client_wrote(
     cluster: Any, fakes: Any
 ) -> None:
     replica = fakes("ok")
     classes = [{"name": "search", "priority": 1}, {"name": "default", "priority": 0}]
     await cluster.deploy("adder", replica.address, batching={"priority_classes": classes})
-    sent = {"batchd-priority": "search", "batchd-fairness-id": "tenant-a"}
+    sent = {
+        "batchd-priority": "search",
+        "batchd-fairness-id": "caller-a",
+        "batchd-tenant": "team-a",
+        "batchd-called-by": "composer",
+        "Authorization": "Bearer sk-secret",
+    }
     url = PREDICT.format(model="adder")
     async with (
         cluster.router() as router,
@@ -266,5 +301,9 @@ async def test_the_priority_and_fairness_headers_reach_the_replica_as_the_client
         client.post(router.url + url, json={"instances": [1]}, headers=sent) as answer,
     ):
         assert answer.status == 200
-    assert replica.headers[-1][b"batchd-priority"] == b"search"
-    assert replica.headers[-1][b"batchd-fairness-id"] == b"tenant-a"
+    seen = replica.headers[-1]
+    # No access Secret yet: the class granted and the caller go unsigned, and nothing else.
+    assert seen[b"batchd-priority"] == b"search"
+    assert seen[b"batchd-fairness-id"] == b"caller-a"
+    for header in (b"batchd-tenant", b"batchd-called-by", b"authorization", b"batchd-stamp"):
+        assert header not in seen, header

@@ -11,7 +11,7 @@ import pytest
 
 from batchd.api.environment import SettingsError
 from batchd.router.loads import Loads, parse_load
-from batchd.router.rbac import rbac_rules, role
+from batchd.router.rbac import cluster_rbac_rules, rbac_rules, role
 from batchd.router.settings import RouterSettings
 from batchd.testing.schemas import validate_builtin
 
@@ -50,7 +50,7 @@ def test_a_replica_that_said_it_is_not_ready_is_not_ready_until_it_says_otherwis
     assert loads.items("r") == 4
 
 
-def test_the_router_may_only_list_and_watch_its_two_kinds() -> None:
+def test_the_router_may_only_list_and_watch_its_three_kinds_and_review_tokens() -> None:
     assert rbac_rules() == [
         {
             "apiGroups": ["serving.batchd.dev"],
@@ -58,6 +58,11 @@ def test_the_router_may_only_list_and_watch_its_two_kinds() -> None:
             "verbs": ["list", "watch"],
         },
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]},
+    ]
+    assert cluster_rbac_rules() == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
     ]
     assert role("batchd-router")["kind"] == "ClusterRole"
     assert role("batchd-router", "ml")["kind"] == "Role"

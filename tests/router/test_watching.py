@@ -9,6 +9,7 @@ from typing import Any
 
 from batchd.api.kube_connection import ApiError
 from batchd.api.pod import SERVICE_NAME_LABEL, SLICE_SELECTOR, labels
+from batchd.router.access import Keyring
 from batchd.router.directory import DeploymentRef, Directory
 from batchd.router.watching import Watcher, watched_kinds
 
@@ -65,7 +66,7 @@ async def test_changes_apply_and_a_relist_after_an_expired_watch_forgets_what_we
             ([endpoint_slice("s2", "adder", "10.0.0.2")], [], ApiError(500, "the API server went away")),
         ]
     )
-    _, slices = watched_kinds(directory)
+    _, slices, _ = watched_kinds(directory, Keyring())
     watcher = Watcher(script, slices, "default", timeout_s=300, retry_s=0.01)
     task = asyncio.create_task(watcher.run())
     try:

@@ -74,6 +74,20 @@ calls recorded in the operator's end-to-end tests): nothing more.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+# get: the access Secret's signing key read back before each apply (never made twice), and the
+# users' API keys Secrets its digests are made from; list/watch: a key added or removed reaches
+# the access Secret within seconds.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+# The ServiceAccount each deployment's replicas run as (the identity of their composed calls).
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["list", "watch", "create", "patch"]
+# delete: a canary's policy when its rollout ends, every policy when networkPolicy.enabled is off.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 {{- end }}
 
 {{/* The router's resources: the release's full name with a -router suffix, cut to 63 characters. */}}
@@ -109,12 +123,34 @@ app.kubernetes.io/part-of: batchd
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
   verbs: ["list", "watch"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["list", "watch"]
+{{- end }}
+
+{{/* The `<release>-invoker` role: the verb a caller's ServiceAccount needs on a BatchedDeployment. */}}
+{{- define "batchd.invokerRules" -}}
+- apiGroups: ["serving.batchd.dev"]
+  resources: ["batcheddeployments"]
+  verbs: ["invoke"]
+{{- end }}
+
+{{- define "batchd.invokerLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "batchd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: invoker
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: batchd
 {{- end }}
 
 {{/* Whether the operator needs a Role to list the router pods: only when it watches listed
 namespaces and the release's is not among them (a ClusterRole or a watched namespace already
 lets it list pods there). */}}
-{{- define "batchd.operatorReadsRoutersByRole" -}}
+{{- /* The release's own namespace is not among those watched: the operator's read of the routers'
+pods and the routers' read of their own Service's endpoints need a Role of their own there. */}}
+{{- define "batchd.releaseNamespaceUnwatched" -}}
 {{- if and .Values.router.enabled .Values.rbac.create .Values.watchNamespaces (not (has .Release.Namespace .Values.watchNamespaces)) }}true{{ end }}
 {{- end }}
 

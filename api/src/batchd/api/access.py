@@ -18,11 +18,10 @@ deployment (`ACCESS_KEYS_KEY`); the keys themselves stay in the users' Secrets.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-
-import orjson
 
 from batchd.api.priority import PriorityClass, PriorityClasses, UnknownPriorityClass
 from batchd.api.spec import ANONYMOUS_TENANT, BatchedDeploymentSpec, Entitlements
@@ -170,14 +169,15 @@ def key_digest(key: str | bytes) -> bytes:
 
 def encode_key_digests(digests: Mapping[str, list[bytes]]) -> bytes:
     """tenant -> digests of its keys, as the operator writes them into the access Secret."""
-    return orjson.dumps({tenant: sorted(d.hex() for d in found) for tenant, found in sorted(digests.items())})
+    document = {tenant: sorted(d.hex() for d in found) for tenant, found in sorted(digests.items())}
+    return json.dumps(document, separators=(",", ":")).encode()
 
 
 def decode_key_digests(document: bytes) -> dict[str, frozenset[bytes]]:
     """The inverse of `encode_key_digests`; ValueError naming what is wrong."""
     try:
-        parsed = orjson.loads(document)
-    except orjson.JSONDecodeError as error:
+        parsed = json.loads(document)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"API key digests: not JSON ({error})") from None
     if not isinstance(parsed, dict):
         raise ValueError("API key digests: expected an object of tenant: [digest, ...]")

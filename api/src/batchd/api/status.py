@@ -49,14 +49,14 @@ class _Status(BaseModel):
     )
 
 
-ConditionType = Literal["Ready", "Progressing", "Degraded", "RolledBack"]
+ConditionType = Literal["Ready", "Progressing", "Degraded", "RolledBack", "AccessReady"]
 
 
 class Condition(_Status):
     """One condition, as the Kubernetes API conventions (metav1.Condition) have it."""
 
     type: ConditionType
-    """Ready, Progressing, Degraded or RolledBack."""
+    """Ready, Progressing, Degraded, RolledBack or AccessReady."""
 
     status: Literal["True", "False", "Unknown"]
     """Whether the condition holds."""
@@ -209,7 +209,8 @@ class BatchedDeploymentStatus(_Status):
     """Replicas asked of the Deployment: num_replicas, or the autoscaler's count."""
 
     conditions: list[Condition] = []
-    """Ready, Progressing, Degraded and, with a canary rollout, RolledBack."""
+    """Ready, Progressing, Degraded, AccessReady (who may call, and the API keys Secrets it reads)
+    and, with a canary rollout, RolledBack."""
 
     autoscaling: AutoscalingStatus | None = None
     """What the autoscaler last saw and did (with spec.autoscaling only)."""

@@ -15,23 +15,33 @@ import yaml
 
 from batchd.api.manifest import document
 from batchd.api.pod import (
+    ACCESS_DIR,
+    ACCESS_SIGNING_KEY,
     CANARY,
     CONFIG_DIR,
     CONFIG_KEY,
     CONFIG_PATH,
+    REPLICA_METRICS_PORT,
     REPLICA_PORT,
     REVISION_LABEL,
     RUNTIME_UID,
+    SIGNING_KEY_PATH,
     STABLE,
+    TOKEN_AUDIENCE,
+    TOKEN_DIR,
+    TOKEN_PATH,
     Track,
+    access_secret_name,
     child_name,
     config_map_name,
     labels,
     selector_labels,
+    service_account_name,
 )
 from batchd.api.revisions import revision_of
 from batchd.api.spec import BATCHING_REVISION_ANNOTATION, BatchedDeployment
 from batchd.api.tracing import pod_environment
+from batchd.operator.network_policy import composer_labels, network_policy
 from batchd.operator.settings import Settings
 
 Manifest = dict[str, Any]
@@ -41,10 +51,17 @@ CACHE_DIR = "/var/cache/batchd"
 CONFIG_HASH_ANNOTATION = "serving.batchd.dev/config-hash"
 # Fields of the spec that only the operator acts on.
 NOT_FOR_REPLICAS = {"num_replicas", "autoscaling", "rollout"}
+# Fields of the spec the replicas take from their manifest while they run: no new pods for them.
+TAKEN_LIVE = {"batching", "access"}
 CONTAINER = "replica"
-CANARY_KINDS = ("Deployment", "Service", "ConfigMap")
+CANARY_KINDS = ("Deployment", "Service", "ConfigMap", "NetworkPolicy")
 STARTUP_PROBE_PERIOD_S = 1
 READINESS_PROBE_PERIOD_S = 2
+# Owner and group may read a mounted secret (the pod's fsGroup is the runtime user's), nobody else.
+SECRET_FILE_MODE = 0o440
+# A composer's projected token: the kubelet renews it at 80% of its life, and the router's
+# review cache holds a token's answer at most until it expires.
+TOKEN_EXPIRATION_S = 3600
 
 
 def replica_manifest(bd: BatchedDeployment, batching_revision: int = 0) -> str:
@@ -62,10 +79,11 @@ def replica_manifest(bd: BatchedDeployment, batching_revision: int = 0) -> str:
 def pod_hash(bd: BatchedDeployment, image: str) -> str:
     """Changes whenever a new pod is needed: it sits on the pod template, so a change rolls the pods.
 
-    Changes that running replicas take in place are left out: the count, and `spec.batching`
-    (live retuning through the mounted manifest).
+    Changes that running replicas take in place are left out: the count, `spec.batching` (live
+    retuning through the mounted manifest) and `spec.access` (the replicas follow its tenants'
+    queue shares through the manifest, and the router decides who calls).
     """
-    spec = bd.spec.model_dump(mode="json", by_alias=True, exclude=NOT_FOR_REPLICAS | {"batching"})
+    spec = bd.spec.model_dump(mode="json", by_alias=True, exclude=NOT_FOR_REPLICAS | TAKEN_LIVE)
     text = yaml.safe_dump({"name": bd.metadata.name, "image": image, "spec": spec}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -127,14 +145,19 @@ def _env(bd: BatchedDeployment, settings: Settings, track: Track = STABLE) -> li
         # Finish draining before the kubelet's SIGKILL: the grace period less the preStop sleep,
         # less a few seconds to exit.
         {"name": "BATCHD_DRAIN_TIMEOUT_S", "value": str(drain_timeout_s(bd, settings))},
+        {"name": "BATCHD_METRICS_PORT", "value": str(REPLICA_METRICS_PORT)},
+        # The key the router signs its stamps with: a replica believes only stamps it verifies.
+        {"name": "BATCHD_SIGNING_KEY_FILE", "value": SIGNING_KEY_PATH},
     ]
     if settings.model_mirror:
         ours.append({"name": "BATCHD_MODEL_MIRROR", "value": settings.model_mirror})
     if bd.spec.model.calls:
-        # Model composition: where each alias of model.calls is, as the replica's handles reach it.
+        # Model composition: where each alias of model.calls is, as the replica's handles reach it,
+        # and the token its calls authenticate with (as this deployment's own ServiceAccount).
         ours.append(
             {"name": "BATCHD_CALLS", "value": json.dumps(call_addresses(bd, settings), sort_keys=True)}
         )
+        ours.append({"name": "BATCHD_TOKEN_FILE", "value": TOKEN_PATH})
     if bd.spec.tracing is not None:
         # The standard OpenTelemetry environment, with the pod's Kubernetes resource attributes; the
         # revision is the service's version, so the spans of a canary and the stable pods differ.
@@ -175,6 +198,16 @@ def deployment(
             {"name": f"model-{claim}", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
             for claim in claims
         ),
+        # The signing key alone: the API keys' digests in the same Secret are the router's only.
+        {
+            "name": "access",
+            "secret": {
+                "secretName": access_secret_name(name),
+                "items": [{"key": ACCESS_SIGNING_KEY, "path": ACCESS_SIGNING_KEY}],
+                "defaultMode": SECRET_FILE_MODE,
+            },
+        },
+        *_token_volume(bd),
         *(dict(volume) for volume in bd.spec.volumes),
     ]
     mounts: list[Manifest] = [
@@ -185,6 +218,8 @@ def deployment(
             {"name": f"model-{claim}", "mountPath": f"{PVC_ROOT}/{claim}", "readOnly": True}
             for claim in claims
         ),
+        {"name": "access", "mountPath": ACCESS_DIR, "readOnly": True},
+        *({"name": "token", "mountPath": TOKEN_DIR, "readOnly": True} for _ in _token_volume(bd)),
         *(dict(mount) for mount in bd.spec.volume_mounts),
     ]
     container: Manifest = {
@@ -193,7 +228,11 @@ def deployment(
         "imagePullPolicy": settings.image_pull_policy,
         "command": ["batchd"],
         "args": ["serve", CONFIG_PATH, "--host", "0.0.0.0", "--port", str(REPLICA_PORT)],
-        "ports": [{"name": "http", "containerPort": REPLICA_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "http", "containerPort": REPLICA_PORT, "protocol": "TCP"},
+            # /metrics alone: the NetworkPolicy lets the scraper reach this port and no other.
+            {"name": "metrics", "containerPort": REPLICA_METRICS_PORT, "protocol": "TCP"},
+        ],
         "env": _env(bd, settings, track),
         "resources": dict(bd.spec.resources),
         "volumeMounts": mounts,
@@ -217,7 +256,7 @@ def deployment(
     }
     template_annotations = {
         "prometheus.io/scrape": "true",
-        "prometheus.io/port": str(REPLICA_PORT),
+        "prometheus.io/port": str(REPLICA_METRICS_PORT),
         "prometheus.io/path": "/metrics",
         CONFIG_HASH_ANNOTATION: pod_hash(bd, image),
     }
@@ -225,7 +264,9 @@ def deployment(
         "containers": [container],
         "volumes": volumes,
         "terminationGracePeriodSeconds": termination_grace_period_s(bd, settings),
-        # The replica never talks to the API server.
+        # Its own identity (that of its composed calls), with no token for the API server, which
+        # the replica never calls: a composer's token, for batchd's router alone, is projected.
+        "serviceAccountName": service_account_name(name),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": {
@@ -256,12 +297,43 @@ def deployment(
             "progressDeadlineSeconds": settings.model_load_timeout_s + 300,
             "template": {
                 "metadata": {
-                    "labels": {**labels(name, track), REVISION_LABEL: revision(bd, settings)},
+                    "labels": {
+                        **labels(name, track),
+                        REVISION_LABEL: revision(bd, settings),
+                        # The callees' policies let a composer's pods in by these.
+                        **composer_labels(bd),
+                    },
                     "annotations": template_annotations,
                 },
                 "spec": pod_spec,
             },
         },
+    }
+
+
+def _token_volume(bd: BatchedDeployment) -> list[Manifest]:
+    """A composer's ServiceAccount token for batchd's router (audience TOKEN_AUDIENCE: no other
+    service takes it); none for a deployment that calls nobody, which needs no credential."""
+    if not bd.spec.model.calls:
+        return []
+    token = {"audience": TOKEN_AUDIENCE, "expirationSeconds": TOKEN_EXPIRATION_S, "path": "token"}
+    return [
+        {
+            "name": "token",
+            "projected": {"sources": [{"serviceAccountToken": token}], "defaultMode": SECRET_FILE_MODE},
+        }
+    ]
+
+
+def service_account(bd: BatchedDeployment) -> Manifest:
+    """The identity the replicas of both tracks run as: other deployments grant their calls to it
+    (RBAC `invoke`, and a tenant's service_accounts). No token is mounted from it by default."""
+    name = bd.metadata.name
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": service_account_name(name), "labels": labels(name)},
+        "automountServiceAccountToken": False,
     }
 
 
@@ -310,7 +382,8 @@ def call_addresses(bd: BatchedDeployment, settings: Settings) -> dict[str, str]:
     reached. With the router: the router's path for that one deployment, so that every call is
     balanced across the callee's replicas (a Service balances connections, and a handle keeps its
     connections) and a callee at zero wakes. Without: the callee's Service. Pod to Service over
-    HTTP, as any client calls a replica: the replicas keep no service account token, no RBAC."""
+    HTTP, as any client calls a replica; through the router a call authenticates with the
+    composer's projected token (`TOKEN_PATH`), so that the callee grants it like any caller."""
     namespace = bd.metadata.namespace
     if settings.routers_run and namespace:
         return {
@@ -330,12 +403,15 @@ def call_addresses(bd: BatchedDeployment, settings: Settings) -> dict[str, str]:
 def children(
     bd: BatchedDeployment, settings: Settings, replicas: int | None = None, batching_revision: int = 0
 ) -> list[Manifest]:
-    """All children, in the order they must exist: the config before the pods that mount it."""
+    """All children, in the order they must exist: the config and the identity before the pods
+    that mount and run as them (the access Secret is the plan's: it is made from Secrets read)."""
     return [
         config_map(bd, batching_revision),
+        service_account(bd),
         deployment(bd, settings, replicas),
         service(bd),
         disruption_budget(bd),
+        *([network_policy(bd, settings)] if settings.network_policy else []),
     ]
 
 
@@ -348,4 +424,5 @@ def canary_children(
         config_map(bd, batching_revision, CANARY),
         deployment(bd, settings, replicas, CANARY),
         service(bd, CANARY),
+        *([network_policy(bd, settings, CANARY)] if settings.network_policy else []),
     ]

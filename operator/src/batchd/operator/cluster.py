@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from batchd.api.kube_connection import ApiError, resource_path
-from batchd.api.pod import CANARY, config_map_name
+from batchd.api.pod import CANARY, STABLE, config_map_name
 from batchd.api.pod import child_name as track_child_name
 from batchd.api.spec import API_VERSION, PLURAL
 from batchd.api.status import BatchedDeploymentStatus
@@ -31,6 +31,9 @@ CHILD_RESOURCES = {
     "Deployment": ("apps/v1", "deployments"),
     "Service": ("v1", "services"),
     "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"),
+    "Secret": ("v1", "secrets"),
+    "ServiceAccount": ("v1", "serviceaccounts"),
+    "NetworkPolicy": ("networking.k8s.io/v1", "networkpolicies"),
 }
 
 
@@ -46,6 +49,12 @@ class Cluster:
         self._own_writes: dict[tuple[str, str, str], str] = {}
         self._parsed: dict[Key, Resource] = {}
         self._status = StatusWriter(api, self._parent_path)
+        # (namespace, Secret) -> the deployments whose spec.access reads it: the Secret watch acts
+        # on these alone (one dict lookup per Secret event), and converges exactly those.
+        self._secret_readers: defaultdict[tuple[str, str], set[str]] = defaultdict(set)
+        # Deployments whose NetworkPolicies were deleted since the operator started with them off:
+        # once each, not at every converge.
+        self._policies_removed: set[Key] = set()
 
     @classmethod
     async def connect(cls, settings: Settings) -> Cluster:
@@ -68,8 +77,32 @@ class Cluster:
         return parsed
 
     def forget(self, key: Key) -> None:
-        """A deleted resource's parse. (Its lock stays: a loop may still wait on it.)"""
+        """A deleted resource's parse and the Secrets it read. (Its lock stays: a loop may still
+        wait on it.)"""
         self._parsed.pop(key, None)
+        self.reads_secrets(key, frozenset())
+
+    # -- Secrets: the access Secret, and the users' API keys Secrets it is made from -------------
+    async def read_secret(self, namespace: str, name: str) -> Manifest | None:
+        """A Secret as the API server has it now (base64 data); None where there is none."""
+        return await self.api.get(resource_path("v1", "secrets", namespace, name))
+
+    def reads_secrets(self, key: Key, names: Iterable[str]) -> None:
+        """The user Secrets deployment `key` reads from now on (replacing what it read before)."""
+        namespace, name = key
+        wanted = {(namespace, secret) for secret in names}
+        for secret_key in [found for found, readers in self._secret_readers.items() if name in readers]:
+            if secret_key[0] == namespace and secret_key not in wanted:
+                self._secret_readers[secret_key].discard(name)
+                if not self._secret_readers[secret_key]:
+                    del self._secret_readers[secret_key]
+        for secret_key in wanted:
+            self._secret_readers[secret_key].add(name)
+
+    def readers_of(self, namespace: str, secret: str) -> frozenset[str]:
+        """The deployments of `namespace` whose access reads Secret `secret`."""
+        found = self._secret_readers.get((namespace, secret))
+        return frozenset(found) if found else frozenset()
 
     async def read(self, namespace: str, name: str) -> Resource | None:
         """The resource as the API server has it now; None once it is gone."""
@@ -121,6 +154,15 @@ class Cluster:
         for kind in children.CANARY_KINDS:
             child = config_map_name(name, CANARY) if kind == "ConfigMap" else track_child_name(name, CANARY)
             await self.api.delete(self._child_path(kind, namespace, child))
+
+    async def remove_network_policies(self, namespace: str, name: str) -> None:
+        """With network policies off, those an earlier run made go (once per deployment and run;
+        those already gone are fine)."""
+        if (namespace, name) in self._policies_removed:
+            return
+        for track in (STABLE, CANARY):
+            await self.api.delete(self._child_path("NetworkPolicy", namespace, track_child_name(name, track)))
+        self._policies_removed.add((namespace, name))
 
     def is_own_echo(self, child: Mapping[str, Any], event_type: str) -> bool:
         """True for the watch event of our own last write to this child (nothing new to act on)."""

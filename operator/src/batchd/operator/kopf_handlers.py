@@ -4,6 +4,8 @@
   converge (children and status);
 - a child changes or disappears -> converge its owner: edits are undone, deletions re-created, and
   the status follows the Deployment's own;
+- a user's API keys Secret that some deployment's `spec.access` names changes -> converge those
+  deployments (their access Secrets follow);
 - the resource is deleted -> nothing to do: owner references let the garbage collector remove the
   children, and no finalizer is ever added, so deletion never waits for the operator;
 - resources and replica pods as their watches see them -> the poller, whose one loop reads every
@@ -112,7 +114,10 @@ async def reconcile_changes(
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED_BY)
 @kopf.on.event("", "v1", "services", labels=MANAGED_BY)
 @kopf.on.event("", "v1", "configmaps", labels=MANAGED_BY)
+@kopf.on.event("", "v1", "secrets", labels=MANAGED_BY)
+@kopf.on.event("", "v1", "serviceaccounts", labels=MANAGED_BY)
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED_BY)
+@kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=MANAGED_BY)
 async def child_changed(
     body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
@@ -121,15 +126,37 @@ async def child_changed(
         return  # the initial listing (type None) is covered by the resume handlers
     if memo.cluster.is_own_echo(body, type):
         return  # our own write coming back: converge already knew what it would be
-    namespace = body.metadata.namespace or ""
+    await _converge_with_retries(memo.reconciler, body.metadata.namespace or "", owner, logger)
+
+
+def _read_by_a_deployment(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> bool:
+    """Only the Secrets some deployment's access reads: every other Secret's event stops here."""
+    return "cluster" in memo and bool(memo.cluster.readers_of(namespace or "", name))
+
+
+@kopf.on.event("", "v1", "secrets", when=_read_by_a_deployment)
+async def api_keys_changed(
+    namespace: str | None, name: str, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    """A user's API keys Secret was created, edited or deleted: the access Secrets made from it
+    follow within seconds (a key added is accepted, one removed refused), with no restart."""
+    if type is None or "reconciler" not in memo:
+        return  # the initial listing: the resume handlers read every Secret anyway
+    for owner in sorted(memo.cluster.readers_of(namespace or "", name)):
+        await _converge_with_retries(memo.reconciler, namespace or "", owner, logger)
+
+
+async def _converge_with_retries(
+    reconciler: Reconciler, namespace: str, name: str, logger: kopf.Logger
+) -> None:
     for attempt in range(1, CHILD_RETRIES + 1):  # event handlers are not retried by Kopf
         try:
-            await memo.reconciler.converge(namespace, owner, logger)
+            await reconciler.converge(namespace, name, logger)
             return
         except InvalidSpec:
             return  # already reported on the resource
         except ApiError as error:
-            logger.warning(f"converging {namespace}/{owner} failed (attempt {attempt}): {error}")
+            logger.warning(f"converging {namespace}/{name} failed (attempt {attempt}): {error}")
             await asyncio.sleep(RETRY_DELAY_S * attempt)
 
 

@@ -15,11 +15,12 @@ from typing import Any, cast
 
 import kopf
 
+from batchd.api.access import AccessPolicy
 from batchd.api.pod import CANARY, STABLE, Track, child_name, selector_string
 from batchd.api.revisions import batching_revision_of
 from batchd.api.spec import BatchedDeployment
 from batchd.api.status import BatchedDeploymentStatus, BatchingStatus, Condition, RolloutStatus
-from batchd.operator import children, rollout, status
+from batchd.operator import access, children, rollout, status
 from batchd.operator.autoscaler import desired_replicas
 from batchd.operator.resource import Resource
 from batchd.operator.settings import Settings
@@ -37,6 +38,7 @@ class ChildrenPlan:
     batching: BatchingStatus
     before: RolloutStatus | None  # the rollout as the status had it
     rollout: RolloutStatus  # as planned for this spec
+    access: access.AccessState | None = None  # the access Secret's, where it was read
 
     def applied(
         self, kind: str, track: Track, answers: Mapping[tuple[str, str], Manifest]
@@ -45,8 +47,14 @@ class ChildrenPlan:
         return answers.get((kind, child_name(self.bd.metadata.name, track)))
 
 
-def children_plan(resource: Resource, settings: Settings, now: datetime.datetime) -> ChildrenPlan:
-    """The children of a resource whose spec parsed (`resource.bd`), with owner references."""
+def children_plan(
+    resource: Resource,
+    settings: Settings,
+    now: datetime.datetime,
+    access_state: access.AccessState | None = None,
+) -> ChildrenPlan:
+    """The children of a resource whose spec parsed (`resource.bd`), with owner references; the
+    access Secret first (the pods mount it) where its contents were read (`access_state`)."""
     bd = resource.bd
     assert bd is not None, "an invalid spec renders no children"
     before = resource.status.rollout
@@ -62,12 +70,14 @@ def children_plan(resource: Resource, settings: Settings, now: datetime.datetime
         else rollout.stable_of(bd, planned)
     )
     manifests = children.children(stable, settings, desired, batching.revision)
+    if access_state is not None:
+        manifests.insert(0, access.access_secret(bd.metadata.name, access_state))
     if planned.phase in rollout.WITH_CANARY:
         replicas = rollout.canary_replicas(planned, bd.spec.rollout.canary_steps, desired)
         canary = rollout.canary_of(bd, planned)
         manifests += children.canary_children(canary, settings, replicas, batching.revision)
     kopf.adopt(manifests, owner=kopf.Body(cast(kopf.RawBody, dict(resource.body))))
-    return ChildrenPlan(bd, tuple(manifests), desired, batching, before, planned)
+    return ChildrenPlan(bd, tuple(manifests), desired, batching, before, planned, access_state)
 
 
 def canary_gone(before: RolloutStatus | None, after: RolloutStatus) -> bool:
@@ -127,6 +137,8 @@ def status_plan(
     )
     if bd.spec.rollout.strategy == "canary" or after.phase != rollout.NONE:
         found = rollout.conditions(found, after, generation)
+    if plan.access is not None:
+        found = [*found, access.access_condition(AccessPolicy.of(bd.spec), plan.access, generation)]
     conditions = status.stamped(resource.status.conditions, found, status.stamp(now))
     stable = rollout.stable_of(bd, after)
     replicas, ready = status.counts(stable_deployment)

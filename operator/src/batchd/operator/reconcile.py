@@ -19,10 +19,12 @@ from typing import Any, cast
 
 import kopf
 
+from batchd.api.access import AccessPolicy
 from batchd.api.kube_connection import ApiError
+from batchd.api.pod import access_secret_name
 from batchd.api.spec import API_VERSION
 from batchd.api.status import RolloutStatus
-from batchd.operator import plan, rollout, status
+from batchd.operator import access, plan, rollout, status
 from batchd.operator.cluster import Cluster
 from batchd.operator.metrics import (
     RECONCILE_DURATION,
@@ -91,7 +93,7 @@ class Reconciler:
             await self._write(resource, plan.failed_status_plan(resource, conditions, now))
             return Outcome("invalid", resource.invalid)
 
-        children = plan.children_plan(resource, settings, now)
+        children = plan.children_plan(resource, settings, now, await self._access(resource))
         answers: dict[tuple[str, str], dict[str, Any]] = {}
         for manifest in children.manifests:
             kind = manifest["kind"]
@@ -107,6 +109,8 @@ class Reconciler:
                 await self._write(resource, plan.failed_status_plan(resource, conditions, now))
                 return Outcome("refused", message)
 
+        if not settings.network_policy:
+            await self.cluster.remove_network_policies(namespace, name)
         planned = plan.status_plan(resource, children, answers, settings, now)
         after = planned.rollout or RolloutStatus()
         if plan.canary_gone(children.before, after):
@@ -119,6 +123,18 @@ class Reconciler:
         announce_rollout(resource.body, children.before, after)
         promoted = after.phase == rollout.PROMOTED and children.rollout.phase == rollout.PROMOTING
         return Outcome("success", promoted=promoted)
+
+    async def _access(self, resource: Resource) -> access.AccessState:
+        """What the access Secret holds after this converge: its signing key read back (never made
+        twice), the digests of each tenant's API keys Secret as it is now. The Secrets read are
+        noted, so that a change to one of them converges this deployment."""
+        assert resource.bd is not None
+        policy = AccessPolicy.of(resource.bd.spec)
+        named = access.user_secrets_named(policy)
+        self.cluster.reads_secrets((resource.namespace, resource.name), named)
+        existing = await self.cluster.read_secret(resource.namespace, access_secret_name(resource.name))
+        found = {name: await self.cluster.read_secret(resource.namespace, name) for name in sorted(named)}
+        return access.access_state(policy, existing, found)
 
     async def _write(self, resource: Resource, planned: plan.StatusPlan) -> None:
         """The planned status sections, then an event for each condition that moved."""

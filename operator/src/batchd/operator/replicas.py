@@ -2,9 +2,9 @@
 
 The operator follows the replica pods by watch (by the labels it gave their template) and, for
 the serving ones, reads the pod's own address: `GET /load` (the items queued and in the model,
-and the batching revision it runs) at every poll, and `GET /metrics` (its answers by outcome and
-duration) when a canary step is judged. No Prometheus adapter and no metrics pipeline sits in
-between, so a decision is as fresh as the last poll.
+and the batching revision it runs) at every poll, and `GET /metrics` on its metrics port (its
+answers by outcome and duration) when a canary step is judged. No Prometheus adapter and no
+metrics pipeline sits in between, so a decision is as fresh as the last poll.
 """
 
 from __future__ import annotations
@@ -37,6 +37,13 @@ class ReplicaPod:
     track: Track = STABLE  # which Deployment made it
     uid: str = ""
     restarts: int = 0  # of its containers, summed
+    # Where it serves /metrics (a replica's container port "metrics"); `port` where it names none
+    # (a replica of a release that served /metrics beside inference).
+    metrics_port: int = 0
+
+    @property
+    def scrape_port(self) -> int:
+        return self.metrics_port or self.port
 
     @property
     def serving(self) -> bool:
@@ -69,25 +76,33 @@ class Reading:
     answers: Answers | None = None
 
 
+def container_port(spec: Mapping[str, Any], name: str) -> int:
+    """The pod's container port called `name`; 0 where it has none."""
+    for container in spec.get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == name and port.get("containerPort"):
+                return int(port["containerPort"])
+    return 0
+
+
 def replica_pod(
-    name: str, meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]
+    name: str,
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    port_name: str = "http",
 ) -> ReplicaPod:
-    """A pod object (as Kopf hands it to the handler) reduced to what the operator reads."""
+    """A pod object (as Kopf hands it to the handler) reduced to what the operator reads; `port`
+    is its container port `port_name` (the http one where it names none)."""
     conditions = status.get("conditions") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-    ports = [
-        port.get("containerPort")
-        for container in spec.get("containers") or []
-        for port in container.get("ports") or []
-        if port.get("name") == "http"
-    ]
     cost = (meta.get("annotations") or {}).get(DELETION_COST_ANNOTATION)
     labels = dict(meta.get("labels") or {})
     owner = track_of(labels)
     return ReplicaPod(
         name=name,
         ip=str(status.get("podIP") or ""),
-        port=int(ports[0]) if ports else 0,
+        port=container_port(spec, port_name) or container_port(spec, "http"),
         ready=ready,
         terminating=bool(meta.get("deletionTimestamp")),
         deletion_cost=int(cost) if cost is not None and str(cost).lstrip("-").isdigit() else None,
@@ -95,6 +110,7 @@ def replica_pod(
         track=owner[1] if owner else STABLE,
         uid=str(meta.get("uid") or ""),
         restarts=sum(int(found.get("restartCount") or 0) for found in status.get("containerStatuses") or []),
+        metrics_port=container_port(spec, "metrics"),
     )
 
 
@@ -123,7 +139,7 @@ async def _load(session: aiohttp.ClientSession, pod: ReplicaPod, timeout_s: floa
 
 
 async def _answers(session: aiohttp.ClientSession, pod: ReplicaPod, timeout_s: float) -> Answers | None:
-    text = await read_text(session, pod, "/metrics", timeout_s)
+    text = await read_text(session, pod, "/metrics", timeout_s, port=pod.scrape_port)
     try:
         return parse_answers(text) if text is not None else None
     except ValueError:
@@ -131,13 +147,13 @@ async def _answers(session: aiohttp.ClientSession, pod: ReplicaPod, timeout_s: f
 
 
 async def read_text(
-    session: aiohttp.ClientSession, pod: ReplicaPod, path: str, timeout_s: float
+    session: aiohttp.ClientSession, pod: ReplicaPod, path: str, timeout_s: float, port: int = 0
 ) -> str | None:
-    """`GET path` on the pod's own address: the text it answers with 200, else None (no answer
-    within `timeout_s`, another status)."""
+    """`GET path` on the pod's own address (its `port`, or another): the text it answers with
+    200, else None (no answer within `timeout_s`, another status)."""
     try:
         async with session.get(
-            f"http://{pod.ip}:{pod.port}{path}", timeout=aiohttp.ClientTimeout(total=timeout_s)
+            f"http://{pod.ip}:{port or pod.port}{path}", timeout=aiohttp.ClientTimeout(total=timeout_s)
         ) as response:
             if response.status != 200:
                 return None

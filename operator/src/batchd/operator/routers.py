@@ -5,7 +5,8 @@ from the routers in front of it: each answers `GET /held` with the requests it h
 deployment. The operator finds the router pods with one LIST of pods by label in the router's
 namespace per poll (it may list pods already, so no new permission; a watch would need the
 router's namespace among Kopf's watched ones), and reads every ready router's /held on the same
-poll as the replicas' /load. What the routers hold for one deployment is summed.
+poll as the replicas' /load, on its admin port (`ROUTER_ADMIN_PORT`), which clients' requests
+never reach. What the routers hold for one deployment is summed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from batchd.operator.kube_requests import KubeApi
 from batchd.operator.replicas import ReplicaPod, read_json, replica_pod
 
 Key = tuple[str, str]  # (namespace, name) of a BatchedDeployment
+# The router's container port of /metrics and /held (ROUTER_ADMIN_PORT), never its clients' port.
+ADMIN_PORT_NAME = "admin"
 
 
 def held_per_deployment(answers: Sequence[Mapping[str, Any]]) -> dict[Key, Held]:
@@ -43,8 +46,9 @@ def held_per_deployment(answers: Sequence[Mapping[str, Any]]) -> dict[Key, Held]
 
 
 def router_pods(pod_list: Mapping[str, Any], selector: str) -> list[ReplicaPod]:
-    """The router pods of a pod LIST answer, with their address and readiness. The equality
-    `selector` is checked here too: a pod that lacks its labels is never read."""
+    """The router pods of a pod LIST answer, with their address (the admin port, where a router
+    serves /held; its http port where it has none: a router of an earlier release) and readiness.
+    The equality `selector` is checked here too: a pod that lacks its labels is never read."""
     wanted = dict(term.split("=", 1) for term in selector.split(",") if "=" in term)
     pods = []
     for item in pod_list.get("items") or []:
@@ -53,7 +57,11 @@ def router_pods(pod_list: Mapping[str, Any], selector: str) -> list[ReplicaPod]:
         if all(labels.get(key) == value for key, value in wanted.items()):
             pods.append(
                 replica_pod(
-                    str(metadata.get("name", "")), metadata, item.get("spec") or {}, item.get("status") or {}
+                    str(metadata.get("name", "")),
+                    metadata,
+                    item.get("spec") or {},
+                    item.get("status") or {},
+                    port_name=ADMIN_PORT_NAME,
                 )
             )
     return pods

@@ -15,6 +15,8 @@ from batchd.api.environment import ClusterClientSettings
 from batchd.api.pod import REPLICA_IMAGE, ROUTER_COMPONENT
 
 Port = Annotated[int, Field(ge=0, le=65535)]
+# The label the Prometheus Operator gives the Prometheus pods it runs.
+PROMETHEUS_PODS = {"app.kubernetes.io/name": "prometheus"}
 
 
 class Settings(ClusterClientSettings):
@@ -59,6 +61,20 @@ class Settings(ClusterClientSettings):
     # The label selector of the router pods in `router_namespace` (the chart's release adds its
     # instance label, so that two releases never read each other's routers).
     router_selector: str = ",".join(f"{key}={value}" for key, value in ROUTER_COMPONENT.items())
+    # A NetworkPolicy per deployment and track (the chart's networkPolicy.enabled): ingress to the
+    # replicas only from the routers, the operator, composers and the scraper. Off: none, and one
+    # left from before is deleted (a cluster whose network plugin enforces none, or a mesh's own).
+    network_policy: bool = True
+    # The operator's own pods (it reads each replica's /load and /metrics): the chart's release
+    # namespace and selector. Empty: the policies admit no operator pod (one run outside the
+    # cluster, as in tests, is no pod).
+    operator_namespace: str = ""
+    operator_selector: str = ""
+    # Who may scrape the replicas' metrics port: matchLabels of its namespaces ({} = every
+    # namespace) and of its pods ({} = every pod there), as JSON in the environment. Default: the
+    # Prometheus Operator's own pods, wherever they run.
+    scraper_namespace_selector: dict[str, str] = Field(default_factory=dict)
+    scraper_pod_selector: dict[str, str] = Field(default_factory=lambda: dict(PROMETHEUS_PODS))
     # A directory that hf:// sources resolve to inside replicas (offline clusters); "" = the hub.
     model_mirror: str = ""
     # The cluster's DNS suffix, for the status URL.

@@ -29,8 +29,10 @@ class Transition:
 
     @property
     def warning(self) -> bool:
-        return (self.type in ("Degraded", "RolledBack") and self.status == "True") or (
-            self.type == "Ready" and self.status == "False" and self.reason != "ScaledToZero"
+        return (
+            (self.type in ("Degraded", "RolledBack") and self.status == "True")
+            or (self.type == "Ready" and self.status == "False" and self.reason != "ScaledToZero")
+            or (self.type == "AccessReady" and self.status == "False")
         )
 
 

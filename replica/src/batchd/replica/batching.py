@@ -51,10 +51,11 @@ from batchd.replica.errors import (
     QueueFull,
     QueueTimedOut,
     Shed,
+    TenantQueueFull,
     blamed_on,
 )
 from batchd.replica.queue_timeouts import QueueTimeouts
-from batchd.replica.queueing import NO_CALLER, PendingQueue
+from batchd.replica.queueing import NO_CALLER, PendingQueue, fair_line
 from batchd.replica.traces import (
     BatchTrace,
     BatchTracer,
@@ -138,15 +139,27 @@ class _Pending:
 
 
 def class_of(classes: PriorityClasses, client: Client) -> tuple[PriorityClass, str]:
-    """The class and the caller a request's client names (`batchd.api.priority`, as the router
-    reads them); UnknownPriorityClass (a 400 naming it and the classes there are) when the
-    deployment has no class of that name."""
+    """The class a request's client names (`batchd.api.priority`, as the router reads them) and
+    the line it waits in within it (`queueing.fair_line`); UnknownPriorityClass (a 400 naming it
+    and the classes there are) when the deployment has no class of that name."""
     try:
-        return asked_class(classes, client.priority, client.caller, composed=client.composed)
+        found, caller = asked_class(classes, client.priority, client.caller, composed=client.composed)
     except UnknownPriorityClass as error:
         raise errors.UnknownPriorityClass(str(error)) from None
     except PriorityError as error:
         raise InvalidInput(str(error)) from None
+    return found, fair_line(client.tenant, caller)
+
+
+def over_share(
+    queue: PendingQueue[Any], client: Client, count: int, retry_after_s: float
+) -> TenantQueueFull | None:
+    """TenantQueueFull when `count` more items would put the client's tenant past its share of
+    the queue (`Client.queue_items`), before any other item's place is taken for them."""
+    share = client.queue_items
+    if share is None or queue.waiting_of(client.tenant) + count <= share:
+        return None
+    return TenantQueueFull(client.tenant, share, retry_after_s)
 
 
 def first_come(config: BatchingSpec) -> bool:
@@ -292,12 +305,15 @@ class Batcher:
         if self._draining:
             raise Draining()
         priority_class, caller = class_of(self._classes, client)
+        shared = over_share(self._queue, client, len(items), self._rate.seconds_to_serve(len(self._queue)))
+        if shared is not None:
+            raise shared
         self._make_room(priority_class, len(items))
         loop = asyncio.get_running_loop()
         now = loop.time()
         self.arrivals.add(len(items), now)
         deadline, late = client.deadline(now, self._config.request_timeout_s)
-        line = caller if self._config.fair_share else NO_CALLER
+        line = caller if self._config.fair_share else fair_line(client.tenant, NO_CALLER)
         name = priority_class.name
         queued = []
         for item in items:

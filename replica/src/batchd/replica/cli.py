@@ -99,11 +99,15 @@ def serve(args: argparse.Namespace) -> int:
         log_level=settings.log_level,
         access_log=args.access_log,
         timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s),
-        **{**UVICORN_OPTIONS, "http": replica_protocol(app.replica, access_log=args.access_log)},
+        **{**UVICORN_OPTIONS, "http": replica_protocol(app, access_log=args.access_log)},
     )
+    sockets = [config.bind_socket()]
+    if settings.metrics_port:  # /metrics on a port of its own, served by the same server
+        metrics = uvicorn.Config(app, host=settings.host, port=settings.metrics_port, **UVICORN_OPTIONS)
+        sockets.append(metrics.bind_socket())
     server = ReplicaServer(config, app.replica, settings.drain_timeout_s)
     try:
-        server.run()
+        server.run(sockets=sockets)
     finally:
         if tracing is not None:
             tracing.shutdown()  # what is still buffered goes out before the process exits

@@ -37,6 +37,23 @@ class Shed(QueueFull):
         self.retry_after_s = retry_after_s
 
 
+class Unauthenticated(Exception):
+    """The request is not what batchd's router signed, at a deployment that serves only those
+    (`front.gate`); the message says why, never the key or the signature."""
+
+
+class TenantQueueFull(QueueFull):
+    """The caller's tenant has its share of the queue waiting already (`spec.access` tenants'
+    `queue_share`): one tenant cannot fill the queue while the others wait."""
+
+    def __init__(self, tenant: str, share: int, retry_after_s: float) -> None:
+        Exception.__init__(
+            self,
+            f"tenant {tenant!r} has its share of this replica's queue waiting ({share} items); retry later",
+        )
+        self.retry_after_s = retry_after_s
+
+
 class QueueTimedOut(Exception):
     """The request waited its class's `queue_timeout_s` in the queue and was still there."""
 
@@ -186,10 +203,13 @@ class ErrorAnswer:
 # The first entry whose class matches wins: order from specific to general.
 ERROR_TABLE: tuple[tuple[type[BaseException], ErrorAnswer], ...] = (
     (InvalidInput, ErrorAnswer(400, "invalid", rejection="invalid")),
+    (Unauthenticated, ErrorAnswer(401, "rejected", rejection="unauthenticated")),
     (UnknownModel, ErrorAnswer(404, "invalid", rejection="invalid")),
     (TooLarge, ErrorAnswer(413, "rejected", rejection="too_large")),
     (ItemFailed, ErrorAnswer(422, "invalid")),
     (Shed, ErrorAnswer(503, "rejected", rejection="shed", retry=True, refused=True)),
+    # Another replica holds the tenant's share of its own queue: a router may try it.
+    (TenantQueueFull, ErrorAnswer(503, "rejected", rejection="tenant_queue_full", retry=True, refused=True)),
     (QueueFull, ErrorAnswer(503, "rejected", rejection="queue_full", retry=True, refused=True)),
     # Accepted, then refused before the model: a router does not send it again (another item of
     # the request may have run), its client retries after Retry-After.
@@ -323,14 +343,17 @@ class OpenAIErrorBody(BaseModel):
 # What each status means, for the OpenAPI document (499 is for the log: its client is gone).
 _MEANINGS: dict[int, str] = {
     400: "The request is malformed; the message names the field and the value.",
+    401: "The request is not signed by batchd's router (or its stamp is stale or used before), at a "
+    "deployment that serves only requests through the router: call the router, with a credential.",
     404: "The URL names a model this replica does not serve.",
     413: "The body or the number of items is larger than this replica accepts.",
     422: "The model raised on an item of this request when it ran alone: the message names the "
     "item and the model's error. Its batch-mates got their answers.",
     500: "The model raised on a batch that no single item explains, or answered with the wrong "
     "number of results, or a deployment it calls failed (the message names it).",
-    503: "The queue is full (or a higher priority class took the request's place, or it waited its "
-    "class's queue_timeout_s), the model is still loading or stuck on a batch, or the replica is "
+    503: "The queue is full (or the caller's tenant has its share of it waiting, or a higher "
+    "priority class took the request's place, or it waited its class's queue_timeout_s), the "
+    "model is still loading or stuck on a batch, or the replica is "
     "shutting down, or a deployment it calls is overloaded or unreachable: retry after Retry-After "
     "seconds (on another replica).",
     504: "request_timeout_s passed before the model (or a deployment it calls) answered.",

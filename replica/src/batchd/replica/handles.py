@@ -56,6 +56,7 @@ from batchd.api.headers import CALLED_BY_HEADER, FAIRNESS_HEADER, PRIORITY_HEADE
 from batchd.replica.batch_deadline import batch_class, seconds_left
 from batchd.replica.errors import CalleeError, CalleeOverloaded, CalleeTimeout, CalleeUnavailable
 from batchd.replica.json_encoding import plain
+from batchd.replica.queueing import caller_in
 from batchd.replica.traces import current_batch
 
 __all__ = [
@@ -297,8 +298,8 @@ class DeploymentHandle:
         if asked is not None:
             priority_class, caller = asked
             headers[_PRIORITY] = priority_class
-            if caller:
-                headers[_FAIRNESS] = caller
+            if caller_in(caller):
+                headers[_FAIRNESS] = caller_in(caller)
         return headers
 
     async def _discover_once(self, session: aiohttp.ClientSession) -> str:

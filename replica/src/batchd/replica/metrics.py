@@ -25,6 +25,7 @@ from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from batchd.replica.errors import ERROR_TABLE
+from batchd.replica.queueing import tenant_of
 
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 # From sub-millisecond overhead to multi-second generation.
@@ -254,19 +255,13 @@ def cumulative_buckets(bounds: Sequence[float], counts: Sequence[int]) -> list[t
 
 # Fairness ids with a series of their own, the first ones seen; every later one counts as "other",
 # a request without one always as "none".
-MAX_CALLER_SERIES = 16
-OTHER_CALLERS = "other"
-NO_CALLER = "none"
-
-
 CLASS_REFUSALS = ("queue_full", "shed", "displaced", "queue_timeout")
 
 
 class ClassFigures(Collector):
-    """Priority classes and callers (`batching.priority_classes`, batchd-fairness-id): queue depth,
-    refusals and queue wait by class, and items served by caller, made when the registry is read.
-    Callers are bounded to MAX_CALLER_SERIES series, so a client cannot grow the replica's metrics
-    by sending new ids."""
+    """Priority classes and tenants (`batching.priority_classes`, `spec.access`): queue depth,
+    refusals and queue wait by class, and items served by tenant, made when the registry is read.
+    Tenants are declared (and `anonymous`), so no id a client chooses becomes a label."""
 
     def __init__(self, registry: CollectorRegistry, labels: Sequence[str], values: Sequence[str]) -> None:
         self._labels, self._values = tuple(labels), tuple(values)
@@ -275,7 +270,6 @@ class ClassFigures(Collector):
         self._waits: dict[str, list[int]] = {}
         self._wait_sums: dict[str, float] = {}
         self._served: dict[str, int] = {}
-        self._ids = 0  # fairness ids with a series of their own
         registry.register(self)
 
     def track(self, depths: Callable[[], Iterable[tuple[str, int]]]) -> None:
@@ -285,20 +279,15 @@ class ClassFigures(Collector):
         key = (priority_class, reason)
         self._refused[key] = self._refused.get(key, 0) + items
 
-    def served(self, priority_class: str, caller: str, waited_s: float) -> None:
+    def served(self, priority_class: str, line: str, waited_s: float) -> None:
         waits = self._waits.get(priority_class)
         if waits is None:
             waits = self._waits[priority_class] = [0] * (len(SECONDS_BUCKETS) + 1)
             self._wait_sums[priority_class] = 0.0
         waits[bisect_left(SECONDS_BUCKETS, waited_s)] += 1
         self._wait_sums[priority_class] += waited_s
-        name = caller or NO_CALLER
-        if name not in self._served and name != NO_CALLER:
-            if self._ids >= MAX_CALLER_SERIES:
-                name = OTHER_CALLERS
-            else:
-                self._ids += 1
-        self._served[name] = self._served.get(name, 0) + 1
+        tenant = tenant_of(line)
+        self._served[tenant] = self._served.get(tenant, 0) + 1
 
     def collect(self) -> Iterator[Metric]:
         by_class = (*self._labels, "priority_class")
@@ -328,13 +317,13 @@ class ClassFigures(Collector):
             buckets = cumulative_buckets(SECONDS_BUCKETS, counts)
             waits.add_metric([*self._values, priority_class], buckets, self._wait_sums[priority_class])
         served = CounterMetricFamily(
-            "batchd_caller_items",
-            f"Items sent to the model, by fairness id (the first {MAX_CALLER_SERIES} seen; later ones as "
-            f"{OTHER_CALLERS!r}, requests without one as {NO_CALLER!r}).",
-            labels=(*self._labels, "fairness_id"),
+            "batchd_tenant_items",
+            "Items sent to the model, by tenant (`spec.access`; every caller of an open deployment "
+            "is `anonymous`).",
+            labels=(*self._labels, "tenant"),
         )
-        for caller, items in dict(self._served).items():
-            served.add_metric([*self._values, caller], items)
+        for tenant, items in dict(self._served).items():
+            served.add_metric([*self._values, tenant], items)
         yield from (depth, refused, waits, served)
 
 

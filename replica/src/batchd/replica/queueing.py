@@ -31,11 +31,31 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from batchd.api.priority import NO_CLASSES, PriorityClass
-from batchd.api.spec import SHEDDABLE_SHARE
+from batchd.api.spec import ANONYMOUS_TENANT, SHEDDABLE_SHARE
 
 __all__ = ["NO_CALLER", "PendingQueue", "PriorityClass", "Queued"]
 
 NO_CALLER = ""
+
+
+def fair_line(tenant: str, caller: str) -> str:
+    """The line `caller` of `tenant` waits in within its class: its own within its tenant, so two
+    tenants never share a line whatever ids their callers send. An open deployment's callers are
+    all `anonymous`, their lines their ids. (A stamped caller is printable: it holds no NUL.)"""
+    return caller if tenant == ANONYMOUS_TENANT else f"{tenant}\0{caller}"
+
+
+def tenant_of(line: str) -> str:
+    """The tenant whose caller waits in `line` (`fair_line`)."""
+    tenant, separator, _ = line.partition("\0")
+    return tenant if separator else ANONYMOUS_TENANT
+
+
+def caller_in(line: str) -> str:
+    """The caller within its tenant that waits in `line`, as it named itself (`fair_line`)."""
+    return line.rpartition("\0")[2]
+
+
 # A purge runs once the dead items held exceed the live ones by this many (and by their number).
 PURGE_SLACK = 64
 
@@ -162,6 +182,7 @@ class PendingQueue(Generic[QueuedT]):
         self.classes = tuple(sorted(classes, key=lambda priority_class: -priority_class.priority))
         self.first_come = first_come
         self._tallies = {c.name: _Tally(c) for c in self.classes}
+        self._by_tenant: collections.Counter[str] = collections.Counter()  # live items per tenant
         self._sheddable = [self._tallies[c.name] for c in self.classes if c.sheddable]
         self.sheddable = frozenset(c.name for c in self.classes if c.sheddable)  # class names
         self._levels: list[_Level[QueuedT]] = []
@@ -221,6 +242,7 @@ class PendingQueue(Generic[QueuedT]):
         pending.counted_in = tally
         tally.live += 1
         self._live += 1
+        self._by_tenant[tenant_of(caller)] += 1
         if self.first_come:
             self._level_of[class_name].push(pending, "", NO_CALLER)  # one line, whoever sends
         else:
@@ -237,6 +259,11 @@ class PendingQueue(Generic[QueuedT]):
             pending.counted_in = None
             tally.live -= 1
             self._live -= 1
+            self._by_tenant[tenant_of(pending.caller)] -= 1
+
+    def waiting_of(self, tenant: str) -> int:
+        """The live items of `tenant`'s callers (`fair_line`), whatever their class."""
+        return self._by_tenant[tenant]
 
     def first(self) -> QueuedT | None:
         """The item that goes next, dead or alive."""

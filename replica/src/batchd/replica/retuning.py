@@ -27,12 +27,21 @@ class NeedsRestart(ValueError):
     """The manifest changed in a way only a new replica can serve."""
 
 
+# What a running replica follows: how it batches, and who may call (`front.gate` reads the
+# manifest it serves); the operator leaves both out of the pod's hash, so no pod rolls for them.
+LIVE_FIELDS = ("batching", "access")
+
+
 def batching_change(current: BatchedDeployment, new: BatchedDeployment) -> BatchingSpec | None:
-    """The new batching when only it (or its revision) changed; None when nothing did."""
-    same_otherwise = new.spec.model_copy(update={"batching": current.spec.batching}) == current.spec
-    if not same_otherwise or new.metadata.name != current.metadata.name:
-        raise NeedsRestart("the model or the pod changed, not only spec.batching: a new replica serves that")
-    if new.spec.batching == current.spec.batching and new.batching_revision == current.batching_revision:
+    """The new batching when only the live fields (or the batching revision) changed; None when
+    nothing did."""
+    kept = {name: getattr(current.spec, name) for name in LIVE_FIELDS}
+    if new.spec.model_copy(update=kept) != current.spec or new.metadata.name != current.metadata.name:
+        raise NeedsRestart(
+            "the model or the pod changed, not only spec.batching or spec.access: a new replica serves that"
+        )
+    unchanged = all(getattr(new.spec, name) == value for name, value in kept.items())
+    if unchanged and new.batching_revision == current.batching_revision:
         return None
     return new.spec.batching
 

@@ -21,6 +21,13 @@ from batchd.api.pod import REPLICA_PORT
 class ReplicaSettings(EnvironmentSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=REPLICA_PORT, ge=0, le=65535)
+    # The port /metrics is served on, alone (the operator sets 9090: a NetworkPolicy lets the
+    # scraper reach it and no caller); 0: /metrics beside inference (a replica run by hand).
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    # The deployment's signing key (the operator mounts it from `<name>-access`): what the router
+    # signs its stamps with (`batchd.api.stamp`). None: no stamp can be checked, so a deployment
+    # with `spec.access` refuses every inference request (`front.gate`).
+    signing_key_file: Path | None = None
     # Where `hf://org/name` sources resolve for clusters with no internet: <mirror>/org/name.
     model_mirror: Path | None = None
     # Where the operator mounts PVCs: `pvc://claim/path` -> <pvc_root>/claim/path.
@@ -57,6 +64,18 @@ class ReplicaSettings(EnvironmentSettings):
         except json.JSONDecodeError:
             raise ValueError('expected JSON such as {"embedder": "http://127.0.0.1:8001"}') from None
 
+    @field_validator("signing_key_file")
+    @classmethod
+    def _readable_key(cls, path: Path | None) -> Path | None:
+        if path is not None:
+            try:
+                key = path.read_bytes()
+            except OSError as error:
+                raise ValueError(f"cannot read the signing key: {error.strerror}") from None
+            if not key:
+                raise ValueError("the signing key file is empty")
+        return path
+
     @field_validator("calls")
     @classmethod
     def _http_urls(cls, calls: dict[str, str]) -> dict[str, str]:
@@ -64,7 +83,7 @@ class ReplicaSettings(EnvironmentSettings):
             check_call_url(alias, url)
         return {alias: url.rstrip("/") for alias, url in calls.items()}
 
-    @field_validator("model_mirror", mode="before")
+    @field_validator("model_mirror", "signing_key_file", mode="before")
     @classmethod
     def _unset_when_empty(cls, value: Any) -> Any:
         return None if value == "" else value

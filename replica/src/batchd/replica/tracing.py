@@ -47,6 +47,7 @@ from batchd.api.spans import OwnSpan, context_headers, new_span_id, new_trace_id
 from batchd.api.spec import BatchedDeployment
 from batchd.api.tracecontext import caller_of, unrecorded_traceparent
 from batchd.api.tracing import TracingConfig
+from batchd.replica.queueing import caller_in, tenant_of
 from batchd.replica.traces import RequestTrace
 
 Operation = gen_ai.GenAiOperationNameValues
@@ -69,6 +70,7 @@ TASK_OPERATIONS = {
 QUEUE_S = "batchd.queue.duration_s"  # the longest any of the request's items waited for a batch
 PRIORITY_CLASS = "batchd.priority_class"
 FAIRNESS_ID = "batchd.fairness_id"
+TENANT = "batchd.tenant"
 OUTCOME = "batchd.outcome"  # as batchd_requests_total counts it: success, timeout, rejected, ...
 DEPLOYMENT = "batchd.deployment"
 BATCH_SIZE = "batchd.batch.size"
@@ -172,8 +174,9 @@ class _RequestSpan:
     def dispatched(self, queued_s: float, priority_class: str, caller: str) -> None:
         if self._queued_s is None:  # the first of its items: the class and caller are the request's
             self.span.attributes[PRIORITY_CLASS] = priority_class
-            if caller:
-                self.span.attributes[FAIRNESS_ID] = caller
+            if caller_in(caller):
+                self.span.attributes[FAIRNESS_ID] = caller_in(caller)
+            self.span.attributes[TENANT] = tenant_of(caller)
         self._queued_s = max(self._queued_s or 0.0, queued_s)
 
     def first_token(self, seconds: float) -> None:

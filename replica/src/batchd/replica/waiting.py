@@ -48,6 +48,7 @@ class Client:
     tenant: str = ""
     composed: bool = False
     trace: RequestTrace | None = None
+    queue_items: int | None = None  # the most items its tenant may have waiting; None: no bound
 
     def asking(self, priority: str | None, caller: str | None) -> Client:
         """This client, in class `priority` and as `caller` where its headers said neither (the
@@ -60,6 +61,7 @@ class Client:
             self.tenant,
             self.composed,
             self.trace,
+            self.queue_items,
         )
 
     def deadline(self, admitted: float, request_timeout_s: float) -> tuple[float, str]:

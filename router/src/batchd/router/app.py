@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from batchd.router.access import Keyring
 from batchd.router.client_request import Message, Receive, Send
 from batchd.router.connections import Pool
 from batchd.router.directory import DeploymentRef, Directory
@@ -23,9 +24,12 @@ from batchd.router.holding import Holds
 from batchd.router.kube_watches import KubeClient
 from batchd.router.loads import LoadPoller, Loads
 from batchd.router.metrics import RouterMetrics
+from batchd.router.peers import Peers, watched_peers
 from batchd.router.prefixes import PrefixIndex
 from batchd.router.proxy import Router
+from batchd.router.quotas import Quotas
 from batchd.router.settings import RouterSettings
+from batchd.router.token_reviews import TokenReviews, kube_reviewer
 from batchd.router.traces import Tracing
 from batchd.router.upstream import Upstream
 from batchd.router.watching import Watcher, watched_kinds
@@ -75,6 +79,8 @@ class RouterApp:
         events = DirectoryEvents(self.holds, self.metrics, self.upstream.pool, self.prefixes)
         self.directory = Directory(events)
         self.loads = Loads()
+        self.keyring = Keyring()
+        self.peers = Peers()
         self.watchers: list[Watcher] = []
         self.router = Router(
             settings,
@@ -87,7 +93,12 @@ class RouterApp:
             self.rng,
             self.prefixes,
             self.tracing,
+            self.keyring,
+            quotas=Quotas(self.peers.count),
         )
+        # The port whose requests are the admin's (`/metrics`, `/held`); `cli` sets the one it bound
+        # where settings ask for any free one (0).
+        self.admin_port = settings.admin_port
         self._tasks: list[asyncio.Task[None]] = []
         self._api: KubeClient | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -97,7 +108,11 @@ class RouterApp:
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            await self.router(scope, receive, send)
+            server = scope.get("server")
+            if server is not None and server[1] == self.admin_port:
+                await self.router.admin(scope, send)
+            else:
+                await self.router(scope, receive, send)
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
 
@@ -122,6 +137,7 @@ class RouterApp:
         # The load readings are few and off the request path: aiohttp's client is convenient there.
         self._session = session = aiohttp.ClientSession()
         self._api = await KubeClient.connect(settings.kubeconfig)
+        self.router.reviews = TokenReviews(kube_reviewer(self._api))
         namespaces: tuple[str | None, ...] = settings.namespaces or (None,)
         self.watchers = [
             Watcher(
@@ -131,9 +147,20 @@ class RouterApp:
                 timeout_s=settings.watch_timeout_s,
                 retry_s=settings.watch_retry_s,
             )
-            for watched in watched_kinds(self.directory)
+            for watched in watched_kinds(self.directory, self.keyring)
             for namespace in namespaces
         ]
+        if settings.router_service and settings.router_namespace:
+            peers = watched_peers(self.peers, settings.router_service)
+            self.watchers.append(
+                Watcher(
+                    self._api,
+                    peers,
+                    settings.router_namespace,
+                    timeout_s=settings.watch_timeout_s,
+                    retry_s=settings.watch_retry_s,
+                )
+            )
         poller = LoadPoller(
             self.loads,
             self.directory.all_replicas,

@@ -58,9 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         lifespan="on",  # the watches start in the lifespan: no lifespan, no routing
         **UVICORN_OPTIONS,
     )
+    # One server, two listeners: the clients' port and the admin port (`/metrics`, `/held`). The
+    # application tells them apart by the port a request came in on.
+    admin_config = uvicorn.Config(app, host=settings.host, port=settings.admin_port, **UVICORN_OPTIONS)
+    sockets = [config.bind_socket(), admin_config.bind_socket()]
+    app.admin_port = sockets[1].getsockname()[1]
     server = RouterServer(config, app.router, settings.drain_timeout_s)
     try:
-        server.run()
+        server.run(sockets=sockets)
     except KeyboardInterrupt:
         return 130
     finally:

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from batchd.api.access import AccessPolicy
 from batchd.api.manifest import lenient_spec
 from batchd.api.pod import CANARY, track_of
 from batchd.api.priority import NO_CLASSES, PriorityClasses
-from batchd.api.spec import BatchingSpec
+from batchd.api.spec import BatchedDeploymentSpec, BatchingSpec
 from batchd.api.status import read_status
 from batchd.router.errors import AmbiguousModel, UnknownModel
 
@@ -62,6 +63,10 @@ def classes_of(ref: DeploymentRef, batching: BatchingSpec) -> PriorityClasses:
     return PriorityClasses.of(checked)
 
 
+# Where a spec sets access that this router cannot read: nobody may call, rather than everyone.
+CLOSED = AccessPolicy(open=False, tenants={})
+
+
 @dataclass(frozen=True, slots=True)
 class DeploymentRecord:
     """What the router needs of one BatchedDeployment, read once per change of it: from a lenient
@@ -78,6 +83,7 @@ class DeploymentRecord:
     prefix_cached: bool = False
     prefix_by_caller: bool = True  # model.generation.prefix_cache_scope: caller
     max_batch_size: int = 1  # sequences a replica runs at once: the load guard's unit
+    access: AccessPolicy = field(default_factory=lambda: CLOSED)  # who may call it (`access`)
 
     @classmethod
     def of(cls, deployment: Mapping[str, Any]) -> DeploymentRecord:
@@ -102,7 +108,18 @@ class DeploymentRecord:
             prefix_cached=cached,
             prefix_by_caller=generation.prefix_cache_scope == "caller",
             max_batch_size=spec.batching.max_batch_size,
+            access=policy_of(ref, deployment.get("spec"), spec),
         )
+
+
+def policy_of(ref: DeploymentRef, raw: Any, spec: BatchedDeploymentSpec) -> AccessPolicy:
+    """Who may call the deployment: `AccessPolicy.of` its spec. A spec.access the lenient read had
+    to drop (a rule broken, a newer CRD's shape) closes the deployment: a router that cannot read
+    who may call must not let everyone in."""
+    if spec.access is None and isinstance(raw, Mapping) and raw.get("access") is not None:
+        logger.warning("%s: its spec.access is not read; every request is refused", ref)
+        return CLOSED
+    return AccessPolicy.of(spec)
 
 
 def service_of(endpoint_slice: Mapping[str, Any]) -> tuple[DeploymentRef, bool] | None:

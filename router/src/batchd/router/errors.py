@@ -17,6 +17,8 @@ from batchd.router.settings import RouterSettings
 class RouterError(Exception):
     """A request the router answers itself; the message names the model or the route."""
 
+    headers: tuple[tuple[bytes, bytes], ...] = ()  # sent with the answer (WWW-Authenticate, ...)
+
 
 class BadRequest(RouterError):
     """Something the router reads of the request is malformed; the message names it and the value."""
@@ -65,6 +67,22 @@ class UpstreamFailed(RouterError):
     is not sent again."""
 
 
+class Unauthorized(RouterError):
+    """The caller is not known: no credential, or one that is nobody's (401)."""
+
+
+class NotAllowed(RouterError):
+    """The caller is known and may not do what it asks (403)."""
+
+
+class OverQuota(RouterError):
+    """The caller's tenant is past its quota (429, with Retry-After and x-ratelimit headers)."""
+
+
+class NotReady(RouterError):
+    """Something the router needs for this deployment is not read yet (503, with Retry-After)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     status: int
@@ -74,6 +92,10 @@ class Answer:
 # The first entry whose class matches wins: order from specific to general.
 ERROR_TABLE: tuple[tuple[type[RouterError], Answer], ...] = (
     (BadRequest, Answer(400)),
+    (Unauthorized, Answer(401)),
+    (NotAllowed, Answer(403)),
+    (OverQuota, Answer(429)),
+    (NotReady, Answer(503, retry=True)),
     (NoRoute, Answer(404)),
     (UnknownModel, Answer(404)),
     (AmbiguousModel, Answer(409)),
@@ -97,4 +119,5 @@ def http_answer(error: RouterError, settings: RouterSettings) -> HttpAnswer:
     headers = [(b"content-type", b"application/json")]
     if answer.retry:
         headers.append((b"retry-after", str(settings.hold_retry_after_s).encode()))
+    headers.extend(error.headers)
     return HttpAnswer(answer.status, headers, orjson.dumps({"error": str(error)}))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from batchd.api.headers import TIMEOUT_HEADER
@@ -40,6 +41,8 @@ class Outbound:
     priority: int = 0  # of its class at the deployment; negative: sheddable, never retried
     prefix: PrefixAsk | None = None  # a text-generation request to route by its prompt
     trace: RouteTrace | None = None  # its span, where the router traces
+    # Told the body of a whole (not streamed) answer it relays: what charges tokens to a quota.
+    answered: Callable[[bytes], None] | None = None
 
     def client_left(self) -> bool:
         return self.watch is not None and self.watch.left
@@ -111,7 +114,7 @@ class Forwarder:
                 if request.trace is not None:
                     request.trace.retried(replica, "refused")
                 raise _TryAnother
-            await relay(response, send)
+            await relay(response, send, request.answered if response.status == 200 else None)
             return response.status
         except SendFailed as error:
             if response.started or request.client_left():

@@ -88,6 +88,13 @@ class RouterMetrics:
             [*DEPLOYMENT, "replica"],
             registry=r,
         )
+        self.refusals = Counter(
+            "batchd_router_refusals",
+            "Requests the router refused for who sent them or what they asked (401, 403, 429), by "
+            "tenant (a declared name; `unknown` for a caller that is none) and reason.",
+            [*DEPLOYMENT, "tenant", "code", "reason"],
+            registry=r,
+        )
         self.replicas = Gauge(
             "batchd_router_ready_replicas",
             "Ready replicas of a deployment, as the router's EndpointSlice watch sees them.",

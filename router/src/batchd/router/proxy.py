@@ -9,6 +9,7 @@ its body. Everything else is the router's own (`own_routes`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import random
 import time
@@ -16,10 +17,23 @@ from collections.abc import Callable
 
 import orjson
 
-from batchd.api.headers import FAIRNESS_HEADER, TIMEOUT_HEADER
+from batchd.api.access import NotEntitled, granted_class
+from batchd.api.headers import CLIENT_IDENTITY_HEADERS, TIMEOUT_HEADER
 from batchd.api.httpserver import closing
-from batchd.api.priority import PriorityClass, PriorityError, asked_class, named_in_headers
+from batchd.api.pod import access_secret_name
+from batchd.api.priority import PriorityClass, PriorityError, named_in_body, named_in_headers
 from batchd.api.routes import Route, RouteMatch
+from batchd.api.stamp import Stamp
+from batchd.router.access import (
+    Caller,
+    Forbidden,
+    Keyring,
+    NoSigningKey,
+    Refused,
+    Reviews,
+    caller_of,
+    stamped,
+)
 from batchd.router.client_deadline import deadline_of
 from batchd.router.client_request import (
     Body,
@@ -37,6 +51,7 @@ from batchd.router.errors import (
     BadRequest,
     DeadlineExceeded,
     HoldTimedOut,
+    NoRoute,
     NotSynced,
     RouterError,
     http_answer,
@@ -45,12 +60,15 @@ from batchd.router.forwarding import Forwarder, Outbound
 from batchd.router.holding import Holds
 from batchd.router.loads import Loads
 from batchd.router.metrics import RouterMetrics
-from batchd.router.naming import DEPLOYMENT_PREFIX, json_body, named_model, routed, scoped
-from batchd.router.own_routes import answer_own
+from batchd.router.naming import DEPLOYMENT_PREFIX, ROUTES, json_body, named_model, routed, scoped
+from batchd.router.own_routes import answer_admin, answer_own
 from batchd.router.prefixes import LoadGuard, PrefixAsk, PrefixIndex, chunk_hashes, prompt_text
+from batchd.router.quotas import Quotas, tokens_used
 from batchd.router.settings import RouterSettings
 from batchd.router.traces import RouteTrace, Tracing
 from batchd.router.upstream import SendFailed, Upstream, request_headers
+
+logger = logging.getLogger(__name__)
 
 
 class Router:
@@ -68,11 +86,20 @@ class Router:
         rng: random.Random | None = None,
         prefixes: PrefixIndex | None = None,
         tracing: Tracing | None = None,
+        keyring: Keyring | None = None,
+        reviews: Reviews | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         self.settings = settings
+        self.keyring = keyring or Keyring()  # each deployment's signing key and API key digests
+        self.reviews = reviews  # None: ServiceAccount tokens are no credential
+        self.quotas = quotas or Quotas()
         self.tracing = tracing  # None: untraced (no OpenTelemetry code is loaded)
         # The caller's trace headers, which a traced router replaces with its own context.
-        self._replaced = frozenset() if tracing is None else tracing.propagation_headers
+        replaced = frozenset() if tracing is None else tracing.propagation_headers
+        # What the replica never gets as the client sent it: the router's own stamp goes in its place.
+        self._stripped = CLIENT_IDENTITY_HEADERS
+        self._stripped_traced = CLIENT_IDENTITY_HEADERS | replaced
         self.directory = directory
         self.holds = holds
         self.metrics = metrics
@@ -96,15 +123,7 @@ class Router:
         found = routed(method, path)
         named = scoped(path) if found is None else None
         if found is None and named is None:
-            await answer_own(
-                method,
-                path,
-                send,
-                holds=self.holds,
-                metrics=self.metrics,
-                ready=self._ready,
-                settings=self.settings,
-            )
+            await answer_own(method, path, send, ready=self._ready, settings=self.settings)
             return
         self.inflight += 1
         trace = None
@@ -115,6 +134,11 @@ class Router:
             await self._inference(found, named, scope, receive, send, trace)
         finally:
             self.inflight -= 1
+
+    async def admin(self, scope: Message, send: Send) -> None:
+        """A request to the admin port (`admin_port`): the scraper's and the operator's."""
+        method, path = scope["method"], scope["path"]
+        await answer_admin(method, path, send, holds=self.holds, metrics=self.metrics, settings=self.settings)
 
     def _ready(self) -> bool:
         return self.synced() and not self.draining
@@ -148,11 +172,19 @@ class Router:
             else:
                 assert named is not None
                 wanted, inner = named
+                inner_route = ROUTES.match(scope["method"], inner)
+                if inner_route is None or (  # metrics, load, docs: a replica's, never a client's
+                    inner_route.model_name is not None
+                    and (not inner_route.model_name or "/" in inner_route.model_name)
+                ):
+                    raise NoRoute(
+                        f"no route for {scope['method']} {inner} of deployment {wanted}; the router "
+                        "forwards a deployment's inference routes only"
+                    )
                 model = self.directory.model_of(wanted)  # an unknown one is counted under no label
                 ref = wanted
                 scope = {**scope, "path": inner, "raw_path": inner.encode("latin-1")}
-                inner_route = routed(scope["method"], inner)
-                route = inner_route.route if inner_route is not None else None
+                route = inner_route.route
             if trace is not None:
                 trace.routed(ref.namespace, ref.name, model)
             status = await self._route(ref, model, scope, receive, send, received, route, document, trace)
@@ -160,6 +192,8 @@ class Router:
             failure = error
             answer = http_answer(error, self.settings)
             status = answer.status
+            if isinstance(error, Refused) and ref is not None:
+                self._refused(ref, error, status)
             await send({"type": "http.response.start", "status": status, "headers": answer.headers})
             await send({"type": "http.response.body", "body": answer.body})
         except ClientGone as error:
@@ -172,6 +206,13 @@ class Router:
             trace.finished(status, failure)
         if ref is not None:
             self.metrics.requests.labels(ref.namespace, ref.name, f"{status // 100}xx").inc()
+
+    def _refused(self, ref: DeploymentRef, error: Refused, status: int) -> None:
+        """Count and log a refusal: its reason and tenant (a declared name), never the credential."""
+        self.metrics.refusals.labels(ref.namespace, ref.name, error.tenant, str(status), error.reason).inc()
+        logger.info(
+            "refused a request to %s (%d %s, tenant %s): %s", ref, status, error.reason, error.tenant, error
+        )
 
     async def _json_body(self, field: str, receive: Receive, received: list[Message]) -> object:
         """The JSON body that names the model in `field`, read into `received` no further than a
@@ -188,7 +229,7 @@ class Router:
         self,
         ref: DeploymentRef,
         route: Route | None,
-        headers: list[tuple[bytes, bytes]],
+        tenant: str,
         receive: Receive,
         received: list[Message],
         document: object,
@@ -211,23 +252,64 @@ class Router:
             except orjson.JSONDecodeError:
                 return None
         text = prompt_text(document, route.prompt_field) or ""
-        caller = ""
-        if record.prefix_by_caller:  # as the replicas salt their blocks: by the header alone
-            caller = next((v.decode("latin-1") for k, v in headers if k.lower() == FAIRNESS_HEADER), "")
-        hashes = chunk_hashes(text, caller, settings.prefix_chunk_chars, settings.prefix_max_chunks)
+        # As the replicas salt their blocks: by the authenticated tenant, never a client's header.
+        salt = tenant if record.prefix_by_caller else ""
+        hashes = chunk_hashes(text, salt, settings.prefix_chunk_chars, settings.prefix_max_chunks)
         slack = max(1.0, settings.prefix_load_slack * record.max_batch_size)
         return PrefixAsk(hashes, LoadGuard(slack, settings.prefix_load_ratio))
 
-    def _class_of(self, ref: DeploymentRef, scope: Message, document: object) -> PriorityClass:
-        """The priority class a request names at `ref`, read as its replicas read it (headers, else
-        an OpenAI body's metadata.priority); BadRequest naming it and the classes there are when
-        the deployment has no such class (then nothing is held, nor woken)."""
-        priority, caller, composed = named_in_headers(scope["headers"])
+    def _class_of(
+        self, ref: DeploymentRef, scope: Message, document: object, caller: Caller
+    ) -> tuple[PriorityClass, str]:
+        """The class `caller` is granted at `ref` for what the request asks (the batchd-priority
+        header, else an OpenAI body's metadata.priority), and who within its tenant sent it (the
+        batchd-fairness-id header, else the body's `user`, else ""). BadRequest for a class the
+        deployment lacks, Forbidden for one the tenant may not use; each names only the classes
+        the tenant may use (then nothing is held, nor woken)."""
+        priority, fairness, _ = named_in_headers(scope["headers"])
+        model = self.directory.model_of(ref)
         try:
-            asked, _ = asked_class(self.directory.classes(ref), priority, caller, document, composed=composed)
+            in_body, user = named_in_body(document) if document is not None else (None, None)
+            asked = priority.decode("latin-1") if priority is not None else in_body
+            granted = granted_class(
+                caller.tenant, self.directory.classes(ref), asked, composed=bool(caller.called_by)
+            )
         except PriorityError as error:
-            raise BadRequest(f"model {self.directory.model_of(ref)!r}: {error}") from None
-        return asked
+            raise BadRequest(f"model {model!r}: {error}") from None
+        except NotEntitled as error:
+            raise Forbidden(f"model {model!r}: {error}", "not_entitled", caller.tenant.name) from None
+        who = fairness.decode("latin-1") if fairness is not None else (user or "")
+        return granted, who
+
+    async def _caller(self, ref: DeploymentRef, scope: Message) -> Caller:
+        record = self.directory.record(ref)
+        return await caller_of(
+            record.access,
+            ref,
+            scope["headers"],
+            self.keyring.get(ref),
+            self.reviews,
+            lambda other: self.directory.get(other) is not None,
+        )
+
+    def _charge(self, ref: DeploymentRef, caller: Caller) -> Callable[[bytes], None] | None:
+        """What charges an answer's tokens to the tenant's quota; None where it has none."""
+        tenant = caller.tenant
+        if tenant.tokens_per_minute is None:
+            return None
+        return lambda body: self.quotas.charge(ref, tenant, tokens_used(body))
+
+    def _signing_key(self, ref: DeploymentRef) -> bytes | None:
+        """The key to sign `ref`'s stamps with. None for an open deployment whose Secret is not read
+        yet: its replicas take unstamped requests as `anonymous`, which is all it would stamp.
+        NoSigningKey for any other: its replicas would refuse what is not signed."""
+        credentials = self.keyring.get(ref)
+        key = credentials.signing_key if credentials is not None else None
+        if key is None and not self.directory.record(ref).access.open:
+            raise NoSigningKey(
+                f"deployment {ref}: its access Secret {access_secret_name(ref.name)} is not read yet"
+            )
+        return key
 
     async def _route(
         self,
@@ -244,7 +326,11 @@ class Router:
         """`received`: what was read of the request so far (the body, when the model is named in
         it); `document`: that body, read as JSON."""
         deadline = deadline_of(scope["headers"])
-        priority = self._class_of(ref, scope, document).priority
+        caller = await self._caller(ref, scope)
+        key = self._signing_key(ref)
+        granted, who = self._class_of(ref, scope, document, caller)
+        self.quotas.admit(ref, caller.tenant)
+        priority = granted.priority
         if not self.directory.replicas(ref):
             held_at = time.monotonic()
             try:
@@ -252,7 +338,7 @@ class Router:
             finally:
                 if trace is not None:
                     trace.held(time.monotonic() - held_at)
-        prefix = await self._prefix_of(ref, route, scope["headers"], receive, received, document)
+        prefix = await self._prefix_of(ref, route, caller.tenant.name, receive, received, document)
         if not received:
             received.append(await receive())
         if received[-1]["type"] == "http.disconnect":
@@ -262,9 +348,26 @@ class Router:
         if scope["query_string"]:
             target = f"{target}?{scope['query_string'].decode('latin-1')}"
         watch = ClientWatch(receive) if body.complete else None
-        headers = request_headers(scope["headers"], self._replaced if trace is not None else frozenset())
+        lines, length = request_headers(
+            scope["headers"], self._stripped_traced if trace is not None else self._stripped
+        )
+        lines += stamped(
+            key, scope["method"], target, Stamp(caller.tenant.name, granted.name, who, caller.called_by)
+        )
+        headers = (lines, length)
         request = Outbound(
-            ref, model, scope["method"], target, headers, body, deadline, watch, priority, prefix, trace
+            ref,
+            model,
+            scope["method"],
+            target,
+            headers,
+            body,
+            deadline,
+            watch,
+            priority,
+            prefix,
+            trace,
+            self._charge(ref, caller),
         )
         try:
             return await self.forwarder.forward(request, send)

@@ -1,9 +1,10 @@
-"""The least the router may do in the Kubernetes API: list and watch two kinds, nothing else.
+"""The least the router may do in the Kubernetes API: list and watch three kinds, and review callers.
 
-It reads BatchedDeployments (model name -> deployment) and the EndpointSlices of their Services
-(ready replicas). It never gets single objects, never writes, and reads no Pods, Services or
-Secrets. Bound cluster-wide as a ClusterRole when `BATCHD_NAMESPACES` is empty, otherwise as a
-Role in each namespace. The chart renders these rules; `rbac_rules()` is their one source.
+It reads BatchedDeployments (model name -> deployment), the EndpointSlices of their Services
+(ready replicas) and the operator's access Secrets (selected by label), and asks the API server to
+review callers' tokens. It never gets single objects, never writes, and reads no Pods or Services.
+Bound cluster-wide as a ClusterRole when `BATCHD_NAMESPACES` is empty, otherwise as a Role in each
+namespace. The chart renders these rules; `rbac_rules()` is their one source.
 """
 
 from __future__ import annotations
@@ -16,7 +17,28 @@ from batchd.api.spec import GROUP, PLURAL
 RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (GROUP, PLURAL, ("list", "watch")),
     ("discovery.k8s.io", "endpointslices", ("list", "watch")),
+    # The operator's access Secrets, selected by label (`pod.ACCESS_SECRET_SELECTOR`): RBAC cannot
+    # bound a list by label, so the router asks for those alone and reads nothing else of them.
+    ("", "secrets", ("list", "watch")),
 )
+
+
+# Reviews of a ServiceAccount token and of what its account may do (`token_reviews`): both APIs
+# are cluster-scoped, and Kubernetes' own role AUTH_DELEGATOR grants exactly these two creates, so
+# the chart binds that role rather than define one of its own (as kube-rbac-proxy's users do).
+AUTH_DELEGATOR = "system:auth-delegator"
+CLUSTER_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("authentication.k8s.io", "tokenreviews", ("create",)),
+    ("authorization.k8s.io", "subjectaccessreviews", ("create",)),
+)
+
+
+def cluster_rbac_rules() -> list[dict[str, Any]]:
+    """What the router needs cluster-wide, whatever namespaces it watches (AUTH_DELEGATOR's rules)."""
+    return [
+        {"apiGroups": [group], "resources": [plural], "verbs": list(verbs)}
+        for group, plural, verbs in CLUSTER_RULES
+    ]
 
 
 def rbac_rules() -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from batchd.api.environment import ClusterClientSettings, LogLevel
-from batchd.api.pod import ROUTER_PORT
+from batchd.api.pod import ROUTER_ADMIN_PORT, ROUTER_PORT
 
 
 class RouterSettings(ClusterClientSettings):
@@ -18,6 +18,14 @@ class RouterSettings(ClusterClientSettings):
     # Loopback by default: a router listening on a shared pod network is the chart's decision.
     host: str = "127.0.0.1"
     port: int = Field(default=ROUTER_PORT, ge=0, le=65535)
+    # The port of `/metrics` and `GET /held` (the scraper's and the operator's), on the same host:
+    # never the clients' port, so that a NetworkPolicy can let in the scraper and no client.
+    admin_port: int = Field(default=ROUTER_ADMIN_PORT, ge=0, le=65535)
+    # The router's own Service and namespace (the chart sets them, BATCHD_ROUTER_SERVICE and
+    # BATCHD_ROUTER_NAMESPACE): each router enforces a tenant's quota divided by the ready endpoints
+    # of that Service. Empty: this router alone (a router run by hand enforces the whole quota).
+    router_service: str = ""
+    router_namespace: str = ""
     log_level: LogLevel = "info"
     # On SIGTERM: how long requests in flight and held get to finish before held ones are refused
     # (503 + Retry-After) and the router exits (seconds). As long as a hold may last, so that a

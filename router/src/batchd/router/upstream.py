@@ -9,7 +9,7 @@ answers are retried.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from batchd.api.headers import REFUSED_HEADER, TIMEOUT_HEADER
 from batchd.router.client_request import Body, ClientWatch, Send
@@ -145,11 +145,14 @@ class Upstream:
         return Answer(self.pool, replica, connection)
 
 
-async def relay(answer: Answer, send: Send) -> None:
-    """The replica's answer to the client: small ones in one write, the rest (streams) as they come."""
+async def relay(answer: Answer, send: Send, answered: Callable[[bytes], None] | None = None) -> None:
+    """The replica's answer to the client: small ones in one write (told to `answered`), the rest
+    (streams) as they come."""
     length = answer.content_length
     if length is not None and length <= WHOLE_ANSWER_MAX_BYTES:
         body = await answer.read()
+        if answered is not None:
+            answered(body)
         answer.started = True
         await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
         await send({"type": "http.response.body", "body": body})

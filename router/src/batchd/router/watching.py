@@ -1,11 +1,12 @@
-"""The router's two watches: BatchedDeployments (model names) and their Services' EndpointSlices.
+"""The router's watches: BatchedDeployments (model names, who may call), their Services'
+EndpointSlices, and their access Secrets (signing keys, API key digests).
 
 Each runs LIST then WATCH from the list's resourceVersion, applying every event to the
 `Directory`; when the watch ends (its timeout, 410 Gone, the API server away) it lists again, so
 nothing deleted while no watch was open is remembered. EndpointSlices are selected
 by labels the EndpointSlice controller copies from the operator's Services (`pod.SLICE_SELECTOR`),
 so one watch sees every replica of every deployment and nothing else. The router is ready once
-both lists have been applied.
+every list has been applied.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Any, Protocol
 import aiohttp
 
 from batchd.api.kube_connection import ApiError, resource_path
-from batchd.api.pod import SLICE_SELECTOR
+from batchd.api.pod import ACCESS_SECRET_SELECTOR, SLICE_SELECTOR
 from batchd.api.spec import GROUP, PLURAL, VERSION
+from batchd.router.access import Keyring
 from batchd.router.directory import Directory
 
 logger = logging.getLogger(__name__)
@@ -39,7 +41,7 @@ class Watched:
     replace: Callable[[Iterable[Mapping[str, Any]], str | None], None]
 
 
-def watched_kinds(directory: Directory) -> tuple[Watched, Watched]:
+def watched_kinds(directory: Directory, keyring: Keyring) -> tuple[Watched, Watched, Watched]:
     deployments = Watched(
         "BatchedDeployments",
         f"{GROUP}/{VERSION}",
@@ -58,7 +60,18 @@ def watched_kinds(directory: Directory) -> tuple[Watched, Watched]:
         directory.delete_slice,
         directory.replace_slices,
     )
-    return deployments, slices
+    # The operator's access Secrets alone (by label): each deployment's signing key and API key
+    # digests, never the users' own Secrets, which hold the keys.
+    secrets = Watched(
+        "access Secrets",
+        "v1",
+        "secrets",
+        ACCESS_SECRET_SELECTOR,
+        keyring.put_secret,
+        keyring.delete_secret,
+        keyring.replace_secrets,
+    )
+    return deployments, slices, secrets
 
 
 class Source(Protocol):

@@ -90,6 +90,7 @@ async def _routed(options: Options, workdir: Path) -> Part:
                     namespaces.router(prefix_routing=False) as two_choices,
                 ):
                     urls = {PREFIX: prefix.url, TWO_CHOICES: two_choices.url}
+                    admins = {PREFIX: prefix.admin_url, TWO_CHOICES: two_choices.admin_url}
                     for repeat in range(options.repeats):
                         seed = 1000 * (repeat + 1) + 500
                         stream = endless_conversations(tokenizer, shape, seed)
@@ -109,7 +110,7 @@ async def _routed(options: Options, workdir: Path) -> Part:
                             zip(begun, conversations(tokenizer, shape, len(begun), seed + 2), strict=True)
                         )
                         for subject in rotated(SUBJECTS, repeat):
-                            before = await asyncio.to_thread(routes_of, urls[subject])
+                            before = await asyncio.to_thread(routes_of, admins[subject])
                             outcomes = await client.conversations(
                                 urls[subject],
                                 arriving,
@@ -118,7 +119,7 @@ async def _routed(options: Options, workdir: Path) -> Part:
                                 seed + 3,
                                 caller=_caller(subject, repeat),
                             )
-                            routes = await routed_since(urls[subject], before)
+                            routes = await routed_since(admins[subject], before)
                             keep(
                                 ROUTED_CONVERSATIONS,
                                 subject,
@@ -127,7 +128,7 @@ async def _routed(options: Options, workdir: Path) -> Part:
                         for load, workload in ((ROUTED_HOT, HOT), (ROUTED_UNIQUE, UNIQUE)):
                             for subject in rotated(SUBJECTS, repeat):
                                 requests = jobs(workload, shape, vocabulary, seed + 4)
-                                before = await asyncio.to_thread(routes_of, urls[subject])
+                                before = await asyncio.to_thread(routes_of, admins[subject])
                                 outcomes = await client.closed_loop(
                                     urls[subject],
                                     requests,
@@ -135,7 +136,7 @@ async def _routed(options: Options, workdir: Path) -> Part:
                                     window[1],
                                     caller=_caller(subject, repeat),
                                 )
-                                routes = await routed_since(urls[subject], before)
+                                routes = await routed_since(admins[subject], before)
                                 found = dataclasses.replace(figures(outcomes, *window), routes=routes)
                                 keep(load, subject, found)
                         for replica in replicas:
@@ -153,10 +154,10 @@ async def _routed(options: Options, workdir: Path) -> Part:
     return Part(setup, runs, routing_goals(runs), {ROUTED_CONVERSATIONS: median(rates)})
 
 
-def routes_of(router_url: str) -> dict[str, int]:
-    """How the router has routed text-generation requests so far, by outcome (its metrics; an
-    outcome it never had, or a router that does not route by prefix, counts nothing)."""
-    text = httpx.get(f"{router_url}/metrics", timeout=10).text
+def routes_of(admin_url: str) -> dict[str, int]:
+    """How the router has routed text-generation requests so far, by outcome (its metrics, on its
+    admin port; an outcome it never had, or a router that does not route by prefix, counts nothing)."""
+    text = httpx.get(f"{admin_url}/metrics", timeout=10).text
     counts: dict[str, int] = {}
     for outcome in OUTCOMES:
         with contextlib.suppress(LookupError):
@@ -164,9 +165,9 @@ def routes_of(router_url: str) -> dict[str, int]:
     return counts
 
 
-async def routed_since(router_url: str, before: dict[str, int]) -> dict[str, int]:
+async def routed_since(admin_url: str, before: dict[str, int]) -> dict[str, int]:
     """How the router routed the requests since `before` (its counts then), by outcome."""
-    now = await asyncio.to_thread(routes_of, router_url)
+    now = await asyncio.to_thread(routes_of, admin_url)
     return {outcome: count - before.get(outcome, 0) for outcome, count in now.items()}
 
 

@@ -39,7 +39,7 @@ class Routed:
 
     async def held(self) -> int:
         """Requests the router holds for the deployment now (its `GET /held`)."""
-        async with aiohttp.ClientSession() as client, client.get(f"{self.router.url}/held") as response:
+        async with aiohttp.ClientSession() as client, client.get(f"{self.router.admin_url}/held") as response:
             document = await response.json()
         return sum(int(entry["held_requests"]) for entry in document["deployments"])
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import MutableMapping
+from typing import Any
 
 import orjson
 
 from batchd.api.headers import TIMEOUT_HEADER, parse_timeout_s
-from batchd.api.priority import named_in_headers
 from batchd.replica.errors import (
     ErrorAnswer,
     ErrorBodyMaker,
@@ -25,6 +26,7 @@ from batchd.replica.errors import (
     describe,
     http_error,
 )
+from batchd.replica.front.gate import ANONYMOUS, Caller, Gate
 from batchd.replica.replica import Replica
 from batchd.replica.traces import RequestTrace
 from batchd.replica.waiting import NO_CLIENT, Abandoned, Client
@@ -35,42 +37,46 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 def client_of(
-    headers: list[tuple[bytes, bytes]], gone: Abandoned | None, trace: RequestTrace | None = None
+    gate: Gate,
+    scope: MutableMapping[str, Any],
+    gone: Abandoned | None,
+    trace: RequestTrace | None = None,
 ) -> Client:
-    """The request's client: how long it still waits, its priority class and who it is, where its
-    headers say, `gone` (see `client_waiting`) and the request's span."""
+    """The client of the ASGI request `scope`: who it is, as `gate` believes it (Unauthenticated,
+    a 401, where it may not), how long it still waits, `gone` (see `client_waiting`) and its span."""
+    headers = scope["headers"]
+    target = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    if scope.get("query_string"):
+        target = f"{target}?{scope['query_string'].decode('latin-1')}"
+    caller = gate.caller(scope["method"], target, headers)
     timeout = next((value for name, value in headers if name == TIMEOUT_HEADER), None)
-    priority, caller, composed = named_in_headers(headers)
-    return client_waiting(timeout, gone, priority, caller, composed, trace)
+    return client_waiting(timeout, gone, caller, trace)
 
 
 def client_waiting(
     timeout: bytes | None,
     gone: Abandoned | None,
-    priority: bytes | None = None,
-    caller: bytes | None = None,
-    composed: bool = False,
+    caller: Caller = ANONYMOUS,
     trace: RequestTrace | None = None,
 ) -> Client:
     """A client that waits `timeout` seconds (the `batchd-timeout-s` value, None where it did not
-    say), in the class `priority` names, as `caller`, on a composer's call or not (`composed`), its
-    request traced by `trace`; InvalidInput (a 400) naming the header and the value when the
-    timeout is no positive number."""
-    if timeout is None and priority is None and caller is None and not composed and trace is None:
+    say), as `caller` (`gate`), its request traced by `trace`; InvalidInput (a 400) naming the
+    header and the value when the timeout is no positive number."""
+    if timeout is None and caller == ANONYMOUS and trace is None:
         return NO_CLIENT if gone is None else Client(gone)
     try:
         timeout_s = None if timeout is None else parse_timeout_s(timeout)
     except ValueError as error:
         raise InvalidInput(str(error)) from None
-    caller_id = "" if caller is None else caller.decode("latin-1")
     return Client(
         gone,
         timeout_s,
-        None if priority is None else priority.decode("latin-1"),
-        caller_id,
-        tenant=caller_id,
-        composed=composed,
+        None if caller.priority is None else caller.priority.decode("latin-1"),
+        "" if caller.caller is None else caller.caller.decode("latin-1"),
+        tenant=caller.tenant,
+        composed=caller.composed,
         trace=trace,
+        queue_items=caller.queue_items,
     )
 
 

@@ -23,6 +23,7 @@ from batchd.api import __version__
 from batchd.api.spec import BatchedDeployment
 from batchd.replica.errors import http_error
 from batchd.replica.front.asgi import InferenceRoutes
+from batchd.replica.front.gate import Gate
 from batchd.replica.front.openapi import document
 from batchd.replica.front.protocols import ENDPOINTS, kserve_v1, open_inference
 from batchd.replica.models.base import BatchModel
@@ -110,4 +111,5 @@ def create_app(
         return Response(orjson.dumps(answer.body), status_code=answer.status, media_type="application/json")
 
     # What uvicorn runs: the inference routes in front, the FastAPI app behind (`.replica`, `.app`).
-    return InferenceRoutes(app, replica, ENDPOINTS)
+    gate = Gate.reading(lambda: replica.manifest, settings.signing_key_file)
+    return InferenceRoutes(app, replica, ENDPOINTS, gate)

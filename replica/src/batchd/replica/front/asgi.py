@@ -30,6 +30,7 @@ from batchd.api.routes import RouteTable
 from batchd.replica.errors import ClientDisconnected, TooLarge, describe
 from batchd.replica.front import answers
 from batchd.replica.front.endpoints import BinaryAnswer, Call, Endpoint, EventStream
+from batchd.replica.front.gate import Gate
 from batchd.replica.json_encoding import json_bytes
 from batchd.replica.replica import Replica
 
@@ -39,16 +40,24 @@ logger = logging.getLogger(__name__)
 class InferenceRoutes:
     """ASGI: answers the endpoints' routes itself and hands every other request to `app`."""
 
-    def __init__(self, app: ASGIApp, replica: Replica, endpoints: tuple[Endpoint, ...]) -> None:
+    def __init__(self, app: ASGIApp, replica: Replica, endpoints: tuple[Endpoint, ...], gate: Gate) -> None:
         self.app = app
         self.replica = replica
+        self.gate = gate
         self.routes = RouteTable(endpoint.route for endpoint in endpoints)
         self._endpoints = {endpoint.route.operation: endpoint for endpoint in endpoints}
         self._max_body = replica.settings.max_body_bytes
+        # With a port of its own, /metrics is served there alone (`settings.metrics_port`).
+        self.metrics_port = replica.settings.metrics_port
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if self.metrics_port and not self._on_its_port(scope):
+            await _send_json(
+                send, 404, orjson.dumps({"error": f"{scope['path']} is not served on this port"})
+            )
             return
         if self.replica.batcher.draining:
             send = closing(send)  # every answer from now on tells the client to leave (see `server`)
@@ -74,7 +83,7 @@ class InferenceRoutes:
         )
         stream: _StreamSender | None = None
         try:
-            client = answers.client_of(scope["headers"], partial(_disconnected, receive), trace)
+            client = answers.client_of(self.gate, scope, partial(_disconnected, receive), trace)
             body = await _read_body(receive, self._max_body)
             call = Call(replica, found.model_name, body, scope, client)
             if endpoint.streaming is not None:
@@ -107,6 +116,13 @@ class InferenceRoutes:
             await payload.send(send)
         else:
             await _send_json(send, 200, payload)
+
+    def _on_its_port(self, scope: Scope) -> bool:
+        """Whether the request came in where its path is served: /metrics on the metrics port,
+        everything else on the other."""
+        server = scope.get("server")
+        on_metrics_port: bool = server is not None and server[1] == self.metrics_port
+        return on_metrics_port is (scope["path"] == "/metrics")
 
 
 class _StreamSender:

@@ -30,12 +30,14 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from batchd.api.headers import CALLED_BY_HEADER, FAIRNESS_HEADER, PRIORITY_HEADER, TIMEOUT_HEADER
+from batchd.api.headers import TIMEOUT_HEADER
 from batchd.api.httpserver import HeadWithBody
 from batchd.api.routes import KSERVE_V1_PREDICT, MODEL_NAME
 from batchd.replica.errors import ClientDisconnected, error_body
 from batchd.replica.front import answers
+from batchd.replica.front.asgi import InferenceRoutes
 from batchd.replica.front.endpoints import parse_json
+from batchd.replica.front.gate import Gate
 from batchd.replica.front.keepalive import BoundedHttpToolsProtocol
 from batchd.replica.front.protocols.kserve_v1 import decode_instances, predictions
 from batchd.replica.json_encoding import json_bytes
@@ -49,6 +51,8 @@ class DirectProtocol(BoundedHttpToolsProtocol):
     every other request as uvicorn answers it; `direct_protocol` makes one for a replica."""
 
     replica: Replica
+    gate: Gate
+    metrics_port = 0
     path = b""  # the one path answered directly
     max_body = 0
 
@@ -78,6 +82,8 @@ class DirectProtocol(BoundedHttpToolsProtocol):
         """A `_Prediction` when the request whose headers just ended goes direct, else None."""
         if self.url != self.path or self.parser.get_method() != b"POST" or self.expect_100_continue:
             return None
+        if self.metrics_port and self.server is not None and self.server[1] == self.metrics_port:
+            return None  # the front answers it: nothing but /metrics is served there
         cycle = self.cycle
         if (cycle is not None and not cycle.response_complete) or self.pipeline:
             return None
@@ -87,20 +93,12 @@ class DirectProtocol(BoundedHttpToolsProtocol):
         if replica.batcher.draining or replica.schedules_tokens or self.limit_concurrency is not None:
             return None
         length: bytes | None = None
-        # The client's timeout, priority and caller, and whether a composer calls (names are lower case).
-        client: list[bytes | None] = [None, None, None, None]
+        timeout: bytes | None = None  # the client's batchd-timeout-s (names are lower case)
         for name, value in self.headers:
             if name == b"content-length":
                 length = value
-            elif name.startswith(b"batchd-"):
-                if name == TIMEOUT_HEADER:
-                    client[0] = value
-                elif name == PRIORITY_HEADER:
-                    client[1] = value
-                elif name == FAIRNESS_HEADER:
-                    client[2] = value
-                elif name == CALLED_BY_HEADER:
-                    client[3] = value
+            elif name == TIMEOUT_HEADER:
+                timeout = value
             elif name == b"transfer-encoding":
                 return None
         if length is None or not length.isdigit() or int(length) > self.max_body:
@@ -116,7 +114,7 @@ class DirectProtocol(BoundedHttpToolsProtocol):
                 KSERVE_V1_PREDICT.operation, KSERVE_V1_PREDICT.path, "POST", self.path.decode(), self.headers
             )
         )
-        return _Prediction(self, replica, keep_alive, client, trace)
+        return _Prediction(self, replica, keep_alive, timeout, trace)
 
     def on_body(self, body: bytes) -> None:
         direct = self._direct
@@ -141,11 +139,14 @@ class DirectProtocol(BoundedHttpToolsProtocol):
         self.on_response_complete()
 
 
-def direct_protocol(bounded: type[BoundedHttpToolsProtocol], replica: Replica) -> type[DirectProtocol]:
-    """`bounded` (uvicorn's protocol with the replica's keep-alive bounds), answering `replica`'s
-    KServe V1 predictions directly (see the module docstring)."""
+def direct_protocol(bounded: type[BoundedHttpToolsProtocol], app: InferenceRoutes) -> type[DirectProtocol]:
+    """`bounded` (uvicorn's protocol with the replica's keep-alive bounds), answering the KServe V1
+    predictions of `app`'s replica directly, past the same gate (see the module docstring)."""
+    replica = app.replica
     attributes = {
         "replica": replica,
+        "gate": app.gate,
+        "metrics_port": app.metrics_port,
         "path": KSERVE_V1_PREDICT.path.replace(MODEL_NAME, replica.model_name).encode(),
         "max_body": replica.settings.max_body_bytes,
     }
@@ -158,7 +159,6 @@ class _Prediction:
 
     __slots__ = (
         "chunks",
-        "client",
         "keep_alive",
         "protocol",
         "reading",
@@ -166,6 +166,7 @@ class _Prediction:
         "response_complete",
         "started",
         "submitted",
+        "timeout",
         "trace",
     )
 
@@ -174,12 +175,12 @@ class _Prediction:
         protocol: DirectProtocol,
         replica: Replica,
         keep_alive: bool,
-        client: list[bytes | None],
+        timeout: bytes | None,
         trace: RequestTrace | None,
     ) -> None:
         self.trace = trace
         self.protocol = protocol
-        self.client = client  # its batchd- headers: timeout, priority, caller, called-by
+        self.timeout = timeout  # its batchd-timeout-s
         self.replica = replica
         self.keep_alive = keep_alive
         self.chunks: list[bytes] = []
@@ -194,10 +195,9 @@ class _Prediction:
         self.reading = False
         try:
             # The client is watched by the protocol (`abandon`), not by a coroutine of its own.
-            timeout, priority, caller, called_by = self.client
-            client = answers.client_waiting(
-                timeout, None, priority, caller, called_by is not None, self.trace
-            )
+            protocol = self.protocol
+            caller = protocol.gate.caller("POST", protocol.path.decode(), protocol.headers)
+            client = answers.client_waiting(self.timeout, None, caller, self.trace)
             items = decode_instances(parse_json(b"".join(self.chunks)))
             self.submitted = self.replica.submit(items, "instances", client)
         except Exception as error:

@@ -9,18 +9,19 @@ from __future__ import annotations
 import uvicorn
 
 from batchd.api.draining import DrainingServer
+from batchd.replica.front.asgi import InferenceRoutes
 from batchd.replica.front.direct import direct_protocol
 from batchd.replica.front.keepalive import BoundedHttpToolsProtocol, bounded_protocol
 from batchd.replica.replica import Replica
 
 
-def replica_protocol(replica: Replica, *, access_log: bool = False) -> type[BoundedHttpToolsProtocol]:
+def replica_protocol(app: InferenceRoutes, *, access_log: bool = False) -> type[BoundedHttpToolsProtocol]:
     """The connection protocol a replica's uvicorn runs: httptools with the keep-alive bounds
     (`keepalive`) and, unless every request is to be logged, the direct path (`direct`); the
     access log is written by uvicorn's cycle, which a direct request does not have."""
-    settings = replica.settings
+    settings = app.replica.settings
     protocol = bounded_protocol(settings.keepalive_max_requests, settings.keepalive_max_age_s)
-    return protocol if access_log else direct_protocol(protocol, replica)
+    return protocol if access_log else direct_protocol(protocol, app)
 
 
 class ReplicaServer(DrainingServer):

@@ -19,7 +19,14 @@ from typing import Literal
 
 from batchd.api.priority import PriorityClass, PriorityClasses
 from batchd.api.spec import BatchingSpec
-from batchd.replica.batching import ClassObserver, NullBatchObserver, class_of, first_come, refusal
+from batchd.replica.batching import (
+    ClassObserver,
+    NullBatchObserver,
+    class_of,
+    first_come,
+    over_share,
+    refusal,
+)
 from batchd.replica.errors import Displaced, Draining, QueueTimedOut, Shed
 from batchd.replica.generation.engine import GenerationEngine, SequenceState
 from batchd.replica.generation.params import Completion, GenerationRequest
@@ -27,7 +34,7 @@ from batchd.replica.generation.prefix_cache import PrefixCache
 from batchd.replica.generation.preparing import Preparer
 from batchd.replica.generation.streams import Deliver, SequenceObserver, SequenceStream
 from batchd.replica.queue_timeouts import QueueTimeouts
-from batchd.replica.queueing import NO_CALLER
+from batchd.replica.queueing import NO_CALLER, fair_line
 from batchd.replica.waiting import NO_CLIENT, Client
 
 
@@ -139,6 +146,9 @@ class TokenLevel:
         if self._draining:
             raise Draining()
         priority_class, caller = class_of(self._classes, client)
+        shared = over_share(self.engine.queue, client, count, self._retry_after_s())
+        if shared is not None:
+            raise shared
         bound = self._config.max_queued_requests
         # A sequence waits only when no row is free: those a free row takes are behind no one.
         made, queued = self.engine.make_room(priority_class.name, count, bound)
@@ -150,7 +160,7 @@ class TokenLevel:
         for displaced, displaced_class in made:
             self._classes_observer.class_refused(displaced_class.name, "displaced", 1)
             displaced.deliver(Displaced(displaced_class.name, priority_class.name, self._retry_after_s()))
-        return priority_class, caller if self._config.fair_share else NO_CALLER
+        return priority_class, caller if self._config.fair_share else fair_line(client.tenant, NO_CALLER)
 
     def _retry_after_s(self) -> float:
         """About when the sequences waiting now have had their rows."""

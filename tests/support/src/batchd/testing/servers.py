@@ -93,6 +93,12 @@ class ServerProcess:
     process: subprocess.Popen[bytes]
     log_path: Path
     ready_path: str = REPLICA_READY_PATH
+    admin_port: int = 0  # a router's admin port (`/metrics`, `GET /held`); 0: none
+
+    @property
+    def admin_url(self) -> str:
+        assert self.admin_port, f"{self.name} has no admin port"
+        return f"http://{self.host}:{self.admin_port}"
 
     @property
     def url(self) -> str:
@@ -131,7 +137,8 @@ class ServerProcess:
             ) from None
 
     def metrics(self) -> str:
-        response = httpx.get(f"{self.url}/metrics", timeout=5)
+        """Its /metrics page (a router's on its admin port)."""
+        response = httpx.get(f"{self.admin_url if self.admin_port else self.url}/metrics", timeout=5)
         if response.status_code != 200:
             raise ServerFailed(f"{self.name}: GET /metrics answered {response.status_code}")
         return response.text
@@ -237,10 +244,12 @@ def start_router(
     """`batchd-router` in its own process, reading the cluster through `kubeconfig`; `settings` are
     RouterSettings fields (`{"hold_timeout_s": 5}` -> `BATCHD_HOLD_TIMEOUT_S=5`), `env` other
     variables (OTEL_*). Not waited on: `wait_ready` returns once it has listed the deployments and
-    endpoints."""
+    endpoints. Its admin port is a free one unless `settings` name it, so that routers of one
+    machine never meet on the default (`admin_url`)."""
+    settings = {"admin_port": free_port(host), **(settings or {})}
     env = {**(env or {}), "KUBECONFIG": str(kubeconfig), "BATCHD_LOG_LEVEL": "warning"}
-    env.update({f"BATCHD_{key.upper()}": str(value) for key, value in (settings or {}).items()})
-    return start_process(
+    env.update({f"BATCHD_{key.upper()}": str(value) for key, value in settings.items()})
+    router = start_process(
         name,
         router_command(),
         log_dir,
@@ -250,6 +259,8 @@ def start_router(
         port=port,
         ready_path=ROUTER_READY_PATH,
     )
+    router.admin_port = int(settings["admin_port"])
+    return router
 
 
 @contextmanager

@@ -15,7 +15,15 @@ import httpx
 import yaml
 
 from batchd.api.kube_connection import resource_path
-from batchd.api.pod import STABLE, Track, selector_string
+from batchd.api.pod import (
+    COMPONENT_LABEL,
+    INSTANCE_LABEL,
+    ROUTER_ADMIN_PORT,
+    ROUTER_COMPONENT,
+    STABLE,
+    Track,
+    selector_string,
+)
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.testing import ROOT
 from batchd.testing.kubernetes.components import (
@@ -39,6 +47,9 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "pod": ("v1", "pods", True),
     "event": ("v1", "events", True),
     "configmap": ("v1", "configmaps", True),
+    "secret": ("v1", "secrets", True),
+    "serviceaccount": ("v1", "serviceaccounts", True),
+    "networkpolicy": ("networking.k8s.io/v1", "networkpolicies", True),
     "poddisruptionbudget": ("policy/v1", "poddisruptionbudgets", True),
     "clusterrole": ("rbac.authorization.k8s.io/v1", "clusterroles", False),
     "crd": ("apiextensions.k8s.io/v1", "customresourcedefinitions", False),
@@ -125,20 +136,44 @@ class Release:
             if not is_terminating(pod) and (is_ready(pod) or not ready)
         ]
 
+    def router_url(self) -> str:
+        """Where clients reach the release's routers: their Service."""
+        return self.service_url(f"{self.name}-router", 80)
+
+    def router_admin_urls(self) -> list[str]:
+        """The admin ports (`/metrics`, `GET /held`) of the release's serving router pods, which
+        no Service exposes but the monitors'."""
+        selector = f"{INSTANCE_LABEL}={self.name},{COMPONENT_LABEL}={ROUTER_COMPONENT[COMPONENT_LABEL]}"
+        pods = list_objects(self.api, "pod", self.namespace, labelSelector=selector)
+        serving = [pod for pod in pods if is_ready(pod) and not is_terminating(pod)]
+        return [f"http://{pod['status']['podIP']}:{ROUTER_ADMIN_PORT}" for pod in serving]
+
+    def router_admin_url(self, timeout_s: float = 120) -> str:
+        """The admin port of the release's one serving router pod (`ONE_ROUTER`; waits until there
+        is one)."""
+        found = eventually(
+            lambda: len(urls := self.router_admin_urls()) == 1 and urls,
+            timeout_s=timeout_s,
+            what=f"one serving router pod of {self.name}",
+        )
+        return found[0]
+
     def service_url(self, name: str, port: int) -> str:
         """The address of the Service's port: its ClusterIP, which kube-proxy spreads over the pods."""
         service = self.get("service", name)
         assert service is not None, f"no Service {name} in {self.namespace}"
         return f"http://{service['spec']['clusterIP']}:{port}"
 
-    def first_answer(self, url: str, body: dict[str, Any], timeout_s: float = 30) -> httpx.Response:
+    def first_answer(
+        self, url: str, body: dict[str, Any], timeout_s: float = 30, *, headers: dict[str, str] | None = None
+    ) -> httpx.Response:
         """The first answer to a POST to a Service's address. A Service's pods being Ready is not
         enough: kube-proxy programs its address on its own next sync, and until then the node
         refuses the connection."""
 
         def answer() -> httpx.Response | None:
             try:
-                return httpx.post(url, json=body, timeout=10)
+                return httpx.post(url, json=body, headers=headers, timeout=10)
             except httpx.ConnectError:
                 return None
 

@@ -1,0 +1,102 @@
+"""Who a request's caller is, as a replica believes it: what batchd's router signed, or nobody.
+
+The router authenticates callers, grants each a class, and stamps what it decided in headers it
+signs with the deployment's key (`batchd.api.stamp`). A replica believes those headers only with
+a valid, fresh, unused stamp, so it does not depend on the network to tell a router's request
+from anyone else's. Both fronts ask here (`answers.client_of` and the direct path), so there is
+one way in.
+
+- A deployment with `spec.access` serves only stamped requests: anything else is a 401
+  (Unauthenticated), whatever headers it sends.
+- An open deployment (no `spec.access`) serves unstamped requests too, as the one tenant
+  `anonymous`, with the class and the fairness id its headers name: every caller may use every
+  class there, so nothing is granted that was not already.
+- Stamped headers that do not check (forged, stale, replayed, or unverifiable without a key)
+  are a 401 at either: a request that claims the router's word and lacks it is refused, never
+  served as something else.
+
+Health, readiness, metadata and `/load` do not come here: they are the kubelet's, the
+operator's and the router's, and carry no caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from batchd.api.access import ANONYMOUS_TENANT, AccessPolicy
+from batchd.api.priority import named_in_headers
+from batchd.api.spec import BatchedDeployment
+from batchd.api.stamp import BadStamp, ReplayGuard, stamp_present, verified
+from batchd.replica.errors import Unauthenticated
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """What a request may claim: its tenant (whose cached prefixes and queue share it uses), the
+    class it asks for and the caller within the tenant (None: not said), and whether a composer
+    calls."""
+
+    tenant: str
+    priority: bytes | None
+    caller: bytes | None
+    composed: bool
+    queue_items: int | None = None  # its tenant's share of a replica's queue; None: the whole queue
+
+
+ANONYMOUS = Caller(ANONYMOUS_TENANT, None, None, False)  # an open deployment's caller that said nothing
+
+
+class Gate:
+    """The check every inference request passes, for one deployment: `caller` says who it is.
+    The access policy is the one of the manifest the replica serves now (`manifest()`), so a live
+    edit of spec.access applies from the next request."""
+
+    def __init__(self, manifest: Callable[[], BatchedDeployment], key: bytes | None) -> None:
+        self._manifest = manifest
+        self._key = key
+        self._guard = ReplayGuard()
+        self._policy_of: tuple[BatchedDeployment, AccessPolicy] | None = None
+
+    @classmethod
+    def reading(cls, manifest: Callable[[], BatchedDeployment], key_file: Path | None) -> Gate:
+        """A gate with the signing key at `key_file` (read once: the operator keeps the key for
+        the deployment's lifetime), or none."""
+        return cls(manifest, None if key_file is None else key_file.read_bytes())
+
+    @property
+    def policy(self) -> AccessPolicy:
+        manifest = self._manifest()
+        if self._policy_of is None or self._policy_of[0] is not manifest:
+            self._policy_of = (manifest, AccessPolicy.of(manifest.spec))
+        return self._policy_of[1]
+
+    def caller(self, method: str, target: str, headers: Iterable[tuple[bytes, bytes]]) -> Caller:
+        """Who sends `method target` with `headers`; Unauthenticated (401) saying why when the
+        replica may not believe it, or may not serve it unstamped."""
+        headers = list(headers)
+        if stamp_present(headers):
+            if self._key is None:
+                raise Unauthenticated(
+                    "the request is stamped, and this replica has no signing key to check it with"
+                )
+            try:
+                stamp = verified(self._key, method, target, headers, self._guard)
+            except BadStamp as error:
+                raise Unauthenticated(str(error)) from None
+            tenant = stamp.tenant or ANONYMOUS_TENANT
+            entitled = self.policy.tenant(tenant)
+            return Caller(
+                tenant,
+                stamp.priority.encode("latin-1") or None,
+                stamp.caller.encode("latin-1") or None,
+                bool(stamp.called_by),
+                None if entitled is None or self.policy.open else entitled.queue_items,
+            )
+        if not self.policy.open:
+            raise Unauthenticated(
+                f"deployment {self._manifest().metadata.name!r} takes requests only through batchd's router"
+            )
+        priority, caller, composed = named_in_headers(headers)
+        return Caller(ANONYMOUS_TENANT, priority, caller, composed)
