@@ -6,16 +6,14 @@ real access Secrets (as the operator writes them) and a BatchedDeployment's spec
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 import aiohttp
 import pytest
 
-from batchd.api.access import AccessPolicy, encode_key_digests, key_digest
+from batchd.api.access import AccessPolicy, key_digest
 from batchd.api.headers import STAMP_HEADER, TENANT_HEADER
 from batchd.api.manifest import lenient_spec
-from batchd.api.pod import ACCESS_COMPONENT, ACCESS_KEYS_KEY, ACCESS_SIGNING_KEY, INSTANCE_LABEL, MANAGED_BY
 from batchd.api.stamp import ReplayGuard, verified
 from batchd.router.access import (
     Forbidden,
@@ -27,9 +25,9 @@ from batchd.router.access import (
     presented,
 )
 from batchd.router.directory import DeploymentRef
+from batchd.testing.kubernetes.routed import SIGNING_KEY, access_secret
 
 PREDICT = "/v1/models/adder:predict"
-SIGNING_KEY = b"k" * 32
 CLASSES = [
     {"name": "search", "priority": 1},
     {"name": "indexing", "priority": 0},
@@ -42,26 +40,6 @@ ACCESS = {
     ]
 }
 REF = DeploymentRef("ml", "adder")
-
-
-def access_secret(name: str, namespace: str, keys: dict[str, list[str]]) -> dict[str, Any]:
-    """The access Secret as the operator keeps it: the signing key and the keys' digests."""
-    digests = encode_key_digests(
-        {tenant: [key_digest(key) for key in found] for tenant, found in keys.items()}
-    )
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": f"{name}-access",
-            "namespace": namespace,
-            "labels": {**ACCESS_COMPONENT, **MANAGED_BY, INSTANCE_LABEL: name},
-        },
-        "data": {
-            ACCESS_SIGNING_KEY: base64.b64encode(SIGNING_KEY).decode(),
-            ACCESS_KEYS_KEY: base64.b64encode(digests).decode(),
-        },
-    }
 
 
 def policy(access: dict[str, Any] | None = ACCESS) -> AccessPolicy:

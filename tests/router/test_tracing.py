@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from batchd.testing.jaeger import Span, StartJaeger
+from batchd.testing.kubernetes.routed import access_secret
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import start_replica, write_manifest
 
@@ -115,3 +116,40 @@ async def test_a_composed_request_through_the_router_is_one_trace(
     for callee_request in (s for s in spans if s.service == "callee" and s.kind == "server"):
         assert callee_request.parent in routers
         assert routers[callee_request.parent].parent in {call.span_id for call in calls}
+
+
+async def test_a_callers_sampled_flag_records_only_where_its_tenant_is_trusted(
+    cluster: Any, fakes: Any, start_jaeger: StartJaeger
+) -> None:
+    """The router records no new trace (ratio 0): a sampled `traceparent` from a tenant that is not
+    trusted joins its trace and records nothing, at the router or the replica (its flag goes on off);
+    the same from a trusted tenant is recorded, and so is a trusted caller's choice not to be."""
+    jaeger = start_jaeger(cluster.host)
+    replica = fakes("ok")
+    secret = access_secret("adder", cluster.namespace, {"plain": ["plain-key"], "trusted": ["trusted-key"]})
+    assert cluster.api.post(f"/api/v1/namespaces/{cluster.namespace}/secrets", json=secret).is_success
+    access = {
+        "tenants": [
+            {"name": "plain", "api_keys_secret": "plain-keys"},
+            {"name": "trusted", "api_keys_secret": "trusted-keys", "trust_traces": True},
+        ]
+    }
+    await cluster.deploy("adder", replica.address, access=access)
+    env = {**jaeger.environment(sampling_ratio=0.0), "OTEL_SERVICE_NAME": "batchd-router"}
+    forced, trusted = OTHER
+    async with cluster.router(env=env) as router, httpx.AsyncClient(timeout=30) as client:
+        for key, trace_id in (("plain-key", forced), ("trusted-key", trusted), ("trusted-key", TRACE)):
+            answer = await client.post(
+                f"{router.url}/v1/models/adder:predict",
+                json={"instances": [1]},
+                headers={"x-api-key": key, "traceparent": traceparent(trace_id, sampled=trace_id != TRACE)},
+            )
+            assert answer.status_code == 200, answer.text
+    sent = [seen[b"traceparent"].decode() for seen in replica.headers]
+    assert sent[0] == traceparent(forced, sampled=False)  # its trace, with nothing recorded
+    assert sent[1].startswith(f"00-{trusted}-") and sent[1].endswith("-01") and CLIENT_SPAN not in sent[1]
+    assert sent[2] == traceparent(TRACE, sampled=False)  # a trusted caller's choice holds too
+    routed = jaeger.wait_for_trace(trusted, lambda spans: bool(spans), "the trusted caller's trace")
+    assert _one(routed, "batchd-router", "server").parent == CLIENT_SPAN
+    # Sent before it, through the same exporter: had it been recorded, it would be there by now.
+    assert jaeger.trace(forced) == [] and jaeger.trace(TRACE) == []

@@ -53,7 +53,7 @@ class Tenant:
     queue_items: int  # the most items it may have waiting in one replica's queue
     requests_per_s: float | None = None  # None: no quota
     tokens_per_minute: int | None = None
-    trust_traces: bool = False
+    trust_traces: bool = False  # whether its callers' sampled flag records their requests
 
     def may_use(self, priority_class: str) -> bool:
         return self.classes is None or priority_class in self.classes
@@ -74,7 +74,10 @@ class AccessPolicy:
         batching = spec.batching
         bound = batching.max_queued_requests
         if spec.access is None:
-            everyone = Tenant(ANONYMOUS_TENANT, None, batching.default_priority_class, bound)
+            # Everyone is one tenant that may use every class: its callers' flags are trusted as
+            # before, granting nothing that was not already theirs.
+            default = batching.default_priority_class
+            everyone = Tenant(ANONYMOUS_TENANT, None, default, bound, trust_traces=True)
             return cls(open=True, tenants={ANONYMOUS_TENANT: everyone})
         access = spec.access
         declared: list[tuple[str, Entitlements]] = [(tenant.name, tenant) for tenant in access.tenants]

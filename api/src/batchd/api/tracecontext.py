@@ -91,11 +91,13 @@ class HeadSampler:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_bound", round(min(max(self.ratio, 0.0), 1.0) * (_LOW_64 + 1)))
 
-    def decide(self, parent: TraceParent | None) -> int:
+    def decide(self, parent: TraceParent | None, trusted: bool = True) -> int:
         """The id of the trace a request (continuing `parent`, if any) is recorded in; 0 when it
-        is not recorded."""
+        is not recorded. A parent's sampled flag counts only from a `trusted` caller: an untrusted
+        one's trace is recorded by the ratio on its id, so it can neither force a recording nor
+        hide from one."""
         if parent is not None:
-            if self.parent_based:
+            if self.parent_based and trusted:
                 return parent.trace_id if parent.sampled else 0
             return parent.trace_id if self._under_ratio(parent.trace_id) else 0
         trace_id = random.getrandbits(128) or 1  # as the SDK draws a new trace's id

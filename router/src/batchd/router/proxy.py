@@ -327,6 +327,8 @@ class Router:
         it); `document`: that body, read as JSON."""
         deadline = deadline_of(scope["headers"])
         caller = await self._caller(ref, scope)
+        if trace is not None:
+            trace.caller_trusted(caller.tenant.trust_traces)
         key = self._signing_key(ref)
         granted, who = self._class_of(ref, scope, document, caller)
         self.quotas.admit(ref, caller.tenant)

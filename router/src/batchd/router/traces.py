@@ -31,6 +31,11 @@ class RouteTrace(Protocol):
         """`replica` refused it before accepting it, or could not be reached: it goes to another."""
         ...
 
+    def caller_trusted(self, trusted: bool) -> None:
+        """Who the caller is is known: whether its tenant's sampled flag may decide the recording
+        (`trust_traces`). A request refused before this is taken as untrusted."""
+        ...
+
     def upstream_headers(self) -> bytes:
         """Header lines (`name: value\\r\\n`) carrying this span's context to the replica."""
         ...
@@ -51,10 +56,9 @@ class Tracing(Protocol):
 
     def request_started(
         self, method: str, route: str, path: str, headers: list[tuple[bytes, bytes]]
-    ) -> RouteTrace | None:
+    ) -> RouteTrace:
         """The trace of a request to `route` (a path template), continuing the caller's where its
-        headers carry one; None for one it does not record whose caller's context goes on as it
-        came."""
+        headers carry one, recorded or not."""
         ...
 
     def shutdown(self) -> None:

@@ -3,9 +3,12 @@
 
 Whether a request is recorded is decided first, from its headers alone (`batchd.api.tracecontext`),
 and passed on: a request the router does not record costs it a header scan and a random draw.
-One that arrived with a `traceparent` goes on with it, its sampled flag as the caller set it; one
-that arrived with none gets a `traceparent` with the flag off, so that the replica records nothing
-of it either.
+A caller's sampled flag decides only where its tenant trusts traces (`trust_traces`; every caller
+of an open deployment): any other caller's trace is recorded by the ratio on its trace id, so a
+client can neither force a recording nor hide from one. Where the two ways disagree, the span is
+started and kept or dropped once the caller is known. A request the router does not record goes
+on with its caller's trace, if any, or a new one, with the flag off, so that the replica records
+nothing of it either.
 
 A SERVER span per recorded request continues the caller's `traceparent` (never starts a trace
 beside it), and carries what the router decided: the deployment and model, the time held while
@@ -28,7 +31,9 @@ from batchd.api.tracecontext import (
     TRACEPARENT,
     TRACESTATE,
     HeadSampler,
+    TraceParent,
     caller_of,
+    traceparent,
     unrecorded_traceparent,
 )
 
@@ -55,33 +60,42 @@ class RouterTracing:
 
     def request_started(
         self, method: str, route: str, path: str, headers: list[tuple[bytes, bytes]]
-    ) -> _RouteSpan | _Unrecorded | None:
+    ) -> _RouteSpan | _Unrecorded:
         parent = caller_of(headers)
-        trace_id = self._sampler.decide(parent)
-        if not trace_id:
-            # Not recorded: a caller's context goes on as it came; without one, the replica is told.
-            return None if parent is not None else UNRECORDED
+        untrusted = self._sampler.decide(parent, trusted=False)
+        trusted = self._sampler.decide(parent) if parent is not None else untrusted
+        if not untrusted and not trusted:
+            return _Unrecorded(parent) if parent is not None else UNRECORDED
         attributes = {
             http_attributes.HTTP_REQUEST_METHOD: method,
             http_attributes.HTTP_ROUTE: route,
             url_attributes.URL_PATH: path,
         }
         context = None if parent is None else remote_context(parent)
-        return _RouteSpan(
-            self._spans.start(f"{method} {route}", trace_id, context, SpanKind.SERVER, attributes)
-        )
+        name = f"{method} {route}"
+        span = self._spans.start(name, untrusted or trusted, context, SpanKind.SERVER, attributes)
+        # None: recorded whoever calls; else whether a trusted caller's request is.
+        return _RouteSpan(span, parent, None if bool(untrusted) == bool(trusted) else bool(trusted))
 
     def shutdown(self) -> None:
         self._pipeline.shutdown()
 
 
 class _RouteSpan:
-    __slots__ = ("_headers", "_retries", "span")
+    __slots__ = ("_dropped", "_headers", "_keep_if_trusted", "_parent", "_retries", "span")
 
-    def __init__(self, span: OwnSpan) -> None:
+    def __init__(self, span: OwnSpan, parent: TraceParent | None, keep_if_trusted: bool | None) -> None:
         self.span = span
+        self._parent = parent
+        self._keep_if_trusted = keep_if_trusted  # None: settled
+        self._dropped = False  # settled as not recorded: the span never ends, so it is never sent
         self._retries = 0
         self._headers: bytes | None = None
+
+    def caller_trusted(self, trusted: bool) -> None:
+        if self._keep_if_trusted is not None:
+            self._dropped = self._keep_if_trusted is not trusted
+            self._keep_if_trusted = None
 
     def routed(self, namespace: str, name: str, model: str) -> None:
         self.span.attributes[DEPLOYMENT] = f"{namespace}/{name}"
@@ -102,12 +116,18 @@ class _RouteSpan:
         self.span.add_event(RETRY_EVENT, {REPLICA: replica, REASON: reason})
 
     def upstream_headers(self) -> bytes:
+        self.caller_trusted(False)  # no-op once the caller is known
+        if self._dropped:
+            return _Unrecorded(self._parent).upstream_headers()
         if self._headers is None:  # the same for every attempt
             headers = context_headers(self.span.context).items()
             self._headers = "".join(f"{name}: {value}\r\n" for name, value in headers).encode("latin-1")
         return self._headers
 
     def finished(self, status: int, error: BaseException | None) -> None:
+        self.caller_trusted(False)
+        if self._dropped:
+            return
         span = self.span
         attributes: dict[str, Any] = span.attributes
         attributes[http_attributes.HTTP_RESPONSE_STATUS_CODE] = status
@@ -120,9 +140,16 @@ class _RouteSpan:
 
 
 class _Unrecorded:
-    """A new trace the router does not record: nothing to note, and the replica is told so."""
+    """A request the router does not record: nothing to note, and the replica is told so, in the
+    caller's trace where it came with one."""
 
-    __slots__ = ()
+    __slots__ = ("_parent",)
+
+    def __init__(self, parent: TraceParent | None = None) -> None:
+        self._parent = parent
+
+    def caller_trusted(self, trusted: bool) -> None:
+        pass
 
     def routed(self, namespace: str, name: str, model: str) -> None:
         pass
@@ -140,7 +167,11 @@ class _Unrecorded:
         pass
 
     def upstream_headers(self) -> bytes:
-        return b"traceparent: %b\r\n" % unrecorded_traceparent()
+        parent = self._parent
+        if parent is None:
+            return b"traceparent: %b\r\n" % unrecorded_traceparent()
+        lines = b"traceparent: %b\r\n" % traceparent(parent.trace_id, parent.span_id, False)
+        return lines if parent.state is None else lines + b"tracestate: %b\r\n" % parent.state
 
     def finished(self, status: int, error: BaseException | None) -> None:
         pass

@@ -10,6 +10,7 @@ address (`RouterNamespaces.host`, on this machine's loopback device).
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,7 +19,16 @@ from typing import Any
 import httpx
 import yaml
 
-from batchd.api.pod import SERVICE_NAME_LABEL, labels
+from batchd.api.access import encode_key_digests, key_digest
+from batchd.api.pod import (
+    ACCESS_COMPONENT,
+    ACCESS_KEYS_KEY,
+    ACCESS_SIGNING_KEY,
+    INSTANCE_LABEL,
+    MANAGED_BY,
+    SERVICE_NAME_LABEL,
+    labels,
+)
 from batchd.api.spec import GROUP, PLURAL, VERSION
 from batchd.router.rbac import role
 from batchd.testing.kubernetes.components import call
@@ -34,6 +44,26 @@ DEPLOYMENTS_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}"
 ROUTER_ACCOUNT = "batchd-router"
 # A slice's manager other than the real EndpointSlice controller's, which then leaves it alone.
 SLICE_MANAGER = "batchd-tests"
+SIGNING_KEY = b"k" * 32  # the signing key of every access Secret written here
+
+
+def access_secret(name: str, namespace: str, keys: dict[str, list[str]]) -> dict[str, Any]:
+    """Deployment `name`'s access Secret as the operator keeps it: the signing key and the digests
+    of each tenant's API keys (`keys`: tenant -> its keys)."""
+    digests = encode_key_digests({tenant: [key_digest(k) for k in found] for tenant, found in keys.items()})
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": f"{name}-access",
+            "namespace": namespace,
+            "labels": {**ACCESS_COMPONENT, **MANAGED_BY, INSTANCE_LABEL: name},
+        },
+        "data": {
+            ACCESS_SIGNING_KEY: base64.b64encode(SIGNING_KEY).decode(),
+            ACCESS_KEYS_KEY: base64.b64encode(digests).decode(),
+        },
+    }
 
 
 def endpoint_slice(
