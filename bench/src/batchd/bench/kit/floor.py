@@ -41,10 +41,11 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": IDLE if scope["path"] == "/load" else ANSWER})
 
 
-def start(log_dir: Path, cores: set[int] | None = None) -> servers.ServerProcess:
-    """This floor in a process of its own, beside the replicas it is compared with."""
+def start(log_dir: Path, cores: set[int] | None = None, host: str = "127.0.0.1") -> servers.ServerProcess:
+    """This floor in a process of its own, beside the replicas it is compared with (or behind a
+    router, on an address a slice may hold: `host`). It answers every path, its readiness too."""
     return servers.start_process(
-        "floor", [sys.executable, "-m", "batchd.bench.kit.floor"], log_dir, cores=cores
+        "floor", [sys.executable, "-m", "batchd.bench.kit.floor"], log_dir, cores=cores, host=host
     )
 
 

@@ -25,12 +25,14 @@ from batchd.api.pod import (
     ACCESS_KEYS_KEY,
     ACCESS_SIGNING_KEY,
     INSTANCE_LABEL,
+    INVOKE_VERB,
     MANAGED_BY,
     SERVICE_NAME_LABEL,
+    TOKEN_AUDIENCE,
     labels,
 )
 from batchd.api.spec import GROUP, PLURAL, VERSION
-from batchd.router.rbac import role
+from batchd.router.rbac import AUTH_DELEGATOR, role
 from batchd.testing.kubernetes.components import call
 from batchd.testing.kubernetes.controlplane import ControlPlane, unique_name
 from batchd.testing.kubernetes.controlplane import kubeconfig as kubeconfig_document
@@ -44,6 +46,7 @@ DEPLOYMENTS_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}"
 ROUTER_ACCOUNT = "batchd-router"
 # A slice's manager other than the real EndpointSlice controller's, which then leaves it alone.
 SLICE_MANAGER = "batchd-tests"
+RBAC_GROUP = "rbac.authorization.k8s.io"
 SIGNING_KEY = b"k" * 32  # the signing key of every access Secret written here
 
 
@@ -173,6 +176,39 @@ class RouterNamespaces:
                 yield router
             finally:
                 await asyncio.to_thread(router.stop, 20)
+
+    def grant_token_reviews(self) -> None:
+        """Let the router review tokens, as the chart does: its ServiceAccount bound to Kubernetes'
+        own `system:auth-delegator` (TokenReview and SubjectAccessReview)."""
+        binding = {
+            "metadata": {"name": f"{self.namespace}-{ROUTER_ACCOUNT}-reviews"},
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": AUTH_DELEGATOR},
+            "subjects": [{"kind": "ServiceAccount", "name": ROUTER_ACCOUNT, "namespace": self.namespace}],
+        }
+        self._post("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+
+    def invoker_token(self, account: str, *, seconds: int = 3600) -> str:
+        """A token of a new ServiceAccount `account` in this namespace, with batchd's audience (as a
+        pod's projected token would be), that RBAC lets `invoke` this namespace's deployments."""
+        namespace = self.namespace
+        self._post(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": account}})
+        rules = [{"apiGroups": [GROUP], "resources": [PLURAL], "verbs": [INVOKE_VERB]}]
+        rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+        self._post(f"{rbac}/roles", {"metadata": {"name": account}, "rules": rules})
+        binding = {
+            "metadata": {"name": account},
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        }
+        self._post(f"{rbac}/rolebindings", binding)
+        request = {"spec": {"audiences": [TOKEN_AUDIENCE], "expirationSeconds": seconds}}
+        issued = self._post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", request)
+        return str(issued["status"]["token"])
+
+    def put_access_secret(self, deployment: str, keys: dict[str, list[str]]) -> None:
+        """`deployment`'s access Secret (`access_secret`), as the operator would write it."""
+        secret = access_secret(deployment, self.namespace, keys)
+        self._post(f"/api/v1/namespaces/{self.namespace}/secrets", secret)
 
     def router_calls(self) -> set[tuple[str, str, str]]:
         """(API group, resource, verb) of every request the router made, as the API server's audit

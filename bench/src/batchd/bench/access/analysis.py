@@ -1,0 +1,113 @@
+"""What access.json holds (frozen dataclasses), and the figures the report quotes: pure functions
+over the rounds, so that they can be checked on synthetic data."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from batchd.bench.access.options import ADDED_CPU_GOAL_US, OFF, REVIEWS_PER_TTL_GOAL, WAYS
+from batchd.bench.kit.records import RunRecord
+from batchd.bench.kit.stats import median
+
+
+@dataclass(frozen=True)
+class Round:
+    """One way in, measured once: latency with one request in flight, CPU with `in_flight`."""
+
+    way: str  # "off" | "key" | "token"
+    repeat: int
+    requests: int  # answered 200 in the measured windows
+    errors: int
+    p50_ms: float
+    p99_ms: float
+    rps: float  # with `in_flight` in flight
+    router_cpu_us: float  # the router's CPU over that window, per request sent
+
+
+@dataclass(frozen=True)
+class Reviews:
+    """The router's TokenReviews, as the API server's audit log has them, over the token's rounds."""
+
+    count: int
+    minutes: float  # from the first token round's start to the last one's end
+    ttl_s: float  # how long the router keeps an allowed review
+
+
+@dataclass(frozen=True)
+class Results:
+    meta: RunRecord
+    options: dict[str, Any]
+    rounds: list[Round] = field(default_factory=list)
+    reviews: Reviews | None = None
+
+
+@dataclass(frozen=True)
+class WayFigures:
+    """One way in: medians over repeats, and the CPU it adds to access off in the same repeat."""
+
+    way: str
+    repeats: int
+    p50_ms: float
+    p99_ms: float
+    rps: float
+    router_cpu_us: float
+    added_cpu_us: float  # median over repeats of (this way's - off's); 0 for off
+
+
+def _added(rounds: list[Round], way: str) -> list[float]:
+    by_repeat = {(r.way, r.repeat): r.router_cpu_us for r in rounds}
+    return [
+        value - by_repeat[(OFF, repeat)]
+        for (each, repeat), value in by_repeat.items()
+        if each == way and (OFF, repeat) in by_repeat
+    ]
+
+
+def figures(results: Results) -> list[WayFigures]:
+    out = []
+    for way in WAYS:
+        rounds = [r for r in results.rounds if r.way == way]
+        if rounds:
+            out.append(
+                WayFigures(
+                    way,
+                    len(rounds),
+                    median([r.p50_ms for r in rounds]),
+                    median([r.p99_ms for r in rounds]),
+                    median([r.rps for r in rounds]),
+                    median([r.router_cpu_us for r in rounds]),
+                    0.0 if way == OFF else median(_added(results.rounds, way)),
+                )
+            )
+    return out
+
+
+def reviews_per_ttl(reviews: Reviews) -> float:
+    """TokenReviews per review TTL over the token's rounds (one token): at least one TTL's worth."""
+    ttls = max(1.0, reviews.minutes * 60 / reviews.ttl_s)
+    return reviews.count / math.ceil(ttls)
+
+
+def goals(results: Results) -> dict[str, bool | None]:
+    found = {f.way: f.added_cpu_us for f in figures(results)}
+    out: dict[str, bool | None] = {}
+    for way, what in (("key", "an API key"), ("token", "a token whose review is cached")):
+        added = found.get(way, math.nan)
+        out[f"{what}: at most {ADDED_CPU_GOAL_US:g} us of router CPU per request added"] = (
+            None if math.isnan(added) else added <= ADDED_CPU_GOAL_US
+        )
+    reviews = results.reviews
+    out[f"at most {REVIEWS_PER_TTL_GOAL} TokenReview per token per TTL"] = (
+        None if reviews is None else reviews_per_ttl(reviews) <= REVIEWS_PER_TTL_GOAL
+    )
+    return out
+
+
+def failure(results: Results) -> str | None:
+    """Why a run measured nothing it can stand behind: no rounds, or rounds that saw errors."""
+    if not results.rounds:
+        return "no round was measured"
+    failed = [f"{r.way} #{r.repeat}: {r.errors} errors" for r in results.rounds if r.errors]
+    return "; ".join(failed) if failed else None

@@ -1,0 +1,25 @@
+"""The benchmark's sizes, chosen to finish in about five minutes on two shared cores, and its goals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The ways in, each measured every repeat: no credential (an open deployment), an API key, a token.
+WAYS = ("off", "key", "token")
+OFF = WAYS[0]
+
+# The goals: router CPU per request added to access off's, in microseconds; TokenReviews per token
+# per review TTL (`batchd.router.token_reviews`).
+ADDED_CPU_GOAL_US = 15.0
+REVIEWS_PER_TTL_GOAL = 1
+
+
+@dataclass(frozen=True)
+class Options:
+    repeats: int = 5
+    seconds: float = 5.0  # each measured closed loop
+    warmup_s: float = 0.5  # before each, not counted
+    in_flight: int = 16  # requests in flight while the router's CPU is read
+
+
+QUICK = Options(repeats=1, seconds=1.0, warmup_s=0.2, in_flight=4)
