@@ -36,6 +36,7 @@ def exported() -> dict[str, set[str]]:
     metrics.cold_starts.labels(*deployment).inc()
     metrics.replica_load.labels(*deployment, "10.0.0.1:8000").set(3)
     metrics.replicas.labels(*deployment).set(1)
+    metrics.refusals.labels(*deployment, "team-a", "429", "requests_per_s").inc()
     samples: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
         for sample in family.samples:
@@ -61,6 +62,7 @@ def test_the_router_has_panels_for_what_users_ask_of_it() -> None:
         "load the router sees",
         "cold starts",
         "requests by revision",
+        "refused callers",
     ):
         assert wanted in titles
 
