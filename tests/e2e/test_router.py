@@ -128,7 +128,7 @@ def stack(
 
 async def test_a_keep_alive_client_through_the_router_spreads_over_new_replicas(stack: Stack) -> None:
     stack.apply("slow", SLOW, batching=BATCHING)
-    (first,) = stack.ready_pods("slow", 1)
+    (first,) = stack.ready_pods("slow", 1, REPLICA_METRICS_PORT)
     load = KeepAliveClient(stack.url("slow"))
     running = asyncio.create_task(load.run())
     async with aiohttp.ClientSession() as client:
@@ -234,7 +234,7 @@ async def test_a_router_restarted_mid_load_answers_everything_it_was_sent(
 ) -> None:
     ns = stack.release.namespace
     stack.apply("steady", SLOW, batching=BATCHING, num_replicas=2)
-    pods = stack.ready_pods("steady", 2)
+    pods = stack.ready_pods("steady", 2, REPLICA_METRICS_PORT)  # where they count answers
     selector = f"app.kubernetes.io/component=router,app.kubernetes.io/instance={stack.release.name}"
     (router_pod,) = json.loads(
         stack.cluster.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json").stdout

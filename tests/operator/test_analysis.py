@@ -27,12 +27,13 @@ def test_a_replicas_answers_are_read_from_its_metrics_leaving_out_what_it_did_no
         success=[0.02] * 90,
         error=[0.01] * 3,
         timeout=[30.0] * 4,
+        item_failed=[0.01] * 2,  # the model raised on an item alone (422): the revision's doing
         invalid=[0.01] * 300,  # the callers' 4xx: malformed bodies, an unknown model
         rejected=[0.0] * 50,
         cancelled=[0.0] * 7,
     )
-    assert (answers.answered, answers.failed) == (97, 7)
-    assert answers.error_rate == pytest.approx(7 / 97)
+    assert (answers.answered, answers.failed) == (99, 9)
+    assert answers.error_rate == pytest.approx(9 / 99)
     p99 = answers.p99()
     assert p99 is not None and 10 <= p99 <= 60  # the timeouts are the slowest percent
 

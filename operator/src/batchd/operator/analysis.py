@@ -21,15 +21,16 @@ from batchd.api.spec import CanaryAnalysis
 
 DURATIONS = "batchd_request_duration_seconds"
 # Outcomes the revision answers for: a success, or a failure it is responsible for: the model
-# raised on a batch (500) or did not answer in time. The caller's 4xx (`invalid`: a malformed
-# body, an unknown model, an item the model refused) are counted nowhere, neither as failures nor
-# as answers: anyone who can reach a Service could otherwise roll back a good canary with bad
-# input, or dilute a bad canary's failures (or raise the stable one's) to mask it. Refusals
-# before queueing and clients that left are not the revision's doing either. Failures common to
-# every revision fail on the stable one as often (the split is random), so the canary is judged on
-# the failures beyond the stable revision's share.
-ANSWERED = ("success", "error", "timeout")
-FAILED = ("error", "timeout")
+# raised on a batch (500) or on an item alone (422, `item_failed`), or did not answer in time.
+# The caller's malformed requests (400 and 404, `invalid`: a body that does not parse, an unknown
+# model or class) are counted nowhere, neither as failures nor as answers: a caller could
+# otherwise roll back a good canary with bad input, or dilute a bad canary's failures (or raise
+# the stable one's) to mask it. Refusals before queueing and clients that left are not the
+# revision's doing either. Items that fail on every revision (the router splits at random, and
+# only the router reaches the replicas) fail on the stable one as often, so the canary is judged
+# on the failures beyond the stable revision's share.
+ANSWERED = ("success", "error", "timeout", "item_failed")
+FAILED = ("error", "timeout", "item_failed")
 # The p99 of fewer answers than this is their slowest one or two: latency is judged only once
 # both revisions have answered this many in the window (the stable one none at a step of 100%).
 MIN_LATENCY_ANSWERS = 50

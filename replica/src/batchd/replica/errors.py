@@ -206,7 +206,7 @@ ERROR_TABLE: tuple[tuple[type[BaseException], ErrorAnswer], ...] = (
     (Unauthenticated, ErrorAnswer(401, "rejected", rejection="unauthenticated")),
     (UnknownModel, ErrorAnswer(404, "invalid", rejection="invalid")),
     (TooLarge, ErrorAnswer(413, "rejected", rejection="too_large")),
-    (ItemFailed, ErrorAnswer(422, "invalid")),
+    (ItemFailed, ErrorAnswer(422, "item_failed")),
     (Shed, ErrorAnswer(503, "rejected", rejection="shed", retry=True, refused=True)),
     # Another replica holds the tenant's share of its own queue: a router may try it.
     (TenantQueueFull, ErrorAnswer(503, "rejected", rejection="tenant_queue_full", retry=True, refused=True)),

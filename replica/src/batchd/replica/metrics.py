@@ -31,7 +31,9 @@ BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 # From sub-millisecond overhead to multi-second generation.
 SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
-OUTCOMES = ("success", "error", "timeout", "rejected", "invalid", "cancelled")
+# `invalid`: the caller's malformed request (400, 404); `item_failed`: the model raised on an item
+# of it alone (422), which a revision answers for.
+OUTCOMES = ("success", "error", "timeout", "rejected", "invalid", "item_failed", "cancelled")
 # Every `reason` the error table gives a refusal, each a series from the start.
 REJECTION_REASONS = tuple(dict.fromkeys(answer.rejection for _, answer in ERROR_TABLE if answer.rejection))
 # Outcomes of reading a changed manifest (live retuning): applied, refused as invalid, or a change

@@ -26,8 +26,10 @@ NO_ANSWER, WRONG_ANSWER = 0, -1
 
 
 async def metric(client: aiohttp.ClientSession, url: str, name: str, **labels: str) -> float:
-    """The sum of a metric's samples whose labels include `labels`, from a server's /metrics."""
+    """The sum of a metric's samples whose labels include `labels`, from a server's /metrics (which
+    must answer: a page that is not there is no zero)."""
     async with client.get(f"{url}/metrics") as response:
+        response.raise_for_status()
         text = await response.text()
     total = 0.0
     for found_labels, value in re.findall(rf"^{name}\{{([^}}]*)\}} (\S+)$", text, re.M):
