@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from batchd.api.pod import (
     ACCESS_SIGNING_KEY,
+    REPLICA_METRICS_PORT,
     REPLICA_PORT,
     access_secret_name,
 )
@@ -338,6 +339,37 @@ def test_a_class_the_tenant_may_not_use_is_refused_naming_only_its_own_classes(s
     unknown = served(stack, {**bearer(KEYS["beta"][0]), "batchd-priority": "platinum"})
     assert unknown.status_code == 400 and "search" not in unknown.text, unknown.text
     assert served(stack, {**bearer(KEYS["alpha"][0]), "batchd-priority": "search"}).status_code == 200
+
+
+def displaced(stack: Stack) -> float:
+    """Requests the guarded deployment's replicas gave up to a higher class, from their metrics port."""
+    return sum(
+        counted(
+            httpx.get(f"http://{pod}:{REPLICA_METRICS_PORT}/metrics", timeout=10).text,
+            "batchd_class_refusals_total",
+            reason="displaced",
+        )
+        for pod in stack.pods(GUARDED)
+    )
+
+
+async def test_a_claim_to_a_class_not_granted_displaces_nothing_from_a_busy_queue(stack: Stack) -> None:
+    before = displaced(stack)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as client:
+
+        async def send(key: str, priority: str, n: int) -> int:
+            headers = {**bearer(key), "batchd-priority": priority}
+            async with client.post(predict_url(stack), json={"instances": [n]}, headers=headers) as answer:
+                await answer.read()
+                return answer.status
+
+        # Alpha's indexing keeps the queue busy while beta claims search again and again.
+        queued = [asyncio.create_task(send(KEYS["alpha"][0], "indexing", n)) for n in range(48)]
+        claims = await asyncio.gather(*(send(KEYS["beta"][0], "search", n) for n in range(16)))
+        answers = await asyncio.gather(*queued)
+    assert set(claims) == {403}
+    assert set(answers) <= {200, 503}  # served, or refused by a full queue: never displaced
+    assert displaced(stack) == before
 
 
 async def test_a_quota_holds_over_both_routers_and_leaves_other_tenants_alone(stack: Stack) -> None:

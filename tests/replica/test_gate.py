@@ -8,6 +8,8 @@ copied from another request, onto another path, made long ago, or signed with an
 from __future__ import annotations
 
 import secrets
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from batchd.api.headers import FAIRNESS_HEADER, PRIORITY_HEADER, TENANT_HEADER
 from batchd.api.manifest import parse_manifest
@@ -167,3 +170,89 @@ def test_a_tenants_share_of_the_queue_comes_from_its_entitlements(key: Path) -> 
     assert (share_of("acme"), share_of("globex")) == (16, 32)  # its own, and an equal share
     open_deployment = parse_manifest(manifest("fenced", batching={"max_queued_requests": 64}))
     assert Gate.reading(lambda: open_deployment, key).caller("POST", PREDICT, []).queue_items is None
+
+
+KEYS_FILE = """\
+apiVersion: v1
+kind: Secret
+metadata: {name: acme-keys}
+stringData: {first: acme-key-one, second: acme-key-two}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: globex-keys}
+stringData: {only: globex-key}
+"""
+
+
+def test_batchd_serve_with_api_keys_serves_each_keys_tenant_in_its_own_classes(tmp_path: Path) -> None:
+    """`batchd serve --api-keys` (one machine, no router): a caller presents one of the keys of the
+    Secrets its tenant names, from a file of those Secrets; whatever headers it writes, it is that
+    tenant, in a class that tenant may use."""
+    access = {
+        "tenants": [
+            {"name": "acme", "api_keys_secret": "acme-keys", "priority_classes": ["batch"]},
+            {"name": "globex", "api_keys_secret": "globex-keys", "priority_classes": ["search", "batch"]},
+        ]
+    }
+    batching = {"priority_classes": CLASSES, "default_priority_class": "batch", "batch_wait_timeout_s": 0}
+    path = write_manifest(tmp_path, manifest("fenced", batching=batching, access=access))
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(KEYS_FILE)
+    with replica_process(path, tmp_path, env={"BATCHD_API_KEYS_FILE": str(keys)}) as replica:
+        url = f"{replica.url}{PREDICT}"
+
+        def post(**headers: str) -> httpx.Response:
+            return httpx.post(url, json=BODY, headers=headers, timeout=10)
+
+        assert post(authorization="Bearer acme-key-two").json() == {"predictions": [2, 3]}
+        assert post(**{"x-api-key": "globex-key", PRIORITY_HEADER.decode(): "search"}).status_code == 200
+        for refused in (
+            {},
+            {"authorization": "Bearer nobody's-key"},
+            {"authorization": "Basic YWNtZTprZXk="},
+            {
+                "authorization": "Bearer acme-key-one",
+                TENANT_HEADER.decode(): "globex",
+            },  # claims the router's word
+        ):
+            answer = post(**refused)
+            assert answer.status_code == 401, (refused, answer.text)
+            assert "acme-key" not in answer.text
+        # acme may use `batch` only: the 403 names it, and no class of another tenant's.
+        forbidden = post(**{"authorization": "Bearer acme-key-one", PRIORITY_HEADER.decode(): "search"})
+        assert forbidden.status_code == 403, forbidden.text
+        assert "tenant 'acme' may use batch" in forbidden.text and "search," not in forbidden.text
+        unknown = post(**{"authorization": "Bearer acme-key-one", PRIORITY_HEADER.decode(): "gold"})
+        assert unknown.status_code == 400 and "expected one of batch, got 'gold'" in unknown.text
+        served = {
+            sample.labels["tenant"]: sample.value
+            for family in text_string_to_metric_families(httpx.get(f"{replica.url}/metrics", timeout=10).text)
+            for sample in family.samples
+            if sample.name == "batchd_tenant_items_total"
+        }
+        assert served == {"acme": 2.0, "globex": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("kind: ConfigMap\nmetadata: {name: x}\n", "document 0: expected a Secret with a metadata.name"),
+        ("kind: Secret\nmetadata: {name: empty}\n", "Secret 'empty' holds no API key"),
+        ("kind: Secret\n  metadata: [", "not YAML"),
+    ],
+)
+def test_a_bad_api_keys_file_stops_batchd_serve_naming_the_file_and_why(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(content)
+    path = write_manifest(tmp_path, manifest("fenced", access=ACCESS))
+    done = subprocess.run(
+        [sys.executable, "-m", "batchd.replica.cli", "serve", str(path), "--api-keys", str(keys)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert str(keys) in done.stderr and message in done.stderr

@@ -8,7 +8,17 @@ from pathlib import Path
 import pytest
 
 from batchd.bench.access.__main__ import BENCHMARK
-from batchd.bench.access.analysis import Results, Reviews, Round, failure, figures, goals, reviews_per_ttl
+from batchd.bench.access.analysis import (
+    Probe,
+    Results,
+    Reviews,
+    Round,
+    failure,
+    figures,
+    goals,
+    probe_ratio,
+    reviews_per_ttl,
+)
 from batchd.bench.kit import records
 from batchd.bench.kit.command import publish
 from batchd.bench.kit.records import RunRecord
@@ -22,7 +32,10 @@ def _round(way: str, repeat: int, cpu_us: float, errors: int = 0) -> Round:
     return Round(way, repeat, 1000, errors, 0.5, 1.0, 2000.0, cpu_us)
 
 
-def _results(key_us: tuple[float, float] = (210.0, 312.0), reviews: int = 1) -> Results:
+PROBE = Probe(3, 3, 0, [0.030, 0.026, 0.028], [0.027, 0.029, 0.028])
+
+
+def _results(key_us: tuple[float, float] = (210.0, 312.0), reviews: int = 1, probe: Probe = PROBE) -> Results:
     rounds = [
         _round("off", 0, 200.0),
         _round("key", 0, key_us[0]),
@@ -31,7 +44,7 @@ def _results(key_us: tuple[float, float] = (210.0, 312.0), reviews: int = 1) -> 
         _round("key", 1, key_us[1]),
         _round("token", 1, 314.0),
     ]
-    return Results(META, OPTIONS, rounds, Reviews(reviews, 2.0, 300.0))
+    return Results(META, OPTIONS, rounds, Reviews(reviews, 2.0, 300.0), probe)
 
 
 def test_the_cpu_a_credential_adds_is_paired_with_access_off_in_the_same_repeat() -> None:
@@ -51,7 +64,13 @@ def test_reviews_are_counted_per_ttl_of_the_tokens_rounds() -> None:
 def test_the_goals_are_met_or_missed_as_the_issue_states_them() -> None:
     assert set(goals(_results()).values()) == {True}
     missed = goals(_results(key_us=(230.0, 330.0), reviews=2))
-    assert list(missed.values()) == [False, True, False]
+    assert list(missed.values()) == [False, True, True, False]
+    hit = Probe(3, 3, 1, PROBE.probe_s, PROBE.fresh_s)  # one probe hit alpha's blocks
+    sooner = Probe(3, 3, 0, [0.020, 0.021, 0.022], PROBE.fresh_s)  # no hit said, yet faster
+    blind = Probe(3, 2, 0, PROBE.probe_s, PROBE.fresh_s)  # a control missed: the probe proves nothing
+    for probe in (hit, sooner, blind):
+        assert list(goals(_results(probe=probe)).values())[2] is False, probe
+    assert probe_ratio(PROBE) == 1.0
 
 
 def test_a_run_with_errors_or_no_rounds_fails_naming_them() -> None:
@@ -67,6 +86,7 @@ def test_the_report_is_written_and_read_back(tmp_path: Path) -> None:
     assert "| API key | 0.50 | 1.00 | 2,000 | 261.0 | 11.0 |" in text
     assert "1 TokenReviews in the token's rounds (2.0 minutes from the first to the last" in text
     assert "one token), 0.50 a minute: 1.0 per review TTL" in text and "NOT met" not in text
+    assert "beta's probe hit anything in 0. Beta's probe took 28.0 ms (median) against 28.0 ms" in text
     assert (tmp_path / "access.png").read_bytes().startswith(b"\x89PNG")
 
 
@@ -81,3 +101,4 @@ def test_a_smoke_sized_run_measures_every_way_in_and_the_reviews(
     assert all(r.requests > 0 and r.errors == 0 for r in results.rounds)
     # The token was reviewed once, and every later request used the cached review.
     assert results.reviews is not None and results.reviews.count == 1
+    assert results.probe is not None and results.probe.hits == 0 and results.probe.controls == 2

@@ -17,12 +17,19 @@ deployment (`ACCESS_KEYS_KEY`); the keys themselves stay in the users' Secrets.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+import yaml
+
+from batchd.api.headers import API_KEY_HEADER, AUTHORIZATION_HEADER
 from batchd.api.priority import PriorityClass, PriorityClasses, UnknownPriorityClass
 from batchd.api.spec import ANONYMOUS_TENANT, BatchedDeploymentSpec, Entitlements
 
@@ -189,4 +196,89 @@ def decode_key_digests(document: bytes) -> dict[str, frozenset[bytes]]:
         if not isinstance(digests, list) or not all(isinstance(d, str) for d in digests):
             raise ValueError(f"API key digests of tenant {tenant!r}: expected a list of hex strings")
         found[tenant] = frozenset(bytes.fromhex(d) for d in digests)
+    return found
+
+
+# -- credentials -----------------------------------------------------------------------------------
+
+# The longest credential read: a ServiceAccount token is about 1 KB, an API key far less.
+MAX_CREDENTIAL_BYTES = 16 * 1024
+
+
+class BadCredential(ValueError):
+    """A credential that is malformed, never guessed at (a 401); `reason` is its label in metrics.
+    The message never holds the credential."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def presented(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    """The credential a request presents (`Authorization: Bearer`, else `x-api-key`); None for none.
+    BadCredential for a malformed one."""
+    bearer = api_key = None
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == AUTHORIZATION_HEADER:
+            bearer = value
+        elif lowered == API_KEY_HEADER:
+            api_key = value
+    if bearer is not None:
+        scheme, _, credential = bearer.strip().partition(b" ")
+        if scheme.lower() != b"bearer":
+            raise BadCredential("Authorization: expected the scheme Bearer", "bad_scheme")
+        found = credential.strip()
+    elif api_key is not None:
+        found = api_key.strip()
+    else:
+        return None
+    if not found:
+        raise BadCredential("the credential is empty", "empty_credential")
+    if len(found) > MAX_CREDENTIAL_BYTES:
+        raise BadCredential(f"the credential is longer than {MAX_CREDENTIAL_BYTES} bytes", "too_long")
+    return found
+
+
+def key_digests_of(user_secret: Mapping[str, Any]) -> frozenset[bytes]:
+    """The digests of every API key in a user's Secret: each data value is one key (base64, as the
+    API server answers; `stringData` as written, for a Secret read from a file). Whitespace around
+    a key (a file's final newline) is not part of it, since no header can carry it; an empty value
+    is no key (an empty credential must never match)."""
+    found = set()
+    for item in (user_secret.get("data") or {}).values():
+        try:
+            key = base64.b64decode(item, validate=True).strip() if isinstance(item, str) else b""
+        except (binascii.Error, ValueError):
+            continue
+        if key:
+            found.add(key_digest(key))
+    for item in (user_secret.get("stringData") or {}).values():
+        key = item.strip().encode() if isinstance(item, str) else b""
+        if key:
+            found.add(key_digest(key))
+    return frozenset(found)
+
+
+def read_key_secrets(path: Path) -> dict[bytes, str]:
+    """API keys from a file of the Secrets a deployment's tenants name (`api_keys_secret`), as they
+    would be applied to a cluster (YAML, one document each, `data` or `stringData`), for a replica
+    that takes keys itself: each key's digest -> the name of the Secret it is in. ValueError naming
+    the file and what is wrong; never a key."""
+    try:
+        documents = [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read it ({error.strerror})") from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: not YAML ({type(error).__name__})") from None
+    found: dict[bytes, str] = {}
+    for n, document in enumerate(documents):
+        metadata = document.get("metadata") if isinstance(document, dict) else None
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        if not isinstance(document, dict) or document.get("kind") != "Secret" or not isinstance(name, str):
+            raise ValueError(f"{path}: document {n}: expected a Secret with a metadata.name")
+        digests = key_digests_of(document)
+        if not digests:
+            raise ValueError(f"{path}: Secret {name!r} holds no API key")
+        found.update(dict.fromkeys(digests, name))
     return found

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchd.api.access import AccessPolicy, decode_key_digests, encode_key_digests, key_digest
+from batchd.api.access import AccessPolicy, decode_key_digests, encode_key_digests, key_digests_of
 from batchd.api.pod import (
     ACCESS_COMPONENT,
     ACCESS_KEYS_KEY,
@@ -78,21 +78,6 @@ def kept_digests(existing: Mapping[str, Any] | None) -> dict[str, frozenset[byte
         return decode_key_digests(document)
     except ValueError:
         return {}
-
-
-def key_digests_of(user_secret: Mapping[str, Any]) -> frozenset[bytes]:
-    """The digests of every API key in a user's Secret: each data value is one key. Whitespace
-    around a key (a file's final newline) is not part of it, since no header can carry it; an
-    empty value is no key (an empty credential must never match)."""
-    found = set()
-    for item in (user_secret.get("data") or {}).values():
-        try:
-            key = base64.b64decode(item, validate=True).strip() if isinstance(item, str) else b""
-        except (binascii.Error, ValueError):
-            continue
-        if key:
-            found.add(key_digest(key))
-    return frozenset(found)
 
 
 def access_state(

@@ -50,6 +50,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--app-dir", type=Path, default=Path("."), help="where handler modules are imported from (default: .)"
     )
     serve.add_argument(
+        "--api-keys",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="for a deployment with spec.access served with no router: the Secrets its tenants name, "
+        "as YAML; a caller presents one of their keys (Authorization: Bearer, or x-api-key); "
+        "overrides BATCHD_API_KEYS_FILE",
+    )
+    serve.add_argument(
         "--call",
         action="append",
         default=[],
@@ -80,7 +89,9 @@ def serve(args: argparse.Namespace) -> int:
     sys.path.insert(0, str(args.app_dir.resolve()))
     try:
         manifest = load_manifest(args.manifest)
-        settings = ReplicaSettings.from_env(host=args.host, port=args.port, log_level=args.log_level)
+        settings = ReplicaSettings.from_env(
+            host=args.host, port=args.port, log_level=args.log_level, api_keys_file=args.api_keys
+        )
         if args.call:
             settings = settings.model_copy(update={"calls": {**settings.calls, **parse_calls(args.call)}})
     except (ManifestError, ValueError) as error:

@@ -42,6 +42,11 @@ class Unauthenticated(Exception):
     (`front.gate`); the message says why, never the key or the signature."""
 
 
+class NotEntitled(Exception):
+    """The caller's tenant may not use what the request asks (a class), at a replica that decides
+    who calls itself (`batchd serve --api-keys`); the message names it and what the tenant may use."""
+
+
 class TenantQueueFull(QueueFull):
     """The caller's tenant has its share of the queue waiting already (`spec.access` tenants'
     `queue_share`): one tenant cannot fill the queue while the others wait."""
@@ -204,6 +209,7 @@ class ErrorAnswer:
 ERROR_TABLE: tuple[tuple[type[BaseException], ErrorAnswer], ...] = (
     (InvalidInput, ErrorAnswer(400, "invalid", rejection="invalid")),
     (Unauthenticated, ErrorAnswer(401, "rejected", rejection="unauthenticated")),
+    (NotEntitled, ErrorAnswer(403, "rejected", rejection="not_entitled")),
     (UnknownModel, ErrorAnswer(404, "invalid", rejection="invalid")),
     (TooLarge, ErrorAnswer(413, "rejected", rejection="too_large")),
     (ItemFailed, ErrorAnswer(422, "item_failed")),
@@ -344,7 +350,10 @@ class OpenAIErrorBody(BaseModel):
 _MEANINGS: dict[int, str] = {
     400: "The request is malformed; the message names the field and the value.",
     401: "The request is not signed by batchd's router (or its stamp is stale or used before), at a "
-    "deployment that serves only requests through the router: call the router, with a credential.",
+    "deployment that serves only requests through the router: call the router, with a credential "
+    "(or, where the replica takes API keys itself, with one of them).",
+    403: "The caller's tenant may not use the priority class it asks for (a replica that takes API "
+    "keys itself, `batchd serve --api-keys`): the message names the classes it may use.",
     404: "The URL names a model this replica does not serve.",
     413: "The body or the number of items is larger than this replica accepts.",
     422: "The model raised on an item of this request when it ran alone: the message names the "

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
 from pydantic_settings import NoDecode
 
+from batchd.api.access import read_key_secrets
 from batchd.api.environment import EnvironmentSettings, LogLevel
 from batchd.api.pod import REPLICA_PORT
 
@@ -28,6 +29,9 @@ class ReplicaSettings(EnvironmentSettings):
     # signs its stamps with (`batchd.api.stamp`). None: no stamp can be checked, so a deployment
     # with `spec.access` refuses every inference request (`front.gate`).
     signing_key_file: Path | None = None
+    # API keys the replica takes itself, for a deployment with `spec.access` served with no router
+    # (`batchd serve --api-keys`): a file of the Secrets its tenants name (`read_key_secrets`).
+    api_keys_file: Path | None = None
     # Where `hf://org/name` sources resolve for clusters with no internet: <mirror>/org/name.
     model_mirror: Path | None = None
     # Where the operator mounts PVCs: `pvc://claim/path` -> <pvc_root>/claim/path.
@@ -83,7 +87,14 @@ class ReplicaSettings(EnvironmentSettings):
             check_call_url(alias, url)
         return {alias: url.rstrip("/") for alias, url in calls.items()}
 
-    @field_validator("model_mirror", "signing_key_file", mode="before")
+    @field_validator("api_keys_file")
+    @classmethod
+    def _readable_keys(cls, path: Path | None) -> Path | None:
+        if path is not None:
+            read_key_secrets(path)  # ValueError naming what is wrong
+        return path
+
+    @field_validator("model_mirror", "signing_key_file", "api_keys_file", mode="before")
     @classmethod
     def _unset_when_empty(cls, value: Any) -> Any:
         return None if value == "" else value

@@ -21,8 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from batchd.api.access import AccessPolicy, Tenant, decode_key_digests, key_digest
-from batchd.api.headers import API_KEY_HEADER, AUTHORIZATION_HEADER, FAIRNESS_HEADER, PRIORITY_HEADER
+from batchd.api.access import AccessPolicy, BadCredential, Tenant, decode_key_digests, key_digest
+from batchd.api.access import presented as presented_credential
+from batchd.api.headers import FAIRNESS_HEADER, PRIORITY_HEADER
 from batchd.api.pod import ACCESS_KEYS_KEY, ACCESS_SIGNING_KEY, INSTANCE_LABEL, access_secret_name
 from batchd.api.stamp import Stamp, signed_headers
 from batchd.router.directory import DeploymentRef
@@ -32,7 +33,6 @@ logger = logging.getLogger(__name__)
 
 # The longest credential read (bytes): a projected token is about 1 KiB, an API key far less; a
 # larger one is refused before it is hashed or sent to the API server.
-MAX_CREDENTIAL_BYTES = 16 * 1024
 REALM = b'Bearer realm="batchd"'
 UNKNOWN_TENANT = "unknown"  # the metrics' tenant label of a caller that is no declared tenant
 
@@ -146,29 +146,12 @@ class Caller:
 
 
 def presented(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
-    """The credential a request presents (`Authorization: Bearer`, else `x-api-key`); None for none.
-    Unauthenticated for a malformed one, which is never guessed at."""
-    bearer = api_key = None
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered == AUTHORIZATION_HEADER:
-            bearer = value
-        elif lowered == API_KEY_HEADER:
-            api_key = value
-    if bearer is not None:
-        scheme, _, credential = bearer.strip().partition(b" ")
-        if scheme.lower() != b"bearer":
-            raise Unauthenticated("Authorization: expected the scheme Bearer", "bad_scheme")
-        found = credential.strip()
-    elif api_key is not None:
-        found = api_key.strip()
-    else:
-        return None
-    if not found:
-        raise Unauthenticated("the credential is empty", "empty_credential")
-    if len(found) > MAX_CREDENTIAL_BYTES:
-        raise Unauthenticated(f"the credential is longer than {MAX_CREDENTIAL_BYTES} bytes", "too_long")
-    return found
+    """The credential a request presents (`batchd.api.access.presented`); None for none.
+    Unauthenticated for a malformed one."""
+    try:
+        return presented_credential(headers)
+    except BadCredential as error:
+        raise Unauthenticated(str(error), error.reason) from None
 
 
 def looks_like_token(credential: bytes) -> bool:

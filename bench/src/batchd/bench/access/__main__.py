@@ -34,6 +34,7 @@ BENCHMARK = Benchmark(
         "repeats": Flag("repeats of every way in", minimum=1),
         "seconds": Flag("each measured closed loop, in seconds", above=0),
         "in_flight": Flag("requests in flight while the router's CPU is read", minimum=1),
+        "probe_tries": Flag("tries of the cache probe (0: none)", minimum=0),
     },
     measure=measure,
     markdown=to_markdown,

@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchd.bench.access.options import ADDED_CPU_GOAL_US, OFF, REVIEWS_PER_TTL_GOAL, WAYS
+from batchd.bench.access.options import ADDED_CPU_GOAL_US, OFF, PROBE_GOAL, REVIEWS_PER_TTL_GOAL, WAYS
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.stats import median
+from batchd.bench.kit.stats import median, ratio
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,34 @@ class Reviews:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """Tenant B sending prompts tenant A cached (claiming A in every header), against its own fresh
+    ones of the same length: each try's answer time (one new token), and how often a cache hit."""
+
+    tries: int
+    controls: int  # tries where A's own second send hit its cache (the positive control)
+    hits: int  # tries where B's probe hit anything
+    probe_s: list[float]
+    fresh_s: list[float]
+
+
+@dataclass(frozen=True)
 class Results:
     meta: RunRecord
     options: dict[str, Any]
     rounds: list[Round] = field(default_factory=list)
     reviews: Reviews | None = None
+    probe: Probe | None = None
+
+
+def probe_kept_apart(probe: Probe) -> bool:
+    """Every positive control hit, no probe did, and probes took as long as fresh prompts."""
+    return probe.hits == 0 and probe.controls == probe.tries and probe_ratio(probe) >= PROBE_GOAL
+
+
+def probe_ratio(probe: Probe) -> float:
+    """B's probe over its fresh prompt: the median answer time of each."""
+    return ratio(median(probe.probe_s), median(probe.fresh_s))
 
 
 @dataclass(frozen=True)
@@ -98,6 +121,9 @@ def goals(results: Results) -> dict[str, bool | None]:
         out[f"{what}: at most {ADDED_CPU_GOAL_US:g} us of router CPU per request added"] = (
             None if math.isnan(added) else added <= ADDED_CPU_GOAL_US
         )
+    probe = results.probe
+    kept_apart = f"another tenant's cached prompt: no hit, and no sooner than {PROBE_GOAL:g}x a fresh one"
+    out[kept_apart] = None if probe is None else probe_kept_apart(probe)
     reviews = results.reviews
     out[f"at most {REVIEWS_PER_TTL_GOAL} TokenReview per token per TTL"] = (
         None if reviews is None else reviews_per_ttl(reviews) <= REVIEWS_PER_TTL_GOAL

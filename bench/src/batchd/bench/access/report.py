@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from batchd.bench.access.analysis import Results, figures, goals, reviews_per_ttl
+from batchd.bench.access.analysis import Results, figures, goals, probe_ratio, reviews_per_ttl
 from batchd.bench.access.options import ADDED_CPU_GOAL_US, OFF
 from batchd.bench.kit.charts import panels
 from batchd.bench.kit.formatting import figure, number, verdict
 from batchd.bench.kit.records import ran
+from batchd.bench.kit.stats import median
 
 WAY_NAMES = {"off": "access off", "key": "API key", "token": "token (review cached)"}
 
@@ -59,6 +60,24 @@ def _reviews(results: Results) -> list[str]:
     ]
 
 
+def _probe(results: Results) -> list[str]:
+    probe = results.probe
+    if probe is None:
+        return []
+    return [
+        "## The cache probe",
+        "",
+        f"{probe.tries} tries through the router to a tiny GPT-2 with a prefix cache, each: tenant alpha "
+        "sends a prompt twice, tenant beta sends it claiming alpha's caller and tenant in every header "
+        "it may write and alpha's `user` in the body, then a fresh prompt of the same length (one new "
+        f"token each). Alpha's second send hit its own cache in {probe.controls} of {probe.tries}; beta's "
+        f"probe hit anything in {probe.hits}. Beta's probe took {number(median(probe.probe_s) * 1000, 1)} ms "
+        f"(median) against {number(median(probe.fresh_s) * 1000, 1)} ms for a fresh prompt: "
+        f"{number(probe_ratio(probe), 2)}x.",
+        "",
+    ]
+
+
 def to_markdown(results: Results) -> str:
     lines = [
         "# Access: what deciding who calls costs the router",
@@ -67,6 +86,7 @@ def to_markdown(results: Results) -> str:
         "",
         *(_ways(results) if results.rounds else []),
         *_reviews(results),
+        *_probe(results),
         "## Goals",
         "",
         *(f"- {verdict(ok)}: {goal}" for goal, ok in goals(results).items()),

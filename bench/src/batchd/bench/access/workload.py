@@ -11,6 +11,7 @@ from pathlib import Path
 
 from batchd.bench.access.analysis import Results, Reviews, Round
 from batchd.bench.access.options import OFF, Options
+from batchd.bench.access.probe import run_probe
 from batchd.bench.kit import floor
 from batchd.bench.kit.loadgen import Request
 from batchd.bench.kit.proxycost import measure_through
@@ -104,6 +105,11 @@ async def run(options: Options, cluster: ControlPlane, workdir: Path, meta: RunR
                             )
                         )
                 reviews = _reviews(cluster, namespaces.router_user) - reviews_before
+                probe = (
+                    await run_probe(options.probe_tries, namespaces, router.url, workdir)
+                    if options.probe_tries
+                    else None
+                )
     finally:
         upstream.stop()
     assert token_started is not None and token_ended is not None
@@ -112,4 +118,5 @@ async def run(options: Options, cluster: ControlPlane, workdir: Path, meta: RunR
         dataclasses.asdict(options),
         rounds,
         Reviews(reviews, (token_ended - token_started) / 60, ALLOWED_TTL_S),
+        probe,
     )

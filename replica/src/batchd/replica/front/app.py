@@ -20,6 +20,7 @@ from prometheus_client.exposition import choose_encoder
 from starlette.responses import Response
 
 from batchd.api import __version__
+from batchd.api.access import read_key_secrets
 from batchd.api.spec import BatchedDeployment
 from batchd.replica.errors import http_error
 from batchd.replica.front.asgi import InferenceRoutes
@@ -111,5 +112,6 @@ def create_app(
         return Response(orjson.dumps(answer.body), status_code=answer.status, media_type="application/json")
 
     # What uvicorn runs: the inference routes in front, the FastAPI app behind (`.replica`, `.app`).
-    gate = Gate.reading(lambda: replica.manifest, settings.signing_key_file)
+    keys = None if settings.api_keys_file is None else read_key_secrets(settings.api_keys_file)
+    gate = Gate.reading(lambda: replica.manifest, settings.signing_key_file, keys)
     return InferenceRoutes(app, replica, ENDPOINTS, gate)

@@ -11,6 +11,9 @@ one way in.
 - An open deployment (no `spec.access`) serves unstamped requests too, as the one tenant
   `anonymous`, with the class and the fairness id its headers name: every caller may use every
   class there, so nothing is granted that was not already.
+- A replica that takes API keys itself (`batchd serve --api-keys`, on one machine with no router)
+  serves an unstamped request of a deployment with `spec.access` as the tenant whose key it
+  presents, in a class that tenant may use (403 otherwise), as the router would; no quotas.
 - Stamped headers that do not check (forged, stale, replayed, or unverifiable without a key)
   are a 401 at either: a request that claims the router's word and lacks it is refused, never
   served as something else.
@@ -21,15 +24,29 @@ operator's and the router's, and carry no caller.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchd.api.access import ANONYMOUS_TENANT, AccessPolicy
-from batchd.api.priority import named_in_headers
+from batchd.api import priority
+from batchd.api.access import (
+    ANONYMOUS_TENANT,
+    AccessPolicy,
+    BadCredential,
+    NotEntitled,
+    Tenant,
+    granted_class,
+    key_digest,
+    presented,
+)
+from batchd.api.priority import PriorityClasses, named_in_headers
 from batchd.api.spec import BatchedDeployment
 from batchd.api.stamp import BadStamp, ReplayGuard, stamp_present, verified
+from batchd.replica import errors
 from batchd.replica.errors import Unauthenticated
+
+# A replica's own API keys (`batchd serve --api-keys`): each key's digest -> the Secret it is in.
+LocalKeys = Mapping[bytes, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,24 +70,39 @@ class Gate:
     The access policy is the one of the manifest the replica serves now (`manifest()`), so a live
     edit of spec.access applies from the next request."""
 
-    def __init__(self, manifest: Callable[[], BatchedDeployment], key: bytes | None) -> None:
+    def __init__(
+        self,
+        manifest: Callable[[], BatchedDeployment],
+        key: bytes | None,
+        local_keys: LocalKeys | None = None,
+    ) -> None:
         self._manifest = manifest
         self._key = key
+        self._local_keys = local_keys
         self._guard = ReplayGuard()
-        self._policy_of: tuple[BatchedDeployment, AccessPolicy] | None = None
+        self._policy_of: tuple[BatchedDeployment, AccessPolicy, PriorityClasses] | None = None
 
     @classmethod
-    def reading(cls, manifest: Callable[[], BatchedDeployment], key_file: Path | None) -> Gate:
+    def reading(
+        cls,
+        manifest: Callable[[], BatchedDeployment],
+        key_file: Path | None,
+        local_keys: LocalKeys | None = None,
+    ) -> Gate:
         """A gate with the signing key at `key_file` (read once: the operator keeps the key for
-        the deployment's lifetime), or none."""
-        return cls(manifest, None if key_file is None else key_file.read_bytes())
+        the deployment's lifetime), or none; and the replica's own API keys, if it takes any."""
+        return cls(manifest, None if key_file is None else key_file.read_bytes(), local_keys)
+
+    def _read(self) -> tuple[BatchedDeployment, AccessPolicy, PriorityClasses]:
+        manifest = self._manifest()
+        if self._policy_of is None or self._policy_of[0] is not manifest:
+            spec = manifest.spec
+            self._policy_of = (manifest, AccessPolicy.of(spec), PriorityClasses.of(spec.batching))
+        return self._policy_of
 
     @property
     def policy(self) -> AccessPolicy:
-        manifest = self._manifest()
-        if self._policy_of is None or self._policy_of[0] is not manifest:
-            self._policy_of = (manifest, AccessPolicy.of(manifest.spec))
-        return self._policy_of[1]
+        return self._read()[1]
 
     def caller(self, method: str, target: str, headers: Iterable[tuple[bytes, bytes]]) -> Caller:
         """Who sends `method target` with `headers`; Unauthenticated (401) saying why when the
@@ -95,8 +127,42 @@ class Gate:
                 None if entitled is None or self.policy.open else entitled.queue_items,
             )
         if not self.policy.open:
+            if self._local_keys is not None:
+                return self._local_caller(headers, self._local_keys)
             raise Unauthenticated(
                 f"deployment {self._manifest().metadata.name!r} takes requests only through batchd's router"
             )
-        priority, caller, composed = named_in_headers(headers)
-        return Caller(ANONYMOUS_TENANT, priority, caller, composed)
+        asked, caller, composed = named_in_headers(headers)
+        return Caller(ANONYMOUS_TENANT, asked, caller, composed)
+
+    def _local_caller(self, headers: list[tuple[bytes, bytes]], keys: LocalKeys) -> Caller:
+        """The caller an unstamped request presents itself as to a replica that takes API keys:
+        the tenant of its key (or `anonymous`, where allowed), in the class it asks for if that
+        tenant may use it. A composer's mark is not believed: nobody signed it."""
+        _, policy, classes = self._read()
+        tenant = self._tenant_of(headers, policy, keys)
+        asked, caller, _ = named_in_headers(headers)
+        try:
+            granted = granted_class(tenant, classes, None if asked is None else asked.decode("latin-1"))
+        except NotEntitled as error:
+            raise errors.NotEntitled(str(error)) from None
+        except priority.UnknownPriorityClass as error:
+            raise errors.UnknownPriorityClass(str(error)) from None
+        return Caller(tenant.name, granted.name.encode("latin-1"), caller, False, tenant.queue_items)
+
+    def _tenant_of(self, headers: list[tuple[bytes, bytes]], policy: AccessPolicy, keys: LocalKeys) -> Tenant:
+        name = self._manifest().metadata.name
+        try:
+            credential = presented(headers)
+        except BadCredential as error:
+            raise Unauthenticated(str(error)) from None
+        if credential is None:
+            if policy.anonymous is None:
+                raise Unauthenticated(f"deployment {name!r}: a credential is needed (an API key)")
+            return policy.anonymous
+        secret = keys.get(key_digest(credential))
+        owner = next((t for t, named in policy.key_secrets.items() if named == secret), None)
+        found = policy.tenant(owner) if owner is not None else None
+        if found is None:
+            raise Unauthenticated(f"deployment {name!r}: the API key is none of its tenants'")
+        return found
