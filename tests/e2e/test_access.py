@@ -431,12 +431,12 @@ def test_a_tenants_tokens_per_minute_are_counted_from_the_usage_the_replica_repo
 
 def test_a_replica_reached_around_the_router_refuses_forged_and_replayed_stamps(stack: Stack) -> None:
     (pod, *_) = stack.pods(GUARDED)
-    service = stack.release.service_url(GUARDED, 80)
+    service = stack.release.service_url(GUARDED, REPLICA_PORT)
     key = stack.signing_key(GUARDED)
     path = f"/v1/models/{GUARDED}:predict"
     for base in (f"http://{pod}:{REPLICA_PORT}", service):
         url = base + path
-        unstamped = httpx.post(url, json={"instances": [1]}, headers={"batchd-tenant": "alpha"}, timeout=10)
+        unstamped = stack.release.first_answer(url, {"instances": [1]}, headers={"batchd-tenant": "alpha"})
         assert unstamped.status_code == 401, unstamped.text
         forged = dict(signed_headers(b"k" * 32, "POST", path, Stamp("alpha", "search")))
         answer = httpx.post(url, json={"instances": [1]}, headers=_text(forged), timeout=10)
