@@ -8,7 +8,8 @@ from dataclasses import dataclass
 WAYS = ("off", "key", "token")
 OFF = WAYS[0]
 
-# The goals: router CPU per request added to access off's, in microseconds; TokenReviews per token
+# The goals: router CPU per request added to access off's, in microseconds (judged on the decision's
+# own cost, `decision`: the end-to-end rounds of one way spread wider than this); TokenReviews per token
 # per review TTL (`batchd.router.token_reviews`).
 ADDED_CPU_GOAL_US = 15.0
 REVIEWS_PER_TTL_GOAL = 1
@@ -24,6 +25,16 @@ class Options:
     warmup_s: float = 0.5  # before each, not counted
     in_flight: int = 16  # requests in flight while the router's CPU is read
     probe_tries: int = 20  # of the cache probe; 0: not run
+    decision_iterations: int = 20000  # requests timed per way and round, in one process
+    decision_rounds: int = 5
 
 
-QUICK = Options(repeats=1, seconds=1.0, warmup_s=0.2, in_flight=4, probe_tries=2)
+QUICK = Options(
+    repeats=1,
+    seconds=1.0,
+    warmup_s=0.2,
+    in_flight=4,
+    probe_tries=2,
+    decision_iterations=2000,
+    decision_rounds=1,
+)

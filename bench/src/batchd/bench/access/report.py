@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from batchd.bench.access.analysis import Results, figures, goals, probe_ratio, reviews_per_ttl
+from batchd.bench.access.analysis import (
+    Results,
+    decision_added_us,
+    figures,
+    goals,
+    probe_ratio,
+    reviews_per_ttl,
+)
 from batchd.bench.access.options import ADDED_CPU_GOAL_US, OFF
 from batchd.bench.kit.charts import panels
 from batchd.bench.kit.formatting import figure, number, verdict
@@ -78,12 +85,35 @@ def _probe(results: Results) -> list[str]:
     ]
 
 
+def _decision(results: Results) -> list[str]:
+    found = results.decision_us
+    if not found:
+        return []
+    o = results.options
+    lines = [
+        "## The decision, in one process",
+        "",
+        "The router's own code for one request of each way in (`batchd.bench.access.decision`): the "
+        "identity headers stripped, the caller decided, the stamp signed; "
+        f"{int(o['decision_iterations']):,} requests a round, the ways interleaved, medians of "
+        f"{int(o['decision_rounds'])} rounds (CPU time).",
+        "",
+        "| way in | CPU per request (us) | added to access off (us) |",
+        "|---|---:|---:|",
+    ]
+    for way, values in found.items():
+        added = "" if way == OFF else number(decision_added_us(results, way), 1)
+        lines.append(f"| {WAY_NAMES[way]} | {number(median(values), 1)} | {added} |")
+    return [*lines, ""]
+
+
 def to_markdown(results: Results) -> str:
     lines = [
         "# Access: what deciding who calls costs the router",
         "",
         ran(results.meta),
         "",
+        *_decision(results),
         *(_ways(results) if results.rounds else []),
         *_reviews(results),
         *_probe(results),

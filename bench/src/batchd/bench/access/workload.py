@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from batchd.bench.access.analysis import Results, Reviews, Round
+from batchd.bench.access.decision import decision_cost
 from batchd.bench.access.options import OFF, Options
 from batchd.bench.access.probe import run_probe
 from batchd.bench.kit import floor
@@ -113,10 +114,12 @@ async def run(options: Options, cluster: ControlPlane, workdir: Path, meta: RunR
     finally:
         upstream.stop()
     assert token_started is not None and token_ended is not None
+    decision = decision_cost(options.decision_iterations, options.decision_rounds)
     return Results(
         meta,
         dataclasses.asdict(options),
         rounds,
         Reviews(reviews, (token_ended - token_started) / 60, ALLOWED_TTL_S),
         probe,
+        decision,
     )
