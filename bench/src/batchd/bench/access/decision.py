@@ -10,7 +10,6 @@ server, and then read from the cache, as at steady load."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -84,10 +83,10 @@ async def _per_request_us(way: str, iterations: int) -> float:
     return (time.process_time() - started) / iterations * 1e6
 
 
-def decision_cost(iterations: int, rounds: int) -> dict[str, list[float]]:
+async def decision_cost(iterations: int, rounds: int) -> dict[str, list[float]]:
     """Each way's CPU per request (us), one value per round; the ways interleaved in each round."""
     found: dict[str, list[float]] = {way: [] for way in WAYS}
     for repeat in range(rounds):
         for way in rotated(list(WAYS), repeat):
-            found[way].append(asyncio.run(_per_request_us(way, iterations)))
+            found[way].append(await _per_request_us(way, iterations))
     return found

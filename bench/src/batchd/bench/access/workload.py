@@ -114,7 +114,7 @@ async def run(options: Options, cluster: ControlPlane, workdir: Path, meta: RunR
     finally:
         upstream.stop()
     assert token_started is not None and token_ended is not None
-    decision = decision_cost(options.decision_iterations, options.decision_rounds)
+    decision = await decision_cost(options.decision_iterations, options.decision_rounds)
     return Results(
         meta,
         dataclasses.asdict(options),
