@@ -85,7 +85,7 @@ PYTEST := $(PY) -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadgroup
 # Everything, the end-to-end tests through real processes included (the aim: under 12 minutes on
 # 2 cores, a fresh install included).
 test: install tools kubernetes jaeger kube-router images
-	$(PYTEST) --durations=15
+	$(PYTEST) --durations=25
 
 # The edit loop (under 3 minutes on 2 cores): everything but the tests marked `slow`, which run
 # end to end through real processes (pods on the test cluster's node, replica servers, the operator
