@@ -86,7 +86,7 @@ def test_the_document_describes_every_endpoint_with_its_schemas_and_statuses() -
         assert operation["operationId"] == endpoint.route.operation
         statuses = set(operation["responses"])
         names_model = endpoint.route.names_model or endpoint.route.model_field is not None
-        expected = {"200", "400", "401", "413", "422", "500", "503", "504"} | (
+        expected = {"200", "400", "401", "403", "413", "422", "500", "503", "504"} | (
             {"404"} if names_model else set()
         )
         assert statuses == expected, endpoint.route

@@ -122,7 +122,9 @@ class Quotas:
         if requests is not None:
             wait = requests.wait_s(1)
             if wait > 0:
-                limit = Limit(tenant.requests_per_s or 0, requests.level * routers, requests.full_in_s())
+                # What the routers can admit now: whole requests each, none where this one refuses.
+                remaining = math.floor(requests.level) * routers
+                limit = Limit(tenant.requests_per_s or 0, remaining, requests.full_in_s())
                 headers = rate_limit_headers("requests", limit)
                 raise self._refused(ref, tenant, "requests_per_s", wait, headers)
             requests.level -= 1
