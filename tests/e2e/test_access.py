@@ -277,11 +277,7 @@ def test_service_account_tokens_are_reviewed_by_the_api_server_and_cached(stack:
 
 
 def tokenreviews(stack: Stack) -> int:
-    return sum(
-        1
-        for event in stack.cluster.audit_events(stack.release.router_user)
-        if event["verb"] == "create" and event.get("objectRef", {}).get("resource") == "tokenreviews"
-    )
+    return stack.cluster.created(stack.release.router_user, "tokenreviews")
 
 
 @pytest.mark.parametrize(

@@ -42,14 +42,6 @@ def _path(model: str) -> str:
     return f"/v1/models/{model}:predict"
 
 
-def _reviews(cluster: ControlPlane, user: str) -> int:
-    return sum(
-        1
-        for event in cluster.audit_events(user)
-        if event["verb"] == "create" and event.get("objectRef", {}).get("resource") == "tokenreviews"
-    )
-
-
 async def run(options: Options, cluster: ControlPlane, workdir: Path, meta: RunRecord) -> Results:
     upstream = floor.start(workdir, host=cluster.address)
     rounds: list[Round] = []
@@ -74,7 +66,7 @@ async def run(options: Options, cluster: ControlPlane, workdir: Path, meta: RunR
                         host, port, _path(GUARDED), BODY, {"authorization": f"Bearer {token}"}
                     ),
                 }
-                reviews_before = _reviews(cluster, namespaces.router_user)
+                reviews_before = cluster.created(namespaces.router_user, "tokenreviews")
                 token_started = token_ended = None
                 for repeat in range(options.repeats):
                     for way in rotated(list(requests), repeat):
@@ -105,7 +97,7 @@ async def run(options: Options, cluster: ControlPlane, workdir: Path, meta: RunR
                                 through.cpu_us,
                             )
                         )
-                reviews = _reviews(cluster, namespaces.router_user) - reviews_before
+                reviews = cluster.created(namespaces.router_user, "tokenreviews") - reviews_before
                 probe = (
                     await run_probe(options.probe_tries, namespaces, router.url, workdir)
                     if options.probe_tries

@@ -65,6 +65,24 @@ class Caller:
 ANONYMOUS = Caller(ANONYMOUS_TENANT, None, None, False)  # an open deployment's caller that said nothing
 
 
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """What the gate reads off one manifest, once: its access policy, its classes, and the tenant
+    of each of the replica's own API keys (by digest) under that policy."""
+
+    manifest: BatchedDeployment
+    policy: AccessPolicy
+    classes: PriorityClasses
+    tenants_by_key: Mapping[bytes, Tenant]
+
+    @classmethod
+    def of(cls, manifest: BatchedDeployment, keys: LocalKeys | None) -> _Reading:
+        policy = AccessPolicy.of(manifest.spec)
+        owners = {secret: policy.tenants[tenant] for tenant, secret in policy.key_secrets.items()}
+        tenants = {digest: owners[secret] for digest, secret in (keys or {}).items() if secret in owners}
+        return cls(manifest, policy, PriorityClasses.of(manifest.spec.batching), tenants)
+
+
 class Gate:
     """The check every inference request passes, for one deployment: `caller` says who it is.
     The access policy is the one of the manifest the replica serves now (`manifest()`), so a live
@@ -80,7 +98,7 @@ class Gate:
         self._key = key
         self._local_keys = local_keys
         self._guard = ReplayGuard()
-        self._policy_of: tuple[BatchedDeployment, AccessPolicy, PriorityClasses] | None = None
+        self._reading: _Reading | None = None
 
     @classmethod
     def reading(
@@ -93,21 +111,18 @@ class Gate:
         the deployment's lifetime), or none; and the replica's own API keys, if it takes any."""
         return cls(manifest, None if key_file is None else key_file.read_bytes(), local_keys)
 
-    def _read(self) -> tuple[BatchedDeployment, AccessPolicy, PriorityClasses]:
+    def _read(self) -> _Reading:
         manifest = self._manifest()
-        if self._policy_of is None or self._policy_of[0] is not manifest:
-            spec = manifest.spec
-            self._policy_of = (manifest, AccessPolicy.of(spec), PriorityClasses.of(spec.batching))
-        return self._policy_of
-
-    @property
-    def policy(self) -> AccessPolicy:
-        return self._read()[1]
+        if self._reading is None or self._reading.manifest is not manifest:
+            self._reading = _Reading.of(manifest, self._local_keys)
+        return self._reading
 
     def caller(self, method: str, target: str, headers: Iterable[tuple[bytes, bytes]]) -> Caller:
         """Who sends `method target` with `headers`; Unauthenticated (401) saying why when the
         replica may not believe it, or may not serve it unstamped."""
         headers = list(headers)
+        reading = self._read()
+        policy = reading.policy
         if stamp_present(headers):
             if self._key is None:
                 raise Unauthenticated(
@@ -118,40 +133,42 @@ class Gate:
             except BadStamp as error:
                 raise Unauthenticated(str(error)) from None
             tenant = stamp.tenant or ANONYMOUS_TENANT
-            entitled = self.policy.tenant(tenant)
+            entitled = policy.tenant(tenant)
             return Caller(
                 tenant,
                 stamp.priority.encode("latin-1") or None,
                 stamp.caller.encode("latin-1") or None,
                 bool(stamp.called_by),
-                None if entitled is None or self.policy.open else entitled.queue_items,
+                None if entitled is None or policy.open else entitled.queue_items,
             )
-        if not self.policy.open:
+        if not policy.open:
             if self._local_keys is not None:
-                return self._local_caller(headers, self._local_keys)
+                return self._local_caller(headers, reading)
             raise Unauthenticated(
-                f"deployment {self._manifest().metadata.name!r} takes requests only through batchd's router"
+                f"deployment {reading.manifest.metadata.name!r} takes requests only through batchd's router"
             )
         asked, caller, composed = named_in_headers(headers)
         return Caller(ANONYMOUS_TENANT, asked, caller, composed)
 
-    def _local_caller(self, headers: list[tuple[bytes, bytes]], keys: LocalKeys) -> Caller:
+    @staticmethod
+    def _local_caller(headers: list[tuple[bytes, bytes]], reading: _Reading) -> Caller:
         """The caller an unstamped request presents itself as to a replica that takes API keys:
         the tenant of its key (or `anonymous`, where allowed), in the class it asks for if that
         tenant may use it. A composer's mark is not believed: nobody signed it."""
-        _, policy, classes = self._read()
-        tenant = self._tenant_of(headers, policy, keys)
+        tenant = Gate._tenant_of(headers, reading)
         asked, caller, _ = named_in_headers(headers)
         try:
-            granted = granted_class(tenant, classes, None if asked is None else asked.decode("latin-1"))
+            named = None if asked is None else asked.decode("latin-1")
+            granted = granted_class(tenant, reading.classes, named)
         except NotEntitled as error:
             raise errors.NotEntitled(str(error)) from None
         except priority.UnknownPriorityClass as error:
             raise errors.UnknownPriorityClass(str(error)) from None
         return Caller(tenant.name, granted.name.encode("latin-1"), caller, False, tenant.queue_items)
 
-    def _tenant_of(self, headers: list[tuple[bytes, bytes]], policy: AccessPolicy, keys: LocalKeys) -> Tenant:
-        name = self._manifest().metadata.name
+    @staticmethod
+    def _tenant_of(headers: list[tuple[bytes, bytes]], reading: _Reading) -> Tenant:
+        name, policy = reading.manifest.metadata.name, reading.policy
         try:
             credential = presented(headers)
         except BadCredential as error:
@@ -160,9 +177,7 @@ class Gate:
             if policy.anonymous is None:
                 raise Unauthenticated(f"deployment {name!r}: a credential is needed (an API key)")
             return policy.anonymous
-        secret = keys.get(key_digest(credential))
-        owner = next((t for t, named in policy.key_secrets.items() if named == secret), None)
-        found = policy.tenant(owner) if owner is not None else None
+        found = reading.tenants_by_key.get(key_digest(credential))
         if found is None:
             raise Unauthenticated(f"deployment {name!r}: the API key is none of its tenants'")
         return found

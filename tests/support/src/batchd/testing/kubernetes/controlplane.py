@@ -369,6 +369,15 @@ class ControlPlane(Started):
                 self._audit.extend(json.loads(line) for line in complete.splitlines() if line)
         return [e for e in self._audit if username is None or e["user"]["username"] == username]
 
+    def created(self, username: str, resource: str) -> int:
+        """How many `resource` objects `username` has created (as the audit log has it): the
+        TokenReviews a router asked for, say."""
+        return sum(
+            1
+            for event in self.audit_events(username)
+            if event["verb"] == "create" and event.get("objectRef", {}).get("resource") == resource
+        )
+
     def service_account_kubeconfig(self, namespace: str, name: str, *, duration: str = "2h") -> Path:
         """A kubeconfig that authenticates as ServiceAccount `namespace/name`, with a token from the
         TokenRequest API, as a pod's projected token would."""
