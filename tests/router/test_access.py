@@ -11,9 +11,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from batchd.api.access import AccessPolicy, key_digest
+from batchd.api.access import AccessPolicy, granted_class, key_digest
 from batchd.api.headers import STAMP_HEADER, TENANT_HEADER
 from batchd.api.manifest import lenient_spec
+from batchd.api.pod import INSTANCE_LABEL
+from batchd.api.priority import PriorityClasses, UnknownPriorityClass
 from batchd.api.stamp import ReplayGuard, verified
 from batchd.router.access import (
     Forbidden,
@@ -70,6 +72,24 @@ def test_the_access_secret_gives_the_signing_key_and_each_keys_tenant_by_digest(
     assert ring.get(REF) is not None
     ring.delete_secret(access_secret(REF.name, REF.namespace, {}))
     assert ring.get(REF) is None
+
+
+def test_only_the_secret_named_for_a_deployment_holds_its_keys() -> None:
+    """A Secret with the access labels under another name (a tenant's own keys Secret, which the
+    tenant may write) neither replaces a deployment's keys nor, deleted, removes them."""
+    ring = keyring({"team-a": ["a1"]})
+    forged = access_secret(REF.name, REF.namespace, {"team-b": ["mine"]})
+    forged["metadata"]["name"] = "team-b-keys"
+    ring.put_secret(forged)
+    ring.delete_secret(forged)
+    found = ring.get(REF)
+    assert found is not None and found.tenants_by_digest == {key_digest("a1"): "team-a"}
+    # Named for one deployment, labelled for another: nobody's.
+    mislabelled = access_secret("other", REF.namespace, {"team-b": ["mine"]})
+    mislabelled["metadata"]["labels"][INSTANCE_LABEL] = REF.name
+    ring.put_secret(mislabelled)
+    assert ring.get(DeploymentRef(REF.namespace, "other")) is None
+    assert ring.get(REF) == found
 
 
 @pytest.mark.parametrize(
@@ -129,6 +149,14 @@ async def test_anonymous_callers_only_where_the_deployment_allows_them() -> None
     # An open deployment: everyone is one tenant, whatever they present.
     found = await caller_of(policy(None), REF, [(b"x-api-key", b"whatever")], None, None)
     assert found.tenant.name == "anonymous" and found.tenant.classes is None
+    # Its composers say who they are, so that a class the callee lacks falls back to its default.
+    composed = await caller_of(policy(None), REF, [(b"batchd-called-by", b"composer")], None, None)
+    assert composed.called_by == "composer"
+    spec = {"model": {"handler": "x:y"}, "batching": {"priority_classes": CLASSES}}
+    classes = PriorityClasses.of(lenient_spec(spec).batching)
+    assert granted_class(composed.tenant, classes, "gold", composed=True).name == "default"
+    with pytest.raises(UnknownPriorityClass):  # the same class, asked by no composer
+        granted_class(found.tenant, classes, "gold", composed=bool(found.called_by))
 
 
 class Reviewed:
@@ -244,3 +272,51 @@ async def test_a_tenant_past_its_requests_a_second_gets_429_with_openais_headers
     assert headers["x-ratelimit-remaining-requests"] == "0"
     assert headers["x-ratelimit-reset-requests"].endswith("s")
     assert replica.received == statuses.count(200)
+
+
+async def test_a_key_before_the_router_has_read_the_access_secret_waits_its_turn_not_refused(
+    cluster: Any, fakes: Any
+) -> None:
+    """A new deployment whose access Secret the router has not read yet: its callers' keys are
+    not refused as unknown (401), they are told to come back (503), and once the Secret is read
+    the same key is served."""
+    replica = fakes("ok")
+    await cluster.deploy("adder", replica.address, batching={"priority_classes": CLASSES}, access=ACCESS)
+    async with cluster.router() as router, aiohttp.ClientSession() as client:
+        url = router.url + PREDICT
+        status, body, headers = await post(client, url, {"x-api-key": "key-b"})
+        assert status == 503 and "Retry-After" in headers, body
+        secret = access_secret("adder", cluster.namespace, {"team-b": ["key-b"]})
+        assert cluster.api.post(f"/api/v1/namespaces/{cluster.namespace}/secrets", json=secret).is_success
+
+        async def served() -> bool:
+            return (await post(client, url, {"x-api-key": "key-b"}))[0] == 200
+
+        await cluster.eventually(served, what="the key served once the Secret is read")
+    assert replica.received >= 1
+
+
+async def test_an_untraced_router_passes_a_sampled_flag_on_only_from_a_trusted_tenant(
+    cluster: Any, fakes: Any
+) -> None:
+    """With no tracing at the router, the replica (which may trace) still gets an untrusted
+    caller's trace with the flag off, and a trusted one's as it came."""
+    replica = fakes("ok")
+    secret = access_secret("adder", cluster.namespace, {"plain": ["plain-key"], "trusted": ["trusted-key"]})
+    assert cluster.api.post(f"/api/v1/namespaces/{cluster.namespace}/secrets", json=secret).is_success
+    access = {
+        "tenants": [
+            {"name": "plain", "api_keys_secret": "plain-keys"},
+            {"name": "trusted", "api_keys_secret": "trusted-keys", "trust_traces": True},
+        ]
+    }
+    await cluster.deploy("adder", replica.address, access=access)
+    sampled = "00-5bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"
+    async with cluster.router() as router, aiohttp.ClientSession() as client:
+        for key in ("plain-key", "trusted-key"):
+            headers = {"x-api-key": key, "traceparent": sampled}
+            status, body, _ = await post(client, router.url + PREDICT, headers)
+            assert status == 200, body
+    plain, trusted = (seen[b"traceparent"].decode() for seen in replica.headers)
+    assert plain == sampled.removesuffix("-01") + "-00"
+    assert trusted == sampled

@@ -74,6 +74,15 @@ def traceparent(trace_id: int, span_id: int, sampled: bool) -> bytes:
     return b"00-%032x-%016x-%02x" % (trace_id, span_id, SAMPLED_FLAG if sampled else 0)
 
 
+def unrecorded_headers(parent: TraceParent | None) -> bytes:
+    """Header lines (`name: value\r\n`) that carry a request nobody records on: in its caller's
+    trace (`parent`, with its `tracestate`) where it has one, else in a new one; the flag off."""
+    if parent is None:
+        return b"traceparent: %b\r\n" % unrecorded_traceparent()
+    lines = b"traceparent: %b\r\n" % traceparent(parent.trace_id, parent.span_id, False)
+    return lines if parent.state is None else lines + b"tracestate: %b\r\n" % parent.state
+
+
 def unrecorded_traceparent() -> bytes:
     """The `traceparent` of a request nobody records, so that the next hop follows that decision
     rather than making its own: new random ids, the sampled flag off."""

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from batchd.api.access import AccessPolicy, BadCredential, Tenant, decode_key_digests, key_digest
 from batchd.api.access import presented as presented_credential
-from batchd.api.headers import FAIRNESS_HEADER, PRIORITY_HEADER
+from batchd.api.headers import CALLED_BY_HEADER, FAIRNESS_HEADER, PRIORITY_HEADER
 from batchd.api.pod import ACCESS_KEYS_KEY, ACCESS_SIGNING_KEY, INSTANCE_LABEL, access_secret_name
 from batchd.api.stamp import Stamp, signed_headers
 from batchd.router.directory import DeploymentRef
@@ -97,14 +97,18 @@ def credentials_of(secret: Mapping[str, Any]) -> Credentials:
 
 
 def secret_owner(secret: Mapping[str, Any]) -> DeploymentRef | None:
-    """The deployment an access Secret belongs to: its instance label, else its name."""
+    """The deployment an access Secret belongs to: the one it is named for (`<name>-access`), and
+    only where its instance label, if any, agrees. Labels alone never decide: whoever may write
+    a Secret with the access labels (a tenant's own keys Secret, say) must not replace a
+    deployment's signing key or key digests with one of another name."""
     metadata = secret.get("metadata") or {}
     namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
-    owner = (metadata.get("labels") or {}).get(INSTANCE_LABEL)
-    if not owner:
-        suffix = access_secret_name("")
-        owner = name.removesuffix(suffix) if name.endswith(suffix) else ""
-    return DeploymentRef(namespace, str(owner)) if owner and namespace else None
+    suffix = access_secret_name("")
+    owner = name.removesuffix(suffix) if name.endswith(suffix) else ""
+    labelled = (metadata.get("labels") or {}).get(INSTANCE_LABEL)
+    if not owner or not namespace or (labelled and labelled != owner):
+        return None
+    return DeploymentRef(namespace, owner)
 
 
 class Keyring:
@@ -187,7 +191,9 @@ async def caller_of(
     `is_deployment(ref)`: whether a ServiceAccount's name is a deployment's (a composer's call)."""
     if policy.open:
         assert policy.anonymous is not None  # an open policy's one tenant
-        return Caller(policy.anonymous)
+        # Its composers say who they are: believed, since everyone may use every class there and
+        # a composed call only falls back to the default class where the callee lacks its own.
+        return Caller(policy.anonymous, _composer_named(headers))
     credential = presented(headers)
     if credential is None:
         if policy.anonymous is None:
@@ -209,6 +215,14 @@ async def caller_of(
     composer = DeploymentRef(namespace, account_name)
     called_by = account_name if is_deployment is not None and is_deployment(composer) else ""
     return Caller(found, called_by)
+
+
+def _composer_named(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """The composing deployment a request's `batchd-called-by` names ("" for none)."""
+    for name, value in headers:
+        if name.lower() == CALLED_BY_HEADER:
+            return value.decode("latin-1")
+    return ""
 
 
 def stamped(key: bytes | None, method: str, target: str, stamp: Stamp) -> bytes:

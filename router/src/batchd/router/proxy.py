@@ -24,6 +24,8 @@ from batchd.api.pod import access_secret_name
 from batchd.api.priority import PriorityClass, PriorityError, named_in_body, named_in_headers
 from batchd.api.routes import Route, RouteMatch
 from batchd.api.stamp import Stamp
+from batchd.api.tracecontext import TRACEPARENT, TRACESTATE, unrecorded_headers
+from batchd.api.tracecontext import caller_of as trace_parent_of
 from batchd.router.access import (
     Caller,
     Forbidden,
@@ -95,11 +97,11 @@ class Router:
         self.reviews = reviews  # None: ServiceAccount tokens are no credential
         self.quotas = quotas or Quotas()
         self.tracing = tracing  # None: untraced (no OpenTelemetry code is loaded)
-        # The caller's trace headers, which a traced router replaces with its own context.
+        # What the replica never gets as the client sent it: the router's own stamp goes in its
+        # place, and a traced router's own context in place of the caller's.
         replaced = frozenset() if tracing is None else tracing.propagation_headers
-        # What the replica never gets as the client sent it: the router's own stamp goes in its place.
-        self._stripped = CLIENT_IDENTITY_HEADERS
-        self._stripped_traced = CLIENT_IDENTITY_HEADERS | replaced
+        self._stripped = CLIENT_IDENTITY_HEADERS | replaced
+        self._stripped_context = self._stripped | {TRACEPARENT, TRACESTATE}  # an untrusted caller's
         self.directory = directory
         self.holds = holds
         self.metrics = metrics
@@ -326,10 +328,10 @@ class Router:
         """`received`: what was read of the request so far (the body, when the model is named in
         it); `document`: that body, read as JSON."""
         deadline = deadline_of(scope["headers"])
+        key = self._signing_key(ref)  # first: a key is no caller's until the router has read it
         caller = await self._caller(ref, scope)
         if trace is not None:
             trace.caller_trusted(caller.tenant.trust_traces)
-        key = self._signing_key(ref)
         granted, who = self._class_of(ref, scope, document, caller)
         self.quotas.admit(ref, caller.tenant)
         priority = granted.priority
@@ -350,9 +352,14 @@ class Router:
         if scope["query_string"]:
             target = f"{target}?{scope['query_string'].decode('latin-1')}"
         watch = ClientWatch(receive) if body.complete else None
-        lines, length = request_headers(
-            scope["headers"], self._stripped_traced if trace is not None else self._stripped
-        )
+        stripped, context = self._stripped, b""
+        if trace is None and not caller.tenant.trust_traces:
+            # Untraced, the router still keeps an untrusted caller's sampled flag from the replica.
+            parent = trace_parent_of(scope["headers"])
+            if parent is not None and parent.sampled:
+                stripped, context = self._stripped_context, unrecorded_headers(parent)
+        lines, length = request_headers(scope["headers"], stripped)
+        lines += context
         lines += stamped(
             key, scope["method"], target, Stamp(caller.tenant.name, granted.name, who, caller.called_by)
         )

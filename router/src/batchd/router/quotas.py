@@ -113,6 +113,8 @@ class Quotas:
     def admit(self, ref: DeploymentRef, tenant: Tenant) -> None:
         """Take one request of `tenant`'s quota at `ref`; QuotaExceeded where it is spent, or its
         tokens are in debt."""
+        if tenant.requests_per_s is None and tenant.tokens_per_minute is None:
+            return  # most tenants: nothing to count, not even the routers
         routers = max(1, self._routers())
         requests, tokens = self._requests(ref, tenant, routers), self._tokens(ref, tenant, routers)
         if tokens is not None and tokens.level < 0:

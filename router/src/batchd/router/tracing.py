@@ -33,8 +33,7 @@ from batchd.api.tracecontext import (
     HeadSampler,
     TraceParent,
     caller_of,
-    traceparent,
-    unrecorded_traceparent,
+    unrecorded_headers,
 )
 
 DEPLOYMENT = "batchd.deployment"  # namespace/name
@@ -118,7 +117,7 @@ class _RouteSpan:
     def upstream_headers(self) -> bytes:
         self.caller_trusted(False)  # no-op once the caller is known
         if self._dropped:
-            return _Unrecorded(self._parent).upstream_headers()
+            return unrecorded_headers(self._parent)
         if self._headers is None:  # the same for every attempt
             headers = context_headers(self.span.context).items()
             self._headers = "".join(f"{name}: {value}\r\n" for name, value in headers).encode("latin-1")
@@ -167,11 +166,7 @@ class _Unrecorded:
         pass
 
     def upstream_headers(self) -> bytes:
-        parent = self._parent
-        if parent is None:
-            return b"traceparent: %b\r\n" % unrecorded_traceparent()
-        lines = b"traceparent: %b\r\n" % traceparent(parent.trace_id, parent.span_id, False)
-        return lines if parent.state is None else lines + b"tracestate: %b\r\n" % parent.state
+        return unrecorded_headers(self._parent)
 
     def finished(self, status: int, error: BaseException | None) -> None:
         pass
