@@ -56,6 +56,32 @@ def test_kubernetes_fields_keep_their_own_names() -> None:
         ({"model": {"task": "translation", "source": "hf://t5"}}, "spec.model.task", "'translation'"),
         ({"model": {"task": "fill-mask", "source": "s3://b/m"}}, "spec.model.source", "s3://b/m"),
         ({"model": {"handler": "a:b", "device": "tpu"}}, "spec.model.device", "'tpu'"),
+        (
+            {"access": {"tenants": [{"name": "a", "api_keys_secret": "k"}, {"name": "a"}]}},
+            "spec.access.tenants",
+            "tenant names must be unique, got 'a' twice",
+        ),
+        (
+            {
+                "access": {
+                    "tenants": [{"name": "a", "api_keys_secret": "k"}, {"name": "b", "api_keys_secret": "k"}]
+                }
+            },
+            "spec.access.tenants",
+            "API keys Secret 'k' is named by tenants 'a' and 'b'",
+        ),
+        (
+            {
+                "access": {
+                    "tenants": [
+                        {"name": "a", "service_accounts": ["ns/x"]},
+                        {"name": "b", "service_accounts": ["ns/x"]},
+                    ]
+                }
+            },
+            "spec.access.tenants",
+            "service account 'ns/x' is named by tenants 'a' and 'b'",
+        ),
     ],
 )
 def test_bad_specs_are_refused_naming_the_field_and_the_value(

@@ -113,6 +113,23 @@ def test_an_open_deployment_serves_anyone_and_still_refuses_a_forged_stamp(key: 
         assert "not signed" in refusal(url, {TENANT_HEADER.decode(): "acme"})
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "asgi"])
+def test_an_open_deployments_callers_are_one_tenant_whatever_they_send(key: Path, direct: bool) -> None:
+    """A request that says nothing and one that names a class and a caller: both `anonymous`,
+    one prefix-cache scope and one queue share, and one series of items by tenant."""
+    for url in serve(key, direct=direct, access=None):
+        named = {PRIORITY_HEADER.decode(): "search", FAIRNESS_HEADER.decode(): "someone"}
+        for headers in ({}, named):
+            assert httpx.post(f"{url}{PREDICT}", json=BODY, headers=headers, timeout=10).status_code == 200
+        served = {
+            sample.labels["tenant"]: sample.value
+            for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text)
+            for sample in family.samples
+            if sample.name == "batchd_tenant_items_total"
+        }
+        assert served == {"anonymous": 4.0}
+
+
 def test_without_a_signing_key_a_deployment_with_access_serves_nothing(key: Path) -> None:
     for url in serve(None, direct=False):
         assert "takes requests only through batchd's router" in refusal(url, {})
@@ -240,6 +257,7 @@ def test_batchd_serve_with_api_keys_serves_each_keys_tenant_in_its_own_classes(t
         ("kind: ConfigMap\nmetadata: {name: x}\n", "document 0: expected a Secret with a metadata.name"),
         ("kind: Secret\nmetadata: {name: empty}\n", "Secret 'empty' holds no API key"),
         ("kind: Secret\n  metadata: [", "not YAML"),
+        (KEYS_FILE, "has no spec.access"),  # keys for a deployment that serves everyone
     ],
 )
 def test_a_bad_api_keys_file_stops_batchd_serve_naming_the_file_and_why(
@@ -247,7 +265,8 @@ def test_a_bad_api_keys_file_stops_batchd_serve_naming_the_file_and_why(
 ) -> None:
     keys = tmp_path / "keys.yaml"
     keys.write_text(content)
-    path = write_manifest(tmp_path, manifest("fenced", access=ACCESS))
+    access = None if message == "has no spec.access" else ACCESS
+    path = write_manifest(tmp_path, manifest("fenced", access=access))
     done = subprocess.run(
         [sys.executable, "-m", "batchd.replica.cli", "serve", str(path), "--api-keys", str(keys)],
         capture_output=True,

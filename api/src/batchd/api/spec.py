@@ -140,12 +140,12 @@ class GenerationSpec(_Strict):
     names no memory; on a GPU, half of the device memory then free, less the running sequences'."""
 
     prefix_cache_scope: Literal["caller", "deployment"] = "caller"
-    """Who may reuse whose cached prefixes. `caller`: blocks are keyed by the request's
-    batchd-fairness-id header as well, so two callers that send the same prompt never hit each
-    other's blocks (a shared cache answers sooner for a prompt someone else sent, which tells
-    them what was sent); requests without the header share one scope. Never a field of the body
-    (OpenAI's `user`), which any client sets as it likes. `deployment`: every caller of the
-    deployment shares one cache."""
+    """Who may reuse whose cached prefixes. `caller`: blocks are keyed by the request's tenant as
+    well (`access.tenants`, as the router authenticated it), so two tenants that send the same
+    prompt never hit each other's blocks (a shared cache answers sooner for a prompt someone else
+    sent, which tells them what was sent); the callers of an open deployment are one tenant and
+    share one scope. Never a header or field a client writes (`batchd-fairness-id`, OpenAI's
+    `user`). `deployment`: every caller of the deployment shares one cache."""
 
 
 class ModelSpec(_Strict):
@@ -368,8 +368,9 @@ class BatchingSpec(_Strict):
     fair_share: bool = True
     """Within a class, the callers (the batchd-fairness-id header; the OpenAI routes: `user`) take
     turns, one item each, so that every caller with work queued gets an equal share of the batch
-    slots and a heavy caller cannot starve a light one. false: first come, first served within a
-    class (with no priority_classes, the replica's order is then first come for everyone)."""
+    slots and a heavy caller cannot starve a light one. false: first come, first served among the
+    callers of a tenant within a class; tenants (`access.tenants`) still take turns, so that one
+    cannot starve another (an open deployment, one tenant: first come for everyone in a class)."""
 
     queue_order: Literal["priority", "first_come"] = "priority"
     """priority: a batch takes the higher classes first, and callers take turns (fair_share).
@@ -581,6 +582,9 @@ class TracingSpec(_Strict):
 TENANT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # The tenant of callers that present no credential (and of every caller of an open deployment).
 ANONYMOUS_TENANT = "anonymous"
+# The fields of the spec a running replica follows from its manifest (how it batches, who may
+# call): the operator leaves them out of the pod's hash, so no pod rolls for them.
+LIVE_FIELDS = ("batching", "access")
 MAX_TENANTS = 64
 # `namespace/name` of a ServiceAccount.
 SERVICE_ACCOUNT_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$"
@@ -672,16 +676,19 @@ class AccessSpec(_Strict):
 
     @field_validator("tenants")
     @classmethod
-    def _service_accounts_in_one_tenant(cls, tenants: list[TenantSpec]) -> list[TenantSpec]:
+    def _credentials_in_one_tenant(cls, tenants: list[TenantSpec]) -> list[TenantSpec]:
         seen: dict[str, str] = {}
         for tenant in tenants:
-            for account in tenant.service_accounts:
-                if account in seen:
+            named = [f"service account {account!r}" for account in tenant.service_accounts]
+            if tenant.api_keys_secret:
+                named.append(f"API keys Secret {tenant.api_keys_secret!r}")
+            for credential in named:
+                if credential in seen:
                     raise ValueError(
-                        f"service account {account!r} is named by tenants {seen[account]!r} and "
+                        f"{credential} is named by tenants {seen[credential]!r} and "
                         f"{tenant.name!r}: a caller is one tenant"
                     )
-                seen[account] = tenant.name
+                seen[credential] = tenant.name
         return tenants
 
     @model_validator(mode="after")

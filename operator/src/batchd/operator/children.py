@@ -39,7 +39,7 @@ from batchd.api.pod import (
     service_account_name,
 )
 from batchd.api.revisions import revision_of
-from batchd.api.spec import BATCHING_REVISION_ANNOTATION, BatchedDeployment
+from batchd.api.spec import BATCHING_REVISION_ANNOTATION, LIVE_FIELDS, BatchedDeployment
 from batchd.api.tracing import pod_environment
 from batchd.operator.network_policy import composer_labels, network_policy
 from batchd.operator.settings import Settings
@@ -51,8 +51,6 @@ CACHE_DIR = "/var/cache/batchd"
 CONFIG_HASH_ANNOTATION = "serving.batchd.dev/config-hash"
 # Fields of the spec that only the operator acts on.
 NOT_FOR_REPLICAS = {"num_replicas", "autoscaling", "rollout"}
-# Fields of the spec the replicas take from their manifest while they run: no new pods for them.
-TAKEN_LIVE = {"batching", "access"}
 CONTAINER = "replica"
 CANARY_KINDS = ("Deployment", "Service", "ConfigMap", "NetworkPolicy")
 STARTUP_PROBE_PERIOD_S = 1
@@ -83,7 +81,7 @@ def pod_hash(bd: BatchedDeployment, image: str) -> str:
     retuning through the mounted manifest) and `spec.access` (the replicas follow its tenants'
     queue shares through the manifest, and the router decides who calls).
     """
-    spec = bd.spec.model_dump(mode="json", by_alias=True, exclude=NOT_FOR_REPLICAS | TAKEN_LIVE)
+    spec = bd.spec.model_dump(mode="json", by_alias=True, exclude=NOT_FOR_REPLICAS | set(LIVE_FIELDS))
     text = yaml.safe_dump({"name": bd.metadata.name, "image": image, "spec": spec}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -92,6 +92,12 @@ def serve(args: argparse.Namespace) -> int:
         settings = ReplicaSettings.from_env(
             host=args.host, port=args.port, log_level=args.log_level, api_keys_file=args.api_keys
         )
+        if settings.api_keys_file is not None and manifest.spec.access is None:
+            # Keys for a deployment that takes everyone would be a control that controls nothing.
+            raise ValueError(
+                f"--api-keys {settings.api_keys_file}: deployment {manifest.metadata.name!r} has no "
+                "spec.access, so it serves every caller as `anonymous`; declare its tenants"
+            )
         if args.call:
             settings = settings.model_copy(update={"calls": {**settings.calls, **parse_calls(args.call)}})
     except (ManifestError, ValueError) as error:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from batchd.api.access import NotEntitled  # a class the tenant may not use: `batchd serve --api-keys`
 from batchd.api.headers import REFUSED_HEADER
 
 
@@ -40,11 +41,6 @@ class Shed(QueueFull):
 class Unauthenticated(Exception):
     """The request is not what batchd's router signed, at a deployment that serves only those
     (`front.gate`); the message says why, never the key or the signature."""
-
-
-class NotEntitled(Exception):
-    """The caller's tenant may not use what the request asks (a class), at a replica that decides
-    who calls itself (`batchd serve --api-keys`); the message names it and what the tenant may use."""
 
 
 class TenantQueueFull(QueueFull):

@@ -255,8 +255,6 @@ def cumulative_buckets(bounds: Sequence[float], counts: Sequence[int]) -> list[t
     return cumulative
 
 
-# Fairness ids with a series of their own, the first ones seen; every later one counts as "other",
-# a request without one always as "none".
 CLASS_REFUSALS = ("queue_full", "shed", "displaced", "queue_timeout")
 
 

@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 
 from batchd.api.manifest import ManifestError, load_manifest
-from batchd.api.spec import BatchedDeployment, BatchingSpec
+from batchd.api.spec import LIVE_FIELDS, BatchedDeployment, BatchingSpec
 from batchd.replica.replica import Replica
 
 logger = logging.getLogger(__name__)
@@ -25,11 +25,6 @@ logger = logging.getLogger(__name__)
 
 class NeedsRestart(ValueError):
     """The manifest changed in a way only a new replica can serve."""
-
-
-# What a running replica follows: how it batches, and who may call (`front.gate` reads the
-# manifest it serves); the operator leaves both out of the pod's hash, so no pod rolls for them.
-LIVE_FIELDS = ("batching", "access")
 
 
 def batching_change(current: BatchedDeployment, new: BatchedDeployment) -> BatchingSpec | None:
@@ -61,7 +56,9 @@ def apply_manifest(replica: Replica, path: Path) -> str:
         return "needs_restart"
     if batching is not None:
         replica.retune(new)
-        logger.info("batching revision %d applied: %s", new.batching_revision, batching.model_dump())
+        logger.info(
+            "manifest applied live (batching revision %d): %s", new.batching_revision, batching.model_dump()
+        )
     return "applied"
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchd.api.headers import TIMEOUT_HEADER
+from batchd.api.spec import ANONYMOUS_TENANT
 from batchd.replica.errors import ClientDisconnected, DeadlineExceeded
 from batchd.replica.traces import RequestTrace
 
@@ -36,16 +37,17 @@ class Client:
     (`gone`), how long the client still waits (`timeout_s`, from `batchd-timeout-s`), the priority
     class it asks for (`priority`, from `batchd-priority`, as sent; None: the default class), who it
     is, for fair shares within its class (`caller`, from `batchd-fairness-id`, else what the body
-    says) and for the prefix cache's scope (`tenant`: from the header only, which a gateway sets,
-    never from the body, which the client writes), whether it is a composer's call (`composed`,
-    `batchd-called-by`), and the request's span where the replica traces (`trace`).
+    says) and its tenant, whose prefix cache and queue share it uses (`tenant`: what the router
+    signed, never what the client writes; `anonymous` at an open deployment), whether it is a
+    composer's call (`composed`, `batchd-called-by`), and the request's span where the replica
+    traces (`trace`).
     `batchd.api.priority` reads the class."""
 
     gone: Abandoned | None = None
     timeout_s: float | None = None
     priority: str | None = None
     caller: str = ""
-    tenant: str = ""
+    tenant: str = ANONYMOUS_TENANT
     composed: bool = False
     trace: RequestTrace | None = None
     queue_items: int | None = None  # the most items its tenant may have waiting; None: no bound

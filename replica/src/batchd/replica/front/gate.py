@@ -33,7 +33,6 @@ from batchd.api.access import (
     ANONYMOUS_TENANT,
     AccessPolicy,
     BadCredential,
-    NotEntitled,
     Tenant,
     granted_class,
     key_digest,
@@ -160,8 +159,6 @@ class Gate:
         try:
             named = None if asked is None else asked.decode("latin-1")
             granted = granted_class(tenant, reading.classes, named)
-        except NotEntitled as error:
-            raise errors.NotEntitled(str(error)) from None
         except priority.UnknownPriorityClass as error:
             raise errors.UnknownPriorityClass(str(error)) from None
         return Caller(tenant.name, granted.name.encode("latin-1"), caller, False, tenant.queue_items)

@@ -183,7 +183,7 @@ class TokenLevel:
             self._open += 1
             self._idle.clear()
 
-        # Whose cached prefixes it may use: its caller's own (by the header), or the deployment's.
+        # Whose cached prefixes it may use: its tenant's (as the router signed it), or the deployment's.
         salt = client.tenant if self._prefix_scope == "caller" else ""
 
         def start(deliver: Deliver) -> Callable[[], None]:
