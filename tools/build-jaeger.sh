@@ -19,4 +19,4 @@ JAEGER_VERSION=${JAEGER_VERSION:-v1.76.0}
 source "$(dirname "$0")/go-binary.sh"
 # What `jaeger version` and the query API's /api/version report (Jaeger's Makefile sets the same).
 ldflags="-s -w -X github.com/jaegertracing/jaeger/internal/version.latestVersion=$JAEGER_VERSION"
-go_binary jaeger github.com/jaegertracing/jaeger "$JAEGER_VERSION" ./cmd/jaeger "$ldflags"
+go_binary jaeger github.com/jaegertracing/jaeger "$JAEGER_VERSION" ./cmd/jaeger version "$ldflags"

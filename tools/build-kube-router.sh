@@ -5,15 +5,11 @@
 #
 # A test part only: v2.1.0 is the one version the module proxy serves here, and security flaws are
 # reported for it, so it never goes into an image or a chart.
-#
-# As tools/build-jaeger.sh, it lands in a folder named by the version under ~/.cache/batchd
-# (BATCHD_CACHE), outside the checkout, and reuses Go's module and build caches; the folder is used
-# only once its build finished (`.complete`). It is built as its own main module, from the go.mod
-# and go.sum it was released with.
+# Built as every test part from a Go module is (tools/go-binary.sh).
 #
 #   tools/build-kube-router.sh        build (or reuse) and print the path of the binary
 set -euo pipefail
 
 KUBE_ROUTER_VERSION=${KUBE_ROUTER_VERSION:-v2.1.0}
 source "$(dirname "$0")/go-binary.sh"
-go_binary kube-router github.com/cloudnativelabs/kube-router/v2 "$KUBE_ROUTER_VERSION" ./cmd/kube-router
+go_binary kube-router github.com/cloudnativelabs/kube-router/v2 "$KUBE_ROUTER_VERSION" ./cmd/kube-router --version

@@ -1,6 +1,6 @@
 """Each track's NetworkPolicy: its replicas reached on the http port only by the routers, the
-operator and the composers that declare them, on the metrics port only by the scraper and the
-operator; turned off by the operator's settings."""
+operator (composers too call through the router), on the metrics port only by the scraper and
+the operator; turned off by the operator's settings."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import kubernetes_validate
 import pytest
 
 from batchd.api.manifest import parse_manifest
-from batchd.api.pod import REPLICA_METRICS_PORT, REPLICA_PORT, selector_labels
+from batchd.api.pod import REPLICA_METRICS_PORT, REPLICA_PORT, REVISION_LABEL, labels, selector_labels
 from batchd.api.spec import BatchedDeployment
 from batchd.operator import children
-from batchd.operator.network_policy import calls_label, network_policy
+from batchd.operator.network_policy import network_policy
 from batchd.operator.settings import Settings
 from batchd.testing.manifests import manifest
 from batchd.testing.schemas import KUBERNETES_VERSIONS
@@ -46,7 +46,7 @@ def test_the_policy_is_valid_for_every_supported_kubernetes(version: str) -> Non
         kubernetes_validate.validate(network_policy(bd(), ROUTED, track), version, strict=True)
 
 
-def test_replicas_are_reached_by_the_routers_the_operator_and_composers_only() -> None:
+def test_replicas_are_reached_by_the_routers_and_the_operator_only() -> None:
     policy = network_policy(bd(), ROUTED)
     assert policy["spec"]["podSelector"] == {"matchLabels": selector_labels("minilm")}
     assert policy["spec"]["policyTypes"] == ["Ingress"]
@@ -63,8 +63,7 @@ def test_replicas_are_reached_by_the_routers_the_operator_and_composers_only() -
             "matchLabels": {"app.kubernetes.io/component": "operator", "app.kubernetes.io/instance": "batchd"}
         },
     }
-    composers = {"podSelector": {"matchLabels": {calls_label("minilm"): "true"}}}  # this namespace only
-    assert ingress(policy, REPLICA_PORT) == [routers, composers, operator]
+    assert ingress(policy, REPLICA_PORT) == [routers, operator]
     scraper = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
@@ -75,15 +74,13 @@ def test_replicas_are_reached_by_the_routers_the_operator_and_composers_only() -
     assert canary["spec"]["podSelector"] == {"matchLabels": selector_labels("minilm", "canary")}
 
 
-def test_a_composers_pods_carry_the_label_its_callees_policies_admit() -> None:
+def test_a_composer_is_let_in_by_nothing_its_pods_carry_it_calls_through_the_router() -> None:
     composer = bd("relay", handler="examples.classifier:EmbeddingClassifier", calls={"embedder": "minilm"})
     template = children.deployment(composer, ROUTED)["spec"]["template"]["metadata"]["labels"]
-    (admitted,) = ingress(network_policy(bd(), ROUTED), REPLICA_PORT)[1]["podSelector"]["matchLabels"].items()
-    assert template[admitted[0]] == admitted[1]
-    assert (
-        calls_label("minilm")
-        not in children.deployment(bd(), ROUTED)["spec"]["template"]["metadata"]["labels"]
-    )
+    policy = network_policy(bd(), ROUTED)
+    admitted = [peer for peer in ingress(policy, REPLICA_PORT) if "namespaceSelector" not in peer]
+    assert admitted == []  # every peer is named with its namespace: the router's and the operator's
+    assert set(template) == {*labels("relay"), REVISION_LABEL}  # nothing that would open a policy
 
 
 def test_without_a_router_clients_reach_the_http_port_but_never_the_metrics_port() -> None:

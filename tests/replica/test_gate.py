@@ -22,13 +22,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from batchd.api.headers import FAIRNESS_HEADER, PRIORITY_HEADER, TENANT_HEADER
 from batchd.api.manifest import parse_manifest
 from batchd.api.stamp import Stamp, signed_headers
+from batchd.replica.errors import Unauthenticated
 from batchd.replica.front.app import create_app
-from batchd.replica.front.gate import Gate
+from batchd.replica.front.gate import Caller, Gate
 from batchd.replica.front.server import replica_protocol
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing.manifests import manifest
 from batchd.testing.servers import free_port, replica_process, uvicorn_in_thread, write_manifest
-from batchd.testing.waiting import eventually
+from batchd.testing.waiting import NotYet, eventually
 
 PREDICT = "/v1/models/fenced:predict"
 BODY = {"instances": [1, 2]}
@@ -275,3 +276,26 @@ def test_a_bad_api_keys_file_stops_batchd_serve_naming_the_file_and_why(
     )
     assert done.returncode == 2, done.stderr
     assert str(keys) in done.stderr and message in done.stderr
+
+
+def test_a_new_signing_key_is_believed_once_its_file_has_it_and_the_old_one_is_not(tmp_path: Path) -> None:
+    """The operator makes a new key where the access Secret was deleted; the kubelet updates the
+    mounted file; the router signs with the new key from its watch. The replica follows the file
+    without a restart, and stamps of the old key stop checking."""
+    key_file = tmp_path / "signing-key"
+    old, new = secrets.token_bytes(32), secrets.token_bytes(32)
+    key_file.write_bytes(old)
+    deployment = parse_manifest(manifest("fenced", access=ACCESS))
+    gate = Gate.reading(lambda: deployment, key_file)
+
+    def as_signed_by(key: bytes) -> Caller | NotYet:
+        headers = signed_headers(key, "POST", PREDICT, Stamp("acme", ""))
+        try:
+            return gate.caller("POST", PREDICT, headers)
+        except Unauthenticated as refused:
+            return NotYet(str(refused))
+
+    assert isinstance(as_signed_by(old), Caller)
+    key_file.write_bytes(new)
+    assert eventually(lambda: as_signed_by(new), timeout_s=10, what="the new key believed").tenant == "acme"
+    assert isinstance(as_signed_by(old), NotYet)

@@ -21,8 +21,9 @@ import hmac
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from batchd.api.headers import CALLED_BY_HEADER, FAIRNESS_HEADER, PRIORITY_HEADER, STAMP_HEADER, TENANT_HEADER
 
@@ -32,6 +33,8 @@ __all__ = [
     "BadStamp",
     "ReplayGuard",
     "Stamp",
+    "WrongKey",
+    "request_target",
     "signed_headers",
     "verified",
 ]
@@ -51,6 +54,10 @@ MAX_CALLER_CHARS = 256
 class BadStamp(ValueError):
     """Stamped headers that are not signed by the deployment's key, are stale, or were seen before
     (a 401); the message says which, never the key or the signature."""
+
+
+class WrongKey(BadStamp):
+    """A well-formed stamp whose signature is not this key's (another key's, or a forger's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +110,16 @@ def signed_headers(
     return headers
 
 
+def request_target(scope: Mapping[str, Any]) -> str:
+    """An ASGI request's target as a stamp signs it: its raw path (as sent, percent-encoding and
+    all) and its query. The router and the replica both read it here, so they sign and check the
+    same bytes."""
+    raw = scope.get("raw_path") or scope["path"].encode("utf-8")
+    target = raw.decode("latin-1")
+    query = scope.get("query_string")
+    return f"{target}?{query.decode('latin-1')}" if query else target
+
+
 def stamp_present(headers: Iterable[tuple[bytes, bytes]]) -> bool:
     """Whether a request carries a stamp, or a header that only a stamp may set (the tenant)."""
     return any(name.lower() in (STAMP_HEADER, TENANT_HEADER) for name, _ in headers)
@@ -141,7 +158,7 @@ def verified(
     values = [found.get(name, b"") for name in STAMPED_HEADERS]
     expected = _signature(key, method.encode("latin-1"), target.encode("latin-1"), at, nonce, values)
     if not hmac.compare_digest(signature, expected):
-        raise BadStamp("the request's stamp is not signed with this deployment's key")
+        raise WrongKey("the request's stamp is not signed with this deployment's key")
     clock = time.time() if now is None else now
     if abs(clock - made_at) > MAX_AGE_S:
         raise BadStamp(f"the request's stamp was made {clock - made_at:.0f} s ago (at most {MAX_AGE_S:.0f})")

@@ -41,7 +41,7 @@ from batchd.api.pod import (
 from batchd.api.revisions import revision_of
 from batchd.api.spec import BATCHING_REVISION_ANNOTATION, LIVE_FIELDS, BatchedDeployment
 from batchd.api.tracing import pod_environment
-from batchd.operator.network_policy import composer_labels, network_policy
+from batchd.operator.network_policy import network_policy
 from batchd.operator.settings import Settings
 
 Manifest = dict[str, Any]
@@ -298,8 +298,6 @@ def deployment(
                     "labels": {
                         **labels(name, track),
                         REVISION_LABEL: revision(bd, settings),
-                        # The callees' policies let a composer's pods in by these.
-                        **composer_labels(bd),
                     },
                     "annotations": template_annotations,
                 },

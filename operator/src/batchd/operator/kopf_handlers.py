@@ -139,7 +139,8 @@ async def api_keys_changed(
     namespace: str | None, name: str, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
     """A user's API keys Secret was created, edited or deleted: the access Secrets made from it
-    follow within seconds (a key added is accepted, one removed refused), with no restart."""
+    follow within seconds (a key added is accepted, one removed from the Secret refused), with no
+    restart. A deleted one is reported missing, and its tenant's last keys kept."""
     if type is None or "reconciler" not in memo:
         return  # the initial listing: the resume handlers read every Secret anyway
     for owner in sorted(memo.cluster.readers_of(namespace or "", name)):

@@ -2,9 +2,10 @@
 
 The replicas refuse stamps they cannot verify whatever the network does (`stamp`); the policy
 adds that nobody else reaches them: on the http port only the chart's router pods (in the
-release's namespace), the operator (it reads each replica's GET /load there), and the pods of the
-deployments that declare this one in `model.calls` (they carry `calls_label`); on the metrics
-port only the scraper the chart names, and the operator (the canary judge reads /metrics).
+release's namespace) and the operator (it reads each replica's GET /load there). Composers call
+their callees through the router too, so no label a pod could carry lets it in around the router.
+On the metrics port only the scraper the chart names, and the operator (the canary judge reads
+/metrics).
 Without a router, clients call the deployment's Service directly, so its http port stays open
 to every pod (the metrics port is still closed to all but the scraper and the operator).
 """
@@ -29,17 +30,6 @@ from batchd.operator.settings import Settings
 Manifest = dict[str, Any]
 # The label every namespace carries, set by the API server from its name.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-# On a composer's pods, one per deployment it calls: the callee's policy lets exactly these in.
-CALLS_LABEL_PREFIX = "calls.serving.batchd.dev/"
-
-
-def calls_label(callee: str) -> str:
-    return f"{CALLS_LABEL_PREFIX}{callee}"
-
-
-def composer_labels(bd: BatchedDeployment) -> dict[str, str]:
-    """The labels of a composer's pods that its callees' policies admit (none for a non-composer)."""
-    return {calls_label(callee): "true" for callee in sorted(set(bd.spec.model.calls.values()))}
 
 
 def match_labels(selector: str) -> dict[str, str]:
@@ -65,12 +55,14 @@ def network_policy(bd: BatchedDeployment, settings: Settings, track: Track = STA
         if settings.operator_namespace and settings.operator_selector
         else []
     )
-    callers: list[Manifest] = [{"podSelector": {"matchLabels": {calls_label(name): "true"}}}]
-    if settings.routers_run and settings.router_namespace:
-        callers.insert(0, _peer(settings.router_namespace, match_labels(settings.router_selector)))
+    routers = (
+        [_peer(settings.router_namespace, match_labels(settings.router_selector))]
+        if settings.router_namespace
+        else []
+    )
     http: Manifest = {"ports": _port(REPLICA_PORT)}
     if settings.routers_run:
-        http["from"] = [*callers, *operator]
+        http["from"] = [*routers, *operator]
     namespaces = settings.scraper_namespace_selector
     scraper: Manifest = {"namespaceSelector": {"matchLabels": dict(namespaces)} if namespaces else {}}
     if settings.scraper_pod_selector:

@@ -23,7 +23,7 @@ from batchd.api.httpserver import closing
 from batchd.api.pod import access_secret_name
 from batchd.api.priority import PriorityClass, PriorityError, named_in_body, named_in_headers
 from batchd.api.routes import Route, RouteMatch
-from batchd.api.stamp import Stamp
+from batchd.api.stamp import Stamp, request_target
 from batchd.api.tracecontext import TRACEPARENT, TRACESTATE, unrecorded_headers
 from batchd.api.tracecontext import caller_of as trace_parent_of
 from batchd.router.access import (
@@ -348,9 +348,7 @@ class Router:
         if received[-1]["type"] == "http.disconnect":
             raise ClientGone
         body = Body(received, receive, self.settings.retry_body_max_bytes)
-        target = scope["raw_path"].decode("latin-1") if scope.get("raw_path") else scope["path"]
-        if scope["query_string"]:
-            target = f"{target}?{scope['query_string'].decode('latin-1')}"
+        target = request_target(scope)
         watch = ClientWatch(receive) if body.complete else None
         stripped, context = self._stripped, b""
         if trace is None and not caller.tenant.trust_traces:

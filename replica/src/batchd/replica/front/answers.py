@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from batchd.api.headers import TIMEOUT_HEADER, parse_timeout_s
+from batchd.api.stamp import request_target
 from batchd.replica.errors import (
     ErrorAnswer,
     ErrorBodyMaker,
@@ -45,10 +46,7 @@ def client_of(
     """The client of the ASGI request `scope`: who it is, as `gate` believes it (Unauthenticated,
     a 401, where it may not), how long it still waits, `gone` (see `client_waiting`) and its span."""
     headers = scope["headers"]
-    target = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
-    if scope.get("query_string"):
-        target = f"{target}?{scope['query_string'].decode('latin-1')}"
-    caller = gate.caller(scope["method"], target, headers)
+    caller = gate.caller(scope["method"], request_target(scope), headers)
     timeout = next((value for name, value in headers if name == TIMEOUT_HEADER), None)
     return client_waiting(timeout, gone, caller, trace)
 

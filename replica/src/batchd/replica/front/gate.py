@@ -24,6 +24,7 @@ operator's and the router's, and carry no caller.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +41,12 @@ from batchd.api.access import (
 )
 from batchd.api.priority import PriorityClasses, named_in_headers
 from batchd.api.spec import BatchedDeployment
-from batchd.api.stamp import BadStamp, ReplayGuard, stamp_present, verified
+from batchd.api.stamp import BadStamp, ReplayGuard, WrongKey, stamp_present, verified
 from batchd.replica import errors
 from batchd.replica.errors import Unauthenticated
 
+# How often, at most, the signing key is read again for a stamp of another key.
+KEY_REREAD_S = 1.0
 # A replica's own API keys (`batchd serve --api-keys`): each key's digest -> the Secret it is in.
 LocalKeys = Mapping[bytes, str]
 
@@ -92,9 +95,12 @@ class Gate:
         manifest: Callable[[], BatchedDeployment],
         key: bytes | None,
         local_keys: LocalKeys | None = None,
+        key_file: Path | None = None,
     ) -> None:
         self._manifest = manifest
         self._key = key
+        self._key_file = key_file  # read again when a stamp is another key's (below)
+        self._key_read_at = time.monotonic()
         self._local_keys = local_keys
         self._guard = ReplayGuard()
         self._reading: _Reading | None = None
@@ -106,9 +112,26 @@ class Gate:
         key_file: Path | None,
         local_keys: LocalKeys | None = None,
     ) -> Gate:
-        """A gate with the signing key at `key_file` (read once: the operator keeps the key for
-        the deployment's lifetime), or none; and the replica's own API keys, if it takes any."""
-        return cls(manifest, None if key_file is None else key_file.read_bytes(), local_keys)
+        """A gate with the signing key at `key_file`, or none; and the replica's own API keys, if
+        it takes any."""
+        return cls(manifest, None if key_file is None else key_file.read_bytes(), local_keys, key_file)
+
+    def _key_changed(self) -> bool:
+        """Whether the mounted key is another now: the operator made a new one (its access Secret
+        was deleted or broken) and the kubelet has updated the file, which the router's watch saw
+        first. Read at most once a second, however many forged stamps arrive."""
+        now = time.monotonic()
+        if self._key_file is None or now - self._key_read_at < KEY_REREAD_S:
+            return False
+        self._key_read_at = now
+        try:
+            key = self._key_file.read_bytes()
+        except OSError:
+            return False
+        if not key or key == self._key:
+            return False
+        self._key = key
+        return True
 
     def _read(self) -> _Reading:
         manifest = self._manifest()
@@ -129,6 +152,13 @@ class Gate:
                 )
             try:
                 stamp = verified(self._key, method, target, headers, self._guard)
+            except WrongKey as error:
+                if not self._key_changed():
+                    raise Unauthenticated(str(error)) from None
+                try:  # signed with the key the router has read since
+                    stamp = verified(self._key, method, target, headers, self._guard)
+                except BadStamp as again:
+                    raise Unauthenticated(str(again)) from None
             except BadStamp as error:
                 raise Unauthenticated(str(error)) from None
             tenant = stamp.tenant or ANONYMOUS_TENANT
