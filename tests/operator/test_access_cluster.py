@@ -158,6 +158,16 @@ async def test_the_access_secret_keeps_its_key_and_follows_the_users_secret(
     assert digests(control_plane, ns) == {"search": {key_digest("key-newest")}}
     assert signing_key(control_plane, ns) == key
 
+    # spec.access removed: no digests, the status says the deployment is open, the replicas'
+    # manifest has no access; the signing key stays (an open deployment's stamps are signed too).
+    apply(control_plane, ns, manifest("keyed"))
+    await converge(control_plane, ns)
+    assert digests(control_plane, ns) == {}
+    assert access_ready(control_plane, ns)["reason"] == "Open"
+    config = get(control_plane, ns, "configmap", "keyed-config")["data"]["manifest.yaml"]
+    assert "search-keys" not in config and yaml.safe_load(config)["spec"].get("access") is None
+    assert signing_key(control_plane, ns) == key
+
 
 async def test_the_network_policy_is_applied_and_removed_when_turned_off(
     control_plane: ControlPlane, kube_namespace: str
