@@ -52,7 +52,7 @@ def test_the_policy_admits_this_releases_routers_and_operator_and_the_scraper(
     assert settings.operator_namespace == settings.router_namespace == "batchd-system"
     policy = policy_of(settings)
     http = sources(policy, REPLICA_PORT)
-    router, _composers, operator = http
+    router, operator = http
     assert router["podSelector"]["matchLabels"] == {
         "app.kubernetes.io/component": "router",
         "app.kubernetes.io/instance": "batchd",

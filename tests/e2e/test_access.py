@@ -371,7 +371,9 @@ async def test_a_claim_to_a_class_not_granted_displaces_nothing_from_a_busy_queu
 async def test_a_quota_holds_over_both_routers_and_leaves_other_tenants_alone(stack: Stack) -> None:
     assert len(stack.release.router_admin_urls()) == 2
     duration_s, rate = 6.0, 3 * METERED_RPS
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as client:
+    # The Service balances connections: a connection per request spreads them over both routers.
+    spread = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=spread, timeout=aiohttp.ClientTimeout(total=30)) as client:
 
         async def send(key: str) -> tuple[int, float, dict[str, str]]:
             started = time.monotonic()
