@@ -3,12 +3,13 @@ over repeats, the goals' verdicts and how fast the adaptive replica followed the
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
 from batchd.bench.adaptive.workload import ADAPTIVE, Options, Schedule
 from batchd.bench.kit import loadgen
-from batchd.bench.kit.promtext import counter_delta, gauge, histogram_delta
+from batchd.bench.kit.promtext import counter_delta, gauge, histogram_delta, parse_histogram
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.stats import LatencySummary, median
 
@@ -140,6 +141,28 @@ class Driven:
     samples: list[tuple[float, str]]
 
 
+# The metric families the figures below read (add one here when a figure reads it). Each scrape
+# is trimmed to them once, before any figure parses it: every figure parses its text afresh, and
+# the request-duration histograms, read by none, are most of /metrics.
+READ_FAMILIES = (
+    "batchd_batch_size", "batchd_batch_wait_seconds", "batchd_batch_execution_seconds", "batchd_queue_depth",
+    "batchd_batch_cost_fixed_seconds", "batchd_batch_cost_per_item_seconds", "batchd_arrival_rate",
+    "batchd_planned_batch_size", "batchd_objective_items", "batchd_objective_missed",
+)  # fmt: skip
+
+
+def trimmed(text: str) -> str:
+    """The lines of a scrape that belong to READ_FAMILIES: their samples, and their HELP and TYPE."""
+
+    def metric(line: str) -> str:
+        if line.startswith("#"):
+            words = line.split(" ", 3)
+            return words[2] if len(words) > 2 else ""
+        return line.split("{", 1)[0].split(" ", 1)[0]
+
+    return "".join(line for line in text.splitlines(keepends=True) if metric(line).startswith(READ_FAMILIES))
+
+
 SERIES_KEYS = (
     "t", "offered_rps", "arrival_rate", "planned_batch_size", "mean_batch_size", "batches", "mean_wait_ms",
     "queue_depth",
@@ -149,9 +172,12 @@ SERIES_KEYS = (
 def series(driven: Driven, schedule: Schedule) -> dict[str, list[float | None]]:
     """Sample by sample: the offered rate, what the replica measured and chose, what it formed."""
     out: dict[str, list[float | None]] = {key: [] for key in SERIES_KEYS}
-    for (t0, before), (t1, after) in zip(driven.samples, driven.samples[1:], strict=False):
-        sizes = histogram_delta(after, before, "batchd_batch_size")
-        waits = histogram_delta(after, before, "batchd_batch_wait_seconds")
+    # Each scrape's histograms parsed once (not once more as the next interval's start).
+    all_sizes = [parse_histogram(text, "batchd_batch_size") for _, text in driven.samples]
+    all_waits = [parse_histogram(text, "batchd_batch_wait_seconds") for _, text in driven.samples]
+    for i, ((t0, _), (t1, after)) in enumerate(itertools.pairwise(driven.samples)):
+        sizes = all_sizes[i + 1].minus(all_sizes[i])
+        waits = all_waits[i + 1].minus(all_waits[i])
         offered = sum(1 for due in schedule.dues if t0 <= due < t1)
         values: dict[str, float] = {
             "t": round(t1, 3),
@@ -170,6 +196,7 @@ def series(driven: Driven, schedule: Schedule) -> dict[str, list[float | None]]:
 
 def summarise_run(driven: Driven, schedule: Schedule, adaptive: bool, keep_series: bool) -> RunFigures:
     client = driven.run
+    driven = Driven(client, [(t, trimmed(text)) for t, text in driven.samples])
     latency = LatencySummary.of(client.latencies_s)
     # Figures over the measured part: from the last sample before it to the last sample of all.
     inside = [(t, text) for t, text in driven.samples if t >= schedule.measure_from_s] or driven.samples

@@ -137,7 +137,7 @@ def measure_capacity(server: servers.ServerProcess, model: str, options: Options
     request = request_for(model, server)
     runs = []
     for index in range(options.capacity_runs):
-        warmup_s = 1.0 if index == 0 else 0.5
+        warmup_s = options.capacity_warmup_s if index == 0 else options.capacity_warmup_s / 2
         result = loadgen.run(
             loadgen.closed_loop(
                 server.host, server.port, request, options.capacity_clients, options.capacity_s, warmup_s

@@ -38,6 +38,7 @@ class Options:
     burst_cycles: int = 4
     capacity_runs: int = 3
     capacity_s: float = 3.0
+    capacity_warmup_s: float = 1.0  # before the first capacity run; half of it before each later one
     capacity_clients: int = 64
     objective_factor: float = 2.0  # the adaptive objective: this many full batches at capacity
     max_batch_size: int = 32
@@ -62,19 +63,27 @@ class Options:
         return self.burst_on_s + self.burst_off_s
 
 
+# Smoke-sized: every subject, load and figure, each for a moment (the test checks the report's
+# shape, not the figures). The capacity run stays long enough for an estimate near the curve's;
+# the bursts are shorter but steeper, so that each still leaves a backlog of a quarter of a
+# second of capacity (a full-sized one leaves 0.4 s), where a queue limit or a slow drain shows;
+# and /metrics is sampled often enough that the bursty load's series still has some twenty samples.
 QUICK = Options(
     models=("costcurve",),
     repeats=1,
-    duration_s=2.0,
+    duration_s=0.25,
     min_requests=0,
-    warmup_s=0.5,
-    burst_on_s=1.0,
-    burst_off_s=1.0,
+    warmup_s=0.1,
+    burst_fraction=2.0,
+    burst_on_s=0.25,
+    burst_off_s=0.25,
     burst_cycles=2,
     capacity_runs=1,
-    capacity_s=2.0,
+    capacity_s=0.5,
+    capacity_warmup_s=0.25,
+    sample_s=0.05,
     grace_s=10.0,
-    pause_s=0.2,
+    pause_s=0.05,
 )
 
 
