@@ -20,6 +20,12 @@ OUT=$CACHE/kubernetes-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-helm-$HELM_VERSION-
 BIN=$OUT/bin
 
 if [ -f "$OUT/.complete" ]; then echo "$BIN"; exit 0; fi
+# One build of a folder at a time on this machine (two test workers, two checkouts): the second
+# waits, then finds it complete.
+mkdir -p "$CACHE"
+exec 9>"$OUT.lock"
+flock 9
+if [ -f "$OUT/.complete" ]; then echo "$BIN"; exit 0; fi
 command -v go >/dev/null || { echo "build-kubernetes: Go is needed (go.dev/doc/install)" >&2; exit 1; }
 mkdir -p "$BIN"
 work=$(mktemp -d)

@@ -15,6 +15,12 @@ go_binary() {
   local out=$cache/$name-$version
   local bin=$out/bin
   if [ -f "$out/.complete" ]; then echo "$bin/$name"; return 0; fi
+  # One build of a folder at a time on this machine (two test workers, two checkouts): the second
+  # waits, then finds it complete.
+  mkdir -p "$cache"
+  exec 8>"$out.lock"
+  flock 8
+  if [ -f "$out/.complete" ]; then echo "$bin/$name"; return 0; fi
   command -v go >/dev/null || { echo "build-$name: Go is needed (go.dev/doc/install)" >&2; return 1; }
   mkdir -p "$bin"
   # The module's source in Go's module cache (read-only: the build writes only the binary).

@@ -26,7 +26,7 @@ import yaml
 
 from batchd.testing import ROOT
 from batchd.testing.servers import free_port, wait_until
-from batchd.testing.waiting import NotYet, eventually
+from batchd.testing.waiting import NotYet, answers_ok, eventually
 
 BUILD_SCRIPT = ROOT / "tools" / "build-jaeger.sh"
 
@@ -186,20 +186,13 @@ def jaeger(directory: Path, host: str = "127.0.0.1") -> Iterator[Jaeger]:
     server = Jaeger(f"http://{host}:{ports['otlp']}", f"http://{host}:{ports['query']}", process, log_path)
     health = f"http://{host}:{ports['health']}/status"
     try:
-        wait_until(lambda: process.poll() is not None or _ready(health), 60, "jaeger ready")
+        wait_until(lambda: process.poll() is not None or answers_ok(health), 60, "jaeger ready")
         if process.poll() is not None:
             raise RuntimeError(f"jaeger exited with {process.returncode}:\n{log_path.read_text()}")
         yield server
     finally:
         process.kill()  # its store is memory: nothing to save, and a graceful stop takes seconds
         process.wait(timeout=30)
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 StartJaeger = Callable[..., Jaeger]

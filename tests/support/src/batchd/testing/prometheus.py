@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from batchd.testing.servers import free_port, wait_until
+from batchd.testing.waiting import answers_ok
 
 Series = list[dict[str, Any]]
 
@@ -112,10 +113,7 @@ def prometheus(targets: list[str], tmp_path: Path, job: str = "batchd-replica") 
 
 
 def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/-/ready", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+    return answers_ok(f"{url}/-/ready")
 
 
 def promtool_check_metrics(exposition: str) -> list[str]:

@@ -28,6 +28,7 @@ import uvicorn
 import yaml
 
 from batchd.testing import ROOT
+from batchd.testing.waiting import answers_ok
 
 
 class ServerFailed(RuntimeError):
@@ -69,10 +70,7 @@ ROUTER_READY_PATH = "/readyz"
 
 
 def is_ready(url: str, path: str = REPLICA_READY_PATH) -> bool:
-    try:
-        return httpx.get(f"{url}{path}", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+    return answers_ok(f"{url}{path}")
 
 
 def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:

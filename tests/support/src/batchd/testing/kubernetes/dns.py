@@ -5,11 +5,11 @@ other's Services by name, as on any cluster; nothing is forwarded outside."""
 
 from __future__ import annotations
 
-import httpx
 import yaml
 
 from batchd.testing.kubernetes.controlplane import ControlPlane, certificate_user, kubeconfig
 from batchd.testing.kubernetes.processes import Process
+from batchd.testing.waiting import answers_ok
 
 USER = "batchd-test-coredns"
 # What CoreDNS's kubernetes plugin reads (the rules of the system:coredns role kubeadm installs).
@@ -70,7 +70,4 @@ def start_dns(cluster: ControlPlane) -> Process:
 
 
 def _ready(cluster: ControlPlane) -> bool:
-    try:
-        return httpx.get(f"http://{cluster.address}:8181/ready", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
+    return answers_ok(f"http://{cluster.address}:8181/ready")

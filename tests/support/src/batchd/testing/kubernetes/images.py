@@ -1,20 +1,23 @@
 """batchd's images for the nodes: built from the project's Dockerfile by `tools/build-images.sh`
-(cached by their inputs), and imported into a node's containerd only when it lacks that image."""
+(cached by their inputs), and imported into a containerd (the nodes' shared store, `image_store`)
+only when it lacks that image."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from batchd.testing import ROOT
-from batchd.testing.kubernetes.node import Node
 
 BUILD_SCRIPT = ROOT / "tools" / "build-images.sh"
 # The replica image is GBs: about 100 s to import on two idle cores, several times that on busy ones.
 IMPORT_TIMEOUT_S = 900.0
+
+Ctr = Callable[..., subprocess.CompletedProcess[str]]  # containerd's client on one containerd
 
 
 @dataclass(frozen=True)
@@ -47,27 +50,26 @@ def manifest_digest(archive: Path) -> str:
         return digest
 
 
-def load(node: Node, images: list[Image]) -> list[Image]:
-    """Import into the node's containerd each image it does not hold at this digest; return those
-    imported."""
+def load(ctr: Ctr, images: list[Image]) -> list[Image]:
+    """Import into a containerd each image it does not hold at this digest; return those imported."""
     imported = []
     for image in images:
-        if manifest_digest(image.archive) in node.ctr("images", "list", f"name=={image.ref}").stdout:
+        if manifest_digest(image.archive) in ctr("images", "list", f"name=={image.ref}").stdout:
             continue
-        node.ctr("images", "import", str(image.archive), timeout_s=IMPORT_TIMEOUT_S)
+        ctr("images", "import", str(image.archive), timeout_s=IMPORT_TIMEOUT_S)
         imported.append(image)
     if imported:
-        remove_superseded(node)
+        remove_superseded(ctr)
     return imported
 
 
-def remove_superseded(node: Node) -> None:
+def remove_superseded(ctr: Ctr) -> None:
     """Drop the images no name points to any more: an import moves a name to the new image, but the
     CRI plugin's `sha256:<id>` reference keeps the old one, and the replica's GBs would fill the disk
     within a few rebuilds. The kubelet's own image GC works by percentage of a disk far larger than
     what is free to us, so it is off (see `node.py`)."""
-    rows = [line.split() for line in node.ctr("images", "list").stdout.splitlines()[1:]]
+    rows = [line.split() for line in ctr("images", "list").stdout.splitlines()[1:]]
     named = {row[2] for row in rows if not row[0].startswith("sha256:")}
     superseded = [row[0] for row in rows if row[0].startswith("sha256:") and row[2] not in named]
     if superseded:
-        node.ctr("images", "rm", "--sync", *superseded, timeout_s=None)
+        ctr("images", "rm", "--sync", *superseded, timeout_s=None)

@@ -6,8 +6,9 @@ from our Dockerfile, probes them, sends SIGTERM with the grace period; kube-prox
 Services' iptables rules in the node's namespace. GPUs are the one thing this machine lacks: a node
 can advertise `nvidia.com/gpu` as an extended resource, so GPU pods are scheduled as on a GPU node.
 
-containerd's root (its image store) is kept between test sessions in the cache folder, one per node
-slot, so a warm run imports no image; its state, sockets and the kubelet's files are the session's.
+containerd's root is the node's copy of the machine's one image store (`image_store`): every image
+is there when the node starts, and nothing is imported per node. Its state, sockets and the
+kubelet's files are the session's.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ import tomli_w
 import yaml
 
 from batchd.testing.kubernetes.controlplane import ControlPlane, certificate_user, kubeconfig
+from batchd.testing.kubernetes.image_store import ctr, node_copy
 from batchd.testing.kubernetes.network import NodeAddresses, make_node_network, remove_node_network
 from batchd.testing.kubernetes.processes import Process, Started, run
-from batchd.testing.kubernetes.toolchain import cache_root
 
 CNI_PLUGINS = Path("/usr/lib/cni")
 CGROUPS = Path("/sys/fs/cgroup")
@@ -46,7 +47,8 @@ class Node(Started):
         self.name = addresses.name
         self.directory = directory
         self.processes: dict[str, Process] = {}
-        self.containerd_root = cache_root() / "containerd" / addresses.name
+        self._stack = contextlib.ExitStack()
+        self.containerd_root = Path()  # copied from the image store when it starts
         self.socket = directory / "containerd.sock"
 
     # --- configuration -------------------------------------------------------------------------
@@ -199,7 +201,7 @@ class Node(Started):
     def start(self) -> Node:
         started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.containerd_root.mkdir(parents=True, exist_ok=True)
+        self.containerd_root = self._stack.enter_context(node_copy(self.name))
         make_node_network(self.addresses)
         make_cgroup_root(self.name)
         self._cni_config()
@@ -274,9 +276,7 @@ class Node(Started):
         self, *args: str, check: bool = True, timeout_s: float | None = 120.0
     ) -> subprocess.CompletedProcess[str]:
         """containerd's own client, on the namespace the kubelet's containers and images live in."""
-        return run(
-            ["ctr", f"--address={self.socket}", "--namespace=k8s.io", *args], check=check, timeout_s=timeout_s
-        )
+        return ctr(self.socket, *args, check=check, timeout_s=timeout_s)
 
     def stop(self) -> None:
         # The kubelet first, so it starts nothing more; then every container of this session.
@@ -292,6 +292,7 @@ class Node(Started):
         remove_node_network(self.addresses)
         remove_cgroup_root(self.name)
         unmount_below(self.directory)
+        self._stack.close()  # its copy of the store, once containerd has let it go
 
     def _remove_containers(self) -> None:
         for task in self.ctr("tasks", "list", "-q").stdout.split():

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from batchd.testing.kubernetes import image_store
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.dns import start_dns
-from batchd.testing.kubernetes.images import build_images, load
+from batchd.testing.kubernetes.images import build_images
 from batchd.testing.kubernetes.network import ClusterAddresses, benchmark_slot
 from batchd.testing.kubernetes.node import Node
 
@@ -38,8 +39,8 @@ def node_with_images(cluster: ControlPlane, directory: Path, index: int = 0) -> 
     the cluster's DNS)."""
     if index == 0:
         start_dns(cluster)
+    image_store.update(build_images())
     with Node(cluster, cluster.addresses.node(index), directory) as node:
-        load(node, build_images())
         node.advertise_gpus(GPUS_PER_NODE)
         yield node
 
