@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from batchd.bench import access
 from batchd.bench.access.analysis import Results, failure
 from batchd.bench.access.options import QUICK, Options
+from batchd.bench.access.probe import build_probe_model
 from batchd.bench.access.report import draw, to_markdown
 from batchd.bench.access.workload import run
 from batchd.bench.kit.command import Benchmark, Flag, Run, main
@@ -16,8 +18,11 @@ from batchd.testing.kubernetes.started import benchmark_control_plane
 
 
 async def _measure(job: Run[Options]) -> Results:
-    with benchmark_control_plane(job.workdir / "control-plane") as cluster:  # the router reads it
-        return await run(job.options, cluster, job.workdir, job.record)
+    with ThreadPoolExecutor(1) as builder:
+        # The probe's model is built while the control plane starts: neither needs the other.
+        model = builder.submit(build_probe_model, job.workdir) if job.options.probe_tries else None
+        with benchmark_control_plane(job.workdir / "control-plane") as cluster:  # the router reads it
+            return await run(job.options, cluster, job.workdir, job.record, model)
 
 
 def measure(job: Run[Options]) -> Results:

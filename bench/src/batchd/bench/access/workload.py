@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 from batchd.bench.access.analysis import Results, Reviews, Round
 from batchd.bench.access.decision import decision_cost
 from batchd.bench.access.options import OFF, Options
-from batchd.bench.access.probe import run_probe
+from batchd.bench.access.probe import ProbeReplica, run_probe, start_probe_replica
 from batchd.bench.kit import floor
 from batchd.bench.kit.loadgen import Request
 from batchd.bench.kit.proxycost import measure_through
@@ -42,10 +43,24 @@ def _path(model: str) -> str:
     return f"/v1/models/{model}:predict"
 
 
-async def run(options: Options, cluster: ControlPlane, workdir: Path, meta: RunRecord) -> Results:
+async def run(
+    options: Options,
+    cluster: ControlPlane,
+    workdir: Path,
+    meta: RunRecord,
+    probe_model: Future[Path] | None = None,
+) -> Results:
+    """The rounds, the reviews, the decision and, given `probe_model` (its model being built), the
+    probe."""
+    source: Path | None = None
+    if probe_model is not None:
+        source = await asyncio.wrap_future(probe_model)
     upstream = floor.start(workdir, host=cluster.address)
+    replica: ProbeReplica | None = None
     rounds: list[Round] = []
     try:
+        if source is not None and not options.quiet_start:
+            replica = start_probe_replica(source, cluster.address, workdir, options.probe_threads)
         await asyncio.to_thread(upstream.wait_ready, 60.0)
         async with RouterNamespaces(cluster, workdir) as namespaces:
             namespaces.grant_token_reviews()
@@ -98,12 +113,16 @@ async def run(options: Options, cluster: ControlPlane, workdir: Path, meta: RunR
                             )
                         )
                 reviews = cluster.created(namespaces.router_user, "tokenreviews") - reviews_before
-                probe = (
-                    await run_probe(options.probe_tries, namespaces, router.url, workdir)
-                    if options.probe_tries
-                    else None
-                )
+                probe = None
+                if source is not None:
+                    replica = replica or start_probe_replica(
+                        source, cluster.address, workdir, options.probe_threads
+                    )
+                    probe = await run_probe(options.probe_tries, namespaces, router.url, replica)
     finally:
+        # After the router: a replica the router still holds connections to takes longer to stop.
+        if replica is not None:
+            replica.process.stop()
         upstream.stop()
     assert token_started is not None and token_ended is not None
     decision = await decision_cost(options.decision_iterations, options.decision_rounds)

@@ -35,8 +35,9 @@ async def run_cost(options: CostOptions, cluster: ControlPlane, workdir: Path, m
     adder = floor.start(workdir, host=cluster.address)
     rounds: list[CostRound] = []
     try:
-        await asyncio.to_thread(adder.wait_ready, 60.0)
-        async with routed(cluster, workdir, MODEL, [adder]) as stand_in:
+        async with routed(cluster, workdir, MODEL) as stand_in:  # while the adder starts
+            await asyncio.to_thread(adder.wait_ready, 60.0)
+            await stand_in.publish(adder)
             router = stand_in.router
             paths = {"direct": adder, "router": router}
             for repeat in range(options.repeats):

@@ -115,28 +115,33 @@ async def run_zero(options: ZeroOptions, cluster: ControlPlane, workdir: Path, m
     runs: list[ZeroRun] = []
     for repeat in range(options.repeats):
         print(f"scale from zero, repeat {repeat + 1}/{options.repeats}", flush=True)
-        async with routed(cluster, workdir, MODEL, (), **settings) as stand_in:
-            start = time.perf_counter()
-            operator = StandInOperator(stand_in, manifest_path, workdir, options, start)
-            held: list[tuple[float, int]] = []
-            sampler = asyncio.ensure_future(_sample_held(stand_in, options.sample_s, start, held))
-            # The operator's poll has no phase relative to a first request: the repeats spread the
-            # first poll evenly over one interval, so their mean wait is half an interval.
-            first_poll_s = options.poll_s * (repeat + 0.5) / options.repeats
-            waker = asyncio.ensure_future(operator.run(first_poll_s))
-            try:
-                # No bound on connections: what waits is held by the router, not the client.
-                traffic = Traffic(
-                    lambda: [stand_in.router.url], PATH, b'{"instances": [1]}', options.rate_rps,
-                    options.hold_timeout_s + 10,
-                )  # fmt: skip
-                outcomes = await traffic.run(options.seconds, start)
-                await waker
-            finally:
-                for task in (sampler, waker):
-                    task.cancel()
-                await asyncio.gather(sampler, waker, return_exceptions=True)
-                if operator.replica is not None:
-                    operator.replica.stop()
+        operator: StandInOperator | None = None
+        try:
+            async with routed(cluster, workdir, MODEL, (), **settings) as stand_in:
+                start = time.perf_counter()
+                operator = StandInOperator(stand_in, manifest_path, workdir, options, start)
+                held: list[tuple[float, int]] = []
+                sampler = asyncio.ensure_future(_sample_held(stand_in, options.sample_s, start, held))
+                # The operator's poll has no phase relative to a first request: the repeats spread
+                # the first poll evenly over one interval, so their mean wait is half an interval.
+                first_poll_s = options.poll_s * (repeat + 0.5) / options.repeats
+                waker = asyncio.ensure_future(operator.run(first_poll_s))
+                try:
+                    # No bound on connections: what waits is held by the router, not the client.
+                    traffic = Traffic(
+                        lambda: [stand_in.router.url], PATH, b'{"instances": [1]}', options.rate_rps,
+                        options.hold_timeout_s + 10,
+                    )  # fmt: skip
+                    outcomes = await traffic.run(options.seconds, start)
+                    await waker
+                finally:
+                    for task in (sampler, waker):
+                        task.cancel()
+                    await asyncio.gather(sampler, waker, return_exceptions=True)
+        finally:
+            # After the router: a replica the router holds connections to takes a second more to stop.
+            if operator is not None and operator.replica is not None:
+                operator.replica.stop()
+        assert operator is not None  # else the router did not start, and the run raised
         runs.append(zero_run(repeat, operator, outcomes, held, options))
     return ZeroResult(meta, dataclasses.asdict(options), runs)
