@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from subprocess import DEVNULL
 from typing import TextIO
 
 import tomli_w
@@ -42,7 +43,6 @@ SHARED_PARTS = (
     Path("io.containerd.snapshotter.v1.overlayfs/snapshots"),
 )
 START_TIMEOUT_S = 60.0
-_removals: list[subprocess.Popen[bytes]] = []  # kept, so that no removal is reaped as garbage midway
 
 
 def containerd_folder() -> Path:
@@ -152,8 +152,11 @@ def node_copy(name: str) -> Iterator[Path]:
             # Unlinking a copy's tens of thousands of entries takes seconds (15 on a busy disk) that
             # no test should wait for: a process of its own does it, holding the copy's lock from
             # the moment this one lets it go, so that no other run removes it as abandoned too.
+            # (`setsid --fork`: it outlives this process, and nobody waits for it.)
             remove = ["flock", str(lock), "sh", "-c", 'rm -rf "$0" && rm -f "$1"', str(path), str(lock)]
-            _removals.append(subprocess.Popen(remove, start_new_session=True))
+            subprocess.run(
+                ["setsid", "--fork", *remove], stdin=DEVNULL, stdout=DEVNULL, stderr=DEVNULL, check=True
+            )
 
 
 def _try_lock(path: Path) -> TextIO | None:
