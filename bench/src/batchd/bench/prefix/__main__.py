@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from batchd.bench import prefix
 from batchd.bench.kit.command import Benchmark, Flag, Run, main
@@ -18,8 +20,9 @@ from batchd.bench.peers.workload import environments, run_all
 from batchd.bench.prefix.analysis import Results, peer_goals
 from batchd.bench.prefix.replica_runs import run_replica_part
 from batchd.bench.prefix.report import draw_chart, to_markdown
-from batchd.bench.prefix.routing_runs import run_routing_part
+from batchd.bench.prefix.routing_runs import control_plane, run_routing_part
 from batchd.bench.prefix.workload import PARTS, QUICK, Options
+from batchd.testing.kubernetes.controlplane import ControlPlane
 
 
 def run_peers(run: Run[Options], server_cores: set[int] | None, load_cores: set[int] | None) -> PeerResults:
@@ -43,22 +46,28 @@ def measure(run: Run[Options]) -> Results:
     everywhere = os.sched_getaffinity(0)
     server_cores, load_cores = placement()
     found: dict[str, object] = {}
-    try:
-        if "replica" in options.parts:
-            if load_cores:
-                os.sched_setaffinity(0, load_cores)  # this process drives the load
-            found["replica"] = run_replica_part(options, run.workdir, server_cores)
-        if "routing" in options.parts:
-            os.sched_setaffinity(0, everywhere)  # a replica on each core: the load goes where it can
-            found["routing"] = run_routing_part(options, run.workdir)
-        if "peers" in options.parts:
-            if load_cores:
-                os.sched_setaffinity(0, load_cores)
-            (run.workdir / "peers").mkdir(exist_ok=True)
-            peers = run_peers(run, server_cores, load_cores)
-            found["peers"], found["peer_goals"] = peers, peer_goals(peers)
-    finally:
-        os.sched_setaffinity(0, everywhere)
+    # On the way out the control plane's start is waited for, then it is stopped.
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(1) as starting:
+        cluster: Future[ControlPlane] | None = None
+        if "routing" in options.parts and options.early_control_plane:
+            cluster = starting.submit(stack.enter_context, control_plane(run.workdir))
+        try:
+            if "replica" in options.parts:
+                if load_cores:
+                    os.sched_setaffinity(0, load_cores)  # this process drives the load
+                found["replica"] = run_replica_part(options, run.workdir, server_cores, everywhere)
+            if "routing" in options.parts:
+                os.sched_setaffinity(0, everywhere)  # a replica on each core: the load goes where it can
+                started = None if cluster is None else cluster.result()
+                found["routing"] = run_routing_part(options, run.workdir, started)
+            if "peers" in options.parts:
+                if load_cores:
+                    os.sched_setaffinity(0, load_cores)
+                (run.workdir / "peers").mkdir(exist_ok=True)
+                peers = run_peers(run, server_cores, load_cores)
+                found["peers"], found["peer_goals"] = peers, peer_goals(peers)
+        finally:
+            os.sched_setaffinity(0, everywhere)
     return Results(run.record, dataclasses.asdict(options), **found)  # type: ignore[arg-type]
 
 

@@ -1,12 +1,14 @@
 """The replica part: one replica with the prefix cache and one without, the same requests to each in
 turn, every workload, every repeat.
 
-Both replicas run all along, on the servers' core; only the one being measured has load. Each
-repeat draws new prompts, so that no run finds what an earlier one left in the cache.
+Both replicas run all along, on the servers' core (they start side by side on every core, and move
+there once up); only the one being measured has load. Each repeat draws new prompts, so that no
+run finds what an earlier one left in the cache.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -92,7 +94,18 @@ def vocabulary_of(directory: Path) -> tuple[Any, int]:
     return tokenizer, len(tokenizer)
 
 
-def run_replica_part(options: Options, workdir: Path, server_cores: set[int] | None) -> Part:
+def pin(server: servers.ServerProcess, cores: set[int]) -> None:
+    """Every thread of a running server onto `cores`; the threads it starts later inherit them."""
+    for task in Path(f"/proc/{server.pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(task.name), cores)
+
+
+def run_replica_part(
+    options: Options, workdir: Path, server_cores: set[int] | None, start_cores: set[int] | None = None
+) -> Part:
+    """The part; the replicas start on `start_cores` (side by side, where there are several) and
+    are measured on `server_cores`."""
     directory = model_dir(workdir)
     tokenizer, vocabulary = vocabulary_of(directory)
     shape, window = options.shape, (options.warmup_s, options.warmup_s + options.duration_s)
@@ -102,7 +115,7 @@ def run_replica_part(options: Options, workdir: Path, server_cores: set[int] | N
             servers.write_manifest(workdir, replica_manifest(name, directory, options, cache)),
             workdir / "logs",
             env=env,
-            cores=server_cores,
+            cores=start_cores or server_cores,
         )
         for subject, name, cache in (
             (CACHED, "cached", options.prefix_cache_bytes),
@@ -117,6 +130,9 @@ def run_replica_part(options: Options, workdir: Path, server_cores: set[int] | N
         logger.warning("prefix: %s, %s: %s", load, subject, _short(found))
 
     with servers.running(list(started.values())):
+        for server in started.values():
+            if server_cores:
+                pin(server, server_cores)  # measured on the servers' core, alone
         for repeat in range(options.repeats):
             seed = 1000 * (repeat + 1)
             for load, workload in (

@@ -42,6 +42,7 @@ from batchd.bench.prefix.replica_runs import model_dir, replica_manifest, vocabu
 from batchd.bench.prefix.workload import HOT, UNIQUE, Options, conversations, endless_conversations, jobs
 from batchd.router.prefixes import OUTCOMES
 from batchd.testing import servers
+from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.routed import RouterNamespaces
 from batchd.testing.kubernetes.started import benchmark_control_plane
 
@@ -51,7 +52,7 @@ SUBJECTS = (PREFIX, TWO_CHOICES)
 REPLICAS = 2
 
 
-async def _routed(options: Options, workdir: Path) -> Part:
+async def _routed(options: Options, workdir: Path, started: ControlPlane | None) -> Part:
     directory = model_dir(workdir)
     tokenizer, vocabulary = vocabulary_of(directory)
     shape, window = options.shape, (options.warmup_s, options.warmup_s + options.duration_s)
@@ -65,7 +66,7 @@ async def _routed(options: Options, workdir: Path) -> Part:
         logger.warning("prefix routing: %s, %s: %.2f req/s, TTFT p90 %.0f ms, hit rate %.2f, %d errors",
                        load, subject, found.rps, found.ttft_p90_ms, found.hit_rate, found.errors)  # fmt: skip
 
-    with benchmark_control_plane(workdir / "control-plane") as cluster:
+    with contextlib.nullcontext(started) if started is not None else control_plane(workdir) as cluster:
         replicas = [
             servers.start_replica(
                 servers.write_manifest(workdir / f"replica-{n}", document),
@@ -178,5 +179,11 @@ def _caller(subject: str, repeat: int) -> str:
     return f"{subject.replace(' ', '-')}-{repeat}"
 
 
-def run_routing_part(options: Options, workdir: Path) -> Part:
-    return asyncio.run(_routed(options, workdir))
+def control_plane(workdir: Path) -> contextlib.AbstractContextManager[ControlPlane]:
+    """The part's API server: its own, on a slot no test worker takes."""
+    return benchmark_control_plane(workdir / "control-plane")
+
+
+def run_routing_part(options: Options, workdir: Path, cluster: ControlPlane | None = None) -> Part:
+    """The part, on `cluster` (a `control_plane` started already) or on one it starts."""
+    return asyncio.run(_routed(options, workdir, cluster))

@@ -63,6 +63,9 @@ class Options:
     routing_think_s: float = 2.0  # longer pauses: more conversations under way at once
     routing_conversations: int = 32  # the capacity's closed loop: conversations at once
     threads: int = 1  # torch threads of every replica
+    # The routing part's API server starts beside the replica part (the smoke's: its figures need
+    # no quiet machine), not after it.
+    early_control_plane: bool = False
     # Peers: the peers benchmark's tiny GPT-2 load, with batchd's cache on and off.
     peers: tuple[str, ...] = ("batchd", "uncached", "pytriton", "mosec", "litserve", "bentoml", "ray")
     peer_repeats: int = 3
@@ -70,9 +73,11 @@ class Options:
     shape: Shape = field(default_factory=Shape)
 
 
+# Smoke-sized: every load and part, each loop a second and a half (dozens of answers of a handful of
+# tokens; the warm-up holds each client's first, cold, answer even on a busy machine).
 QUICK = Options(
     repeats=1,
-    duration_s=2.0,
+    duration_s=1.0,
     warmup_s=0.5,
     clients=4,
     max_batch_size=4,
@@ -83,6 +88,7 @@ QUICK = Options(
     peers=("batchd", "uncached"),
     peer_repeats=1,
     peer_duration_s=1.0,
+    early_control_plane=True,
     shape=Shape(system_tokens=64, question_tokens=(8, 16), new_tokens=4, system_prompts=2,
                 conversation_system_tokens=32, turns=3),
 )  # fmt: skip

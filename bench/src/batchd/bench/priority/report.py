@@ -44,9 +44,9 @@ def to_markdown(results: Results) -> str:
         "",
         ran(results.meta, f"{options.repeats} interleaved repeats of {options.duration_s:g} s per load"),
         "",
-        f"One replica of {results.capacity_rps:g} items/s. Priority load: {options.overload:g}x that, "
-        f"{options.high_share:.0%} `high`, open loops (idle: `high` alone at its rate). Medians over "
-        "repeats; 503s summed.",
+        f"One replica of {results.capacity_rps:g} items/s, its queue {options.queue} items. Priority "
+        f"load: {options.overload:g}x that, {options.high_share:.0%} `high`, open loops (idle: `high` "
+        "alone at its rate). Medians over repeats; 503s summed.",
         "",
         *_table(
             [

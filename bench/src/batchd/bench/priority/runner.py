@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import re
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import uvloop
@@ -47,6 +49,7 @@ LIVE_REFUSALS = ("queue_full", "shed", "displaced", "queue_timeout")
 # takes the core of the replica's event loop (and of the load generator), and the tiny model gains
 # nothing from it.
 ONE_TORCH_THREAD = {"OMP_NUM_THREADS": "1"}
+READY_TIMEOUT_S = 300  # as `servers.running` waits
 
 
 def request(server: servers.ServerProcess, subject: str, headers: dict[str, str]) -> loadgen.Request:
@@ -93,7 +96,9 @@ async def fairness_load(server: servers.ServerProcess, subject: str, options: Op
     def caller(name: str, clients: int) -> asyncio.Future[loadgen.RunResult]:
         sent = request(server, subject, {"batchd-fairness-id": name})
         return asyncio.ensure_future(
-            loadgen.closed_loop(server.host, server.port, sent, clients, options.duration_s, warmup_s=1.0)
+            loadgen.closed_loop(
+                server.host, server.port, sent, clients, options.duration_s, options.fairness_warmup_s
+            )
         )
 
     heavy = caller("indexer", options.light_clients * options.heavy_factor)
@@ -159,10 +164,22 @@ async def dead_load(server: servers.ServerProcess, subject: str, options: Option
     return DeadRun(high_run.completed, p99_ms, low.answered, int(gave_up), int(live_refused))
 
 
+@contextlib.contextmanager
+def _stopping(started: Iterable[servers.ServerProcess]) -> Iterator[None]:
+    """Stops the servers on the way out, whatever happens: those not waited for as well."""
+    try:
+        yield
+    finally:
+        for server in started:
+            server.stop()
+
+
 def measure(options: Options, workdir: Path, record: RunRecord) -> Results:
     logs = workdir / "logs"
     started = {
-        subject: servers.start_replica(servers.write_manifest(workdir, subject_manifest(subject)), logs)
+        subject: servers.start_replica(
+            servers.write_manifest(workdir, subject_manifest(subject, options.queue)), logs
+        )
         for subject in SUBJECTS
     }
     generators: dict[str, servers.ServerProcess] = {}
@@ -178,9 +195,10 @@ def measure(options: Options, workdir: Path, record: RunRecord) -> Results:
     equal: dict[str, list[EqualRun]] = {subject: [] for subject in SUBJECTS}
     dead: dict[str, list[DeadRun]] = {subject: [] for subject in SUBJECTS}
     generation: dict[str, list[GenerationRun]] = {subject: [] for subject in generators}
-    with servers.running([*started.values(), *generators.values()]):
+    waited = [*started.values(), *generators.values()] if options.quiet_start else [*started.values()]
+    with _stopping(generators.values()), servers.running(waited):
         for repeat in range(options.repeats):
-            for subject in rotated(SUBJECTS, repeat):
+            for subject in rotated(SUBJECTS, repeat + SUBJECTS.index(options.first_subject)):
                 server = started[subject]
                 logger.info(
                     "repeat %d: %s: priority, fairness, equal and dead-item loads", repeat + 1, subject
@@ -193,6 +211,7 @@ def measure(options: Options, workdir: Path, record: RunRecord) -> Results:
                 dead[subject].append(uvloop.run(dead_load(server, subject, options, seed=10 * repeat + 5)))
                 server.check_alive()
                 if subject in generators:
+                    generators[subject].wait_ready(READY_TIMEOUT_S)  # at once where it was waited for
                     logger.info("repeat %d: %s: the token-level mix", repeat + 1, subject)
                     run = uvloop.run(
                         generation_load(generators[subject], subject, options, seed=10 * repeat + 7)

@@ -37,12 +37,16 @@ BULK_PROMPT = "Batching amortises the cost of a forward pass."
 class Options:
     repeats: int = 3
     duration_s: float = 20.0  # the priority and fairness loads, measured
+    # The replica's queue (`max_queued_requests`): the overloads fill it before the first 503, and
+    # what it holds at the end is answered before a load ends.
+    queue: int = QUEUE
     overload: float = 2.0  # the priority load, as a multiple of capacity
     high_share: float = 0.2  # of it, high priority
     # The fairness load: the light caller's closed-loop clients, enough to keep it backlogged (more
     # queued than its half of a batch) ...
     light_clients: int = 16
     heavy_factor: int = 10  # ... and the heavy caller's, this many times more
+    fairness_warmup_s: float = 1.0  # both callers backlogged before it counts
     grace_s: float = 10.0
     mix_s: float = 10.0  # the equal, dead-item and generation loads, measured
     equal_overload: float = 3.0  # the equal classes together, as a multiple of capacity
@@ -58,9 +62,29 @@ class Options:
     generation_bulk_clients: int = 2 * (GENERATION_ROWS + GENERATION_QUEUE // 2)
     generation_high_tokens: int = 8
     generation_bulk_tokens: int = 64
+    # Every load waits until every replica is up: none runs beside the generation replicas' start
+    # (the smoke's first subject's do, on a machine of few cores) ...
+    quiet_start: bool = True
+    first_subject: str = SUBJECTS[0]  # ... the subject that goes first in the first repeat
 
 
-QUICK = Options(repeats=1, duration_s=4.0, mix_s=2.0)
+# Smoke-sized: every load, shorter. A queue of 96 fills in 0.6 s at twice the capacity and drains
+# as fast (400: 2.5 s each way), so a second of the priority load sees 503s; it still holds every
+# client of the fairness load (8 light clients keep their half of a batch backlogged), and the
+# dead-item load's high clients (24 still keep every batch full) beside the low class's live
+# requests. First come's loads run while the generation replicas start: what the smoke checks of
+# them is counts (503s), not latencies.
+QUICK = Options(
+    repeats=1,
+    duration_s=1.0,
+    queue=96,
+    light_clients=8,
+    fairness_warmup_s=0.5,
+    mix_s=1.0,
+    dead_high_clients=24,
+    quiet_start=False,
+    first_subject="first_come",
+)
 
 
 def model_name(subject: str) -> str:
@@ -72,12 +96,12 @@ def queue_order(subject: str) -> str:
     return "priority" if subject == "priority" else "first_come"
 
 
-def subject_manifest(subject: str) -> dict[str, Any]:
+def subject_manifest(subject: str, queue: int = QUEUE) -> dict[str, Any]:
     model = {"handler": "batchd.testing.batch_handlers:SlowAdder", "init_kwargs": {"delay_s": BATCH_S}}
     batching = {
         "max_batch_size": MAX_BATCH,
         "batch_wait_timeout_s": 0.005,
-        "max_queued_requests": QUEUE,
+        "max_queued_requests": queue,
         "priority_classes": CLASSES,
         "default_priority_class": "low",
         "queue_order": queue_order(subject),
