@@ -75,9 +75,9 @@ demo: install
 # Two pytest workers (pytest-xdist): the tests that wait (loads of a set length, processes
 # starting) overlap the tests that compute. The tests that hold a sustained load run on one worker,
 # one after another, and so do the tests of a module that share a module-scoped fixture
-# (tests/conftest.py). On the 2-core dev machine the suite takes 15 to 17 minutes so (953 tests in
-# 15 min 28 s on 2026-11-28, 16 min 41 s with make's set-up; 916 in 13 to 14 min before the canary
-# rollout tests; everything built). Over the 12-minute aim: see docs/design/test-cluster.md.
+# (tests/conftest.py). On the 2-core dev machine the suite takes 15.5 minutes so (1,211 tests in
+# 15 min 27 s on 2026-12-04, 15 min 32 s with make's set-up; everything built). Over the 12-minute
+# budget (CONTRIBUTING): the canary rollouts are the slowest tests now (docs/design/test-cluster.md).
 # `TEST_WORKERS=0` runs one test at a time (the clusters of parallel workers never share an address).
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadgroup
