@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import re
 import time
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import uvloop
@@ -49,7 +47,6 @@ LIVE_REFUSALS = ("queue_full", "shed", "displaced", "queue_timeout")
 # takes the core of the replica's event loop (and of the load generator), and the tiny model gains
 # nothing from it.
 ONE_TORCH_THREAD = {"OMP_NUM_THREADS": "1"}
-READY_TIMEOUT_S = 300  # as `servers.running` waits
 
 
 def request(server: servers.ServerProcess, subject: str, headers: dict[str, str]) -> loadgen.Request:
@@ -164,16 +161,6 @@ async def dead_load(server: servers.ServerProcess, subject: str, options: Option
     return DeadRun(high_run.completed, p99_ms, low.answered, int(gave_up), int(live_refused))
 
 
-@contextlib.contextmanager
-def _stopping(started: Iterable[servers.ServerProcess]) -> Iterator[None]:
-    """Stops the servers on the way out, whatever happens: those not waited for as well."""
-    try:
-        yield
-    finally:
-        for server in started:
-            server.stop()
-
-
 def measure(options: Options, workdir: Path, record: RunRecord) -> Results:
     logs = workdir / "logs"
     started = {
@@ -195,8 +182,8 @@ def measure(options: Options, workdir: Path, record: RunRecord) -> Results:
     equal: dict[str, list[EqualRun]] = {subject: [] for subject in SUBJECTS}
     dead: dict[str, list[DeadRun]] = {subject: [] for subject in SUBJECTS}
     generation: dict[str, list[GenerationRun]] = {subject: [] for subject in generators}
-    waited = [*started.values(), *generators.values()] if options.quiet_start else [*started.values()]
-    with _stopping(generators.values()), servers.running(waited):
+    every = [*started.values(), *generators.values()]
+    with servers.running(every, waited=every if options.quiet_start else [*started.values()]):
         for repeat in range(options.repeats):
             for subject in rotated(SUBJECTS, repeat + SUBJECTS.index(options.first_subject)):
                 server = started[subject]
@@ -211,7 +198,7 @@ def measure(options: Options, workdir: Path, record: RunRecord) -> Results:
                 dead[subject].append(uvloop.run(dead_load(server, subject, options, seed=10 * repeat + 5)))
                 server.check_alive()
                 if subject in generators:
-                    generators[subject].wait_ready(READY_TIMEOUT_S)  # at once where it was waited for
+                    generators[subject].wait_ready(servers.READY_TIMEOUT_S)  # at once where it was waited for
                     logger.info("repeat %d: %s: the token-level mix", repeat + 1, subject)
                     run = uvloop.run(
                         generation_load(generators[subject], subject, options, seed=10 * repeat + 7)

@@ -67,6 +67,7 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, inter
 # the router's /readyz (its first LIST of deployments and endpoints done).
 REPLICA_READY_PATH = "/v2/health/ready"
 ROUTER_READY_PATH = "/readyz"
+READY_TIMEOUT_S = 300.0  # how long `running` waits for a server to be ready
 
 
 def is_ready(url: str, path: str = REPLICA_READY_PATH) -> bool:
@@ -263,11 +264,15 @@ def start_router(
 
 @contextmanager
 def running(
-    servers: Sequence[ServerProcess], ready_timeout_s: float = 300
+    servers: Sequence[ServerProcess],
+    ready_timeout_s: float = READY_TIMEOUT_S,
+    *,
+    waited: Sequence[ServerProcess] | None = None,
 ) -> Iterator[Sequence[ServerProcess]]:
-    """Wait until every server is ready; stop them all on the way out, whatever happens."""
+    """Wait until every server of `waited` (all of them by default) is ready; stop them all on the
+    way out, whatever happens."""
     try:
-        for server in servers:
+        for server in servers if waited is None else waited:
             server.wait_ready(ready_timeout_s)
         yield servers
     finally:
