@@ -12,7 +12,7 @@ import yaml
 
 from batchd.api.pod import labels
 from batchd.api.spec import TracingSpec
-from batchd.api.tracing import pod_environment
+from batchd.api.tracing_config import pod_environment
 from batchd.operator.settings import Settings
 from batchd.testing import ROOT
 from batchd.testing.helm import CHART, SCENARIOS, only, render
@@ -178,7 +178,7 @@ def test_the_values_schema_refuses_bad_values_naming_them(values: dict[str, Any]
 
 @pytest.mark.parametrize("component", ["operator", "router"])
 def test_tracing_gives_the_operator_and_the_router_what_replica_pods_get(component: str) -> None:
-    """The chart's OpenTelemetry environment is the one `batchd.api.tracing` renders for replica
+    """The chart's OpenTelemetry environment is the one `batchd.api.tracing_config` renders for replica
     pods (the chart cannot import it: this test holds the two together)."""
     endpoint, ratio = "http://jaeger.observability:4318", 0.05
     objects = render({"tracing": {"endpoint": endpoint, "samplingRatio": ratio}})

@@ -22,7 +22,7 @@ from opentelemetry.trace import SpanKind
 
 from batchd.api.manifest import parse_manifest
 from batchd.api.otel import pipeline
-from batchd.api.tracing import TracingConfig
+from batchd.api.tracing_config import TracingConfig
 from batchd.replica.front.app import create_app
 from batchd.replica.front.server import replica_protocol
 from batchd.replica.settings import ReplicaSettings

@@ -155,7 +155,7 @@ pods and the routers' read of their own Service's endpoints need a Role of their
 {{- end }}
 
 {{/*
-The standard OpenTelemetry environment of a pod that traces (batchd.api.tracing renders the same
+The standard OpenTelemetry environment of a pod that traces (batchd.api.tracing_config renders the same
 for replica pods; tests/charts compare the two): `serviceName` names it, `component` its
 container; the pod's own facts come from the downward API. Nothing without tracing.endpoint.
 */}}

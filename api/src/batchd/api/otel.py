@@ -1,5 +1,5 @@
 """The OpenTelemetry SDK as batchd's processes run it: imported only once tracing is configured
-(`batchd.api.tracing`), by each component's one tracing module.
+(`batchd.api.tracing_config`), by each component's one tracing module.
 
 One span processor takes every span of the process: batchd's own (`batchd.api.spans`, recorded
 as batchd decided) and those any other code makes through the global tracer provider (a

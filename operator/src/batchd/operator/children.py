@@ -40,7 +40,7 @@ from batchd.api.pod import (
 )
 from batchd.api.revisions import revision_of
 from batchd.api.spec import BATCHING_REVISION_ANNOTATION, LIVE_FIELDS, BatchedDeployment
-from batchd.api.tracing import pod_environment
+from batchd.api.tracing_config import pod_environment
 from batchd.operator.network_policy import network_policy
 from batchd.operator.settings import Settings
 

@@ -22,7 +22,7 @@ import uvicorn
 from batchd.api.httpserver import UVICORN_OPTIONS
 from batchd.api.manifest import ManifestError, load_manifest
 from batchd.api.spec import BatchedDeployment
-from batchd.api.tracing import TracingConfig, environment
+from batchd.api.tracing_config import TracingConfig, environment
 from batchd.replica.front.app import create_app
 from batchd.replica.front.server import ReplicaServer, replica_protocol
 from batchd.replica.settings import ReplicaSettings, check_call_url

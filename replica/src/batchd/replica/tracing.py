@@ -1,5 +1,5 @@
 """The replica's spans, in OpenTelemetry: the one module of the replica that imports it, loaded by
-`cli` only when tracing is configured (`batchd.api.tracing`).
+`cli` only when tracing is configured (`batchd.api.tracing_config`).
 
 Whether a request is recorded is decided first, from its headers alone (`batchd.api.tracecontext`):
 one that is not costs a header scan and a random draw, and gets nothing else.
@@ -46,7 +46,7 @@ from batchd.api.routes import (
 from batchd.api.spans import OwnSpan, context_headers, new_span_id, new_trace_id, remote_context
 from batchd.api.spec import BatchedDeployment
 from batchd.api.tracecontext import caller_of, unrecorded_traceparent
-from batchd.api.tracing import TracingConfig
+from batchd.api.tracing_config import TracingConfig
 from batchd.replica.queueing import caller_in, tenant_of
 from batchd.replica.traces import RequestTrace
 

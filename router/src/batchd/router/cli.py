@@ -16,7 +16,7 @@ import uvicorn
 
 from batchd.api.environment import SettingsError
 from batchd.api.httpserver import UVICORN_OPTIONS
-from batchd.api.tracing import TracingConfig
+from batchd.api.tracing_config import TracingConfig
 from batchd.router.app import create_app
 from batchd.router.server import FINISH_S, RouterServer
 from batchd.router.settings import RouterSettings

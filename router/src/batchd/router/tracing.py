@@ -1,5 +1,5 @@
 """The router's spans, in OpenTelemetry: the one module of the router that imports it, loaded by
-`cli` only when tracing is configured (`batchd.api.tracing`).
+`cli` only when tracing is configured (`batchd.api.tracing_config`).
 
 Whether a request is recorded is decided first, from its headers alone (`batchd.api.tracecontext`),
 and passed on: a request the router does not record costs it a header scan and a random draw.
