@@ -61,7 +61,7 @@ loaded = [
     name
     for name in sys.modules
     if name.startswith(("opentelemetry.sdk", "opentelemetry.exporter", "opentelemetry.semconv"))
-    or name in ("batchd.api.otel", "batchd.replica.tracing", "batchd.router.tracing")
+    or name in ("batchd.api.tracing", "batchd.replica.tracing", "batchd.router.tracing")
 ]
 print(sorted(loaded))
 """

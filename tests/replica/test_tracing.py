@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from batchd.api.manifest import parse_manifest
-from batchd.api.otel import pipeline
+from batchd.api.tracing import pipeline
 from batchd.api.tracing_config import TracingConfig
 from batchd.replica.front.app import create_app
 from batchd.replica.front.server import replica_protocol

@@ -9,7 +9,7 @@ tracing module, the one module that imports OpenTelemetry, and passes it down; w
 imports no OpenTelemetry code at all. The sampler is read here, as the SDK would read it, because
 batchd decides which requests it records before it builds anything for them
 (`batchd.api.tracecontext`); the SDK reads the resource and the exporter's address itself
-(`batchd.api.otel`).
+(`batchd.api.tracing`).
 
 No OpenTelemetry import here: this module runs whether tracing is on or off.
 """

@@ -151,7 +151,7 @@ def start_tracing(manifest: BatchedDeployment) -> ReplicaTracing | None:
         return None
     from opentelemetry import trace
 
-    from batchd.api.otel import pipeline
+    from batchd.api.tracing import pipeline
     from batchd.replica.tracing import ReplicaTracing
 
     spans = pipeline(manifest.metadata.name)

@@ -35,7 +35,6 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from opentelemetry.semconv.attributes import error_attributes, http_attributes, url_attributes
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
-from batchd.api.otel import Pipeline
 from batchd.api.routes import (
     OPENAI_CHAT_COMPLETIONS,
     OPENAI_COMPLETIONS,
@@ -46,6 +45,7 @@ from batchd.api.routes import (
 from batchd.api.spans import OwnSpan, context_headers, new_span_id, new_trace_id, remote_context
 from batchd.api.spec import BatchedDeployment
 from batchd.api.tracecontext import caller_of, unrecorded_traceparent
+from batchd.api.tracing import Pipeline
 from batchd.api.tracing_config import TracingConfig
 from batchd.replica.queueing import caller_in, tenant_of
 from batchd.replica.traces import RequestTrace

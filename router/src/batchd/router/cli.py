@@ -80,7 +80,7 @@ def start_tracing() -> RouterTracing | None:
     config = TracingConfig.from_environ(os.environ)
     if config is None:
         return None
-    from batchd.api.otel import pipeline
+    from batchd.api.tracing import pipeline
     from batchd.router.tracing import RouterTracing
 
     return RouterTracing(pipeline(SERVICE_NAME), config.sampler)

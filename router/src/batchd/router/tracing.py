@@ -25,7 +25,6 @@ from typing import Any
 from opentelemetry.semconv.attributes import error_attributes, http_attributes, url_attributes
 from opentelemetry.trace import SpanKind
 
-from batchd.api.otel import Pipeline
 from batchd.api.spans import OwnSpan, context_headers, remote_context
 from batchd.api.tracecontext import (
     TRACEPARENT,
@@ -35,6 +34,7 @@ from batchd.api.tracecontext import (
     caller_of,
     unrecorded_headers,
 )
+from batchd.api.tracing import Pipeline
 
 DEPLOYMENT = "batchd.deployment"  # namespace/name
 MODEL = "batchd.model"

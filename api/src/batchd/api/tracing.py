@@ -1,5 +1,7 @@
-"""The OpenTelemetry SDK as batchd's processes run it: imported only once tracing is configured
-(`batchd.api.tracing_config`), by each component's one tracing module.
+"""Tracing in OpenTelemetry, as batchd's processes run it: the SDK's span processor and its OTLP
+export. Imported only once tracing is configured (`batchd.api.tracing_config`), by the component's
+own tracing module (`batchd.replica.tracing`, `batchd.router.tracing`): in every package,
+`tracing` names the side that loads OpenTelemetry (here with `spans` and `otlp`, which it imports).
 
 One span processor takes every span of the process: batchd's own (`batchd.api.spans`, recorded
 as batchd decided) and those any other code makes through the global tracer provider (a
