@@ -21,12 +21,12 @@ from batchd.router.client_request import Message, Receive, Send
 from batchd.router.connections import Pool
 from batchd.router.directory import DeploymentRef, Directory
 from batchd.router.holding import Holds
-from batchd.router.kube_watches import KubeClient
+from batchd.router.kube_client import KubeClient
 from batchd.router.loads import LoadPoller, Loads
 from batchd.router.metrics import RouterMetrics
 from batchd.router.peers import Peers, watched_peers
 from batchd.router.prefixes import PrefixIndex
-from batchd.router.proxy import Router
+from batchd.router.proxy import Proxy
 from batchd.router.quotas import Quotas
 from batchd.router.settings import RouterSettings
 from batchd.router.token_reviews import TokenReviews, kube_reviewer
@@ -64,7 +64,8 @@ class DirectoryEvents:
 
 @dataclass
 class RouterApp:
-    """The ASGI callable uvicorn runs: lifespan here, HTTP in `Router`."""
+    """The router as uvicorn runs it: its parts, built once, and the lifespan that starts and stops
+    what runs beside requests (the watches, the load poller); requests go to `Proxy`."""
 
     settings: RouterSettings
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
@@ -82,7 +83,7 @@ class RouterApp:
         self.keyring = Keyring()
         self.peers = Peers()
         self.watchers: list[Watcher] = []
-        self.router = Router(
+        self.proxy = Proxy(
             settings,
             self.directory,
             self.holds,
@@ -110,9 +111,9 @@ class RouterApp:
         if scope["type"] == "http":
             server = scope.get("server")
             if server is not None and server[1] == self.admin_port:
-                await self.router.admin(scope, send)
+                await self.proxy.admin(scope, send)
             else:
-                await self.router(scope, receive, send)
+                await self.proxy(scope, receive, send)
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
 
@@ -137,7 +138,7 @@ class RouterApp:
         # The load readings are few and off the request path: aiohttp's client is convenient there.
         self._session = session = aiohttp.ClientSession()
         self._api = await KubeClient.connect(settings.kubeconfig)
-        self.router.reviews = TokenReviews(kube_reviewer(self._api))
+        self.proxy.reviews = TokenReviews(kube_reviewer(self._api))
         namespaces: tuple[str | None, ...] = settings.namespaces or (None,)
         self.watchers = [
             Watcher(

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     admin_config = uvicorn.Config(app, host=settings.host, port=settings.admin_port, **UVICORN_OPTIONS)
     sockets = [config.bind_socket(), admin_config.bind_socket()]
     app.admin_port = sockets[1].getsockname()[1]
-    server = RouterServer(config, app.router, settings.drain_timeout_s)
+    server = RouterServer(config, app.proxy, settings.drain_timeout_s)
     try:
         server.run(sockets=sockets)
     except KeyboardInterrupt:

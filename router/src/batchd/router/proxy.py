@@ -1,4 +1,4 @@
-"""The router's ASGI application: each inference request to a replica of its model's deployment.
+"""The request path (`Proxy`, in ASGI): each inference request to a replica of its model's deployment.
 
 Per request: the model name from the path (or the JSON body, see `naming`) picks the deployment
 (`directory`); with no ready replica the request is held (`holding`); then it is sent on
@@ -73,8 +73,9 @@ from batchd.router.upstream import SendFailed, Upstream, request_headers
 logger = logging.getLogger(__name__)
 
 
-class Router:
-    """ASGI: routes inference requests to replicas and answers its own few endpoints."""
+class Proxy:
+    """The request path, in ASGI: each inference request to a replica, and the router's own few
+    endpoints (the lifespan and what runs beside requests are `app.RouterApp`'s)."""
 
     def __init__(
         self,

@@ -13,7 +13,7 @@ import logging
 import uvicorn
 
 from batchd.api.draining import DrainingServer
-from batchd.router.proxy import Router
+from batchd.router.proxy import Proxy
 
 logger = logging.getLogger(__name__)
 
@@ -24,20 +24,20 @@ FINISH_S = 5
 class RouterServer(DrainingServer):
     """uvicorn, plus: unready at once on SIGTERM, and a drain bounded by `drain_timeout_s`."""
 
-    def __init__(self, config: uvicorn.Config, router: Router, drain_timeout_s: float) -> None:
+    def __init__(self, config: uvicorn.Config, proxy: Proxy, drain_timeout_s: float) -> None:
         super().__init__(config, drain_timeout_s)
-        self.router = router
-        self.holds = router.holds
+        self.proxy = proxy
+        self.holds = proxy.holds
 
     def begin_draining(self) -> None:
-        self.router.begin_draining()
+        self.proxy.begin_draining()
 
     def drained(self) -> bool:
-        return not self.router.inflight
+        return not self.proxy.inflight
 
     def at_drain_timeout(self) -> None:
         if self.holds.count:
             logger.warning("%d held request(s) refused at the drain timeout", self.holds.count)
             self.holds.refuse_all("the router is shutting down and no replica became ready; retry")
-        if self.router.inflight:
-            logger.warning("%d request(s) still in flight at the drain timeout", self.router.inflight)
+        if self.proxy.inflight:
+            logger.warning("%d request(s) still in flight at the drain timeout", self.proxy.inflight)

@@ -142,7 +142,7 @@ class Api(Protocol):
 
 
 def kube_reviewer(api: Api) -> Reviewer:
-    """The reviews asked of the API server, through the router's own client (`kube_watches`)."""
+    """The reviews asked of the API server, through the router's own client (`kube_client`)."""
 
     async def review(token: bytes, ref: DeploymentRef) -> Review:
         try:

@@ -75,7 +75,7 @@ def watched_kinds(directory: Directory, keyring: Keyring) -> tuple[Watched, Watc
 
 
 class Source(Protocol):
-    """Where objects come from: the API server (`kube_watches.KubeClient`), or a test's stand-in."""
+    """Where objects come from: the API server (`kube_client.KubeClient`), or a test's stand-in."""
 
     async def list(self, path: str, label_selector: str) -> tuple[list[dict[str, Any]], str]: ...
 

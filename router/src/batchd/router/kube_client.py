@@ -1,6 +1,7 @@
-"""What the router asks of the Kubernetes API: LIST and WATCH, plain dicts out (the connection:
-`batchd.api.kube_connection`). The router only reads two kinds of object and needs their changes as
-they happen."""
+"""The router's client of the Kubernetes API (the connection: `batchd.api.kube_connection`): the
+LIST and WATCH its watches make (`watching`), plain dicts out, and the reviews of callers' tokens
+(`token_reviews`, through the connection's `call`). The router only reads, and needs its objects'
+changes as they happen."""
 
 from __future__ import annotations
 
