@@ -12,9 +12,9 @@ install: $(VENV)/.installed
 
 # The venv is brought up to date whenever a project's dependencies or the version change.
 # uv installs it: it resolves, unpacks and compiles the bytecode on every core, where pip compiles
-# one file at a time (on 2 cores: about 1 minute against pip's 3.5-4). uv reads its own settings,
-# so a machine that tells pip where local wheels are (PIP_FIND_LINKS, a CPU-only torch) tells uv too
-# (pip separates the locations by spaces, uv by commas).
+# one file at a time. uv reads its own settings, so a machine that tells pip where local wheels are
+# (PIP_FIND_LINKS, a CPU-only torch) tells uv too (pip separates the locations by spaces, uv by
+# commas).
 UV := uv==0.13.9
 ifdef PIP_FIND_LINKS
 comma := ,
@@ -40,8 +40,7 @@ tools:
 # The real Kubernetes the end-to-end tests run on, built from Go modules (etcd, the control plane,
 # kubelet, kube-proxy, kubectl, helm) into a folder named by the versions under
 # ~/.cache/batchd (BATCHD_CACHE), outside the checkout, so a fresh clone on the same machine reuses
-# it, with Go's module and build caches. Needs Go (README); on 2 cores the first build takes
-# about 8 minutes, a rebuild with warm Go caches about 1.
+# it, with Go's module and build caches. Needs Go (README).
 kubernetes:
 	@tools/build-kubernetes.sh >/dev/null
 
@@ -75,21 +74,19 @@ demo: install
 # Two pytest workers (pytest-xdist): the tests that wait (loads of a set length, processes
 # starting) overlap the tests that compute. The tests that hold a sustained load run on one worker,
 # one after another, and so do the tests of a module that share a module-scoped fixture
-# (tests/conftest.py). On the 2-core dev machine the suite takes 15.5 minutes so (1,211 tests in
-# 15 min 27 s on 2026-12-04, 15 min 32 s with make's set-up; everything built). Over the 12-minute
-# budget (CONTRIBUTING): the canary rollouts are the slowest tests now (docs/design/test-cluster.md).
-# `TEST_WORKERS=0` runs one test at a time (the clusters of parallel workers never share an address).
+# (tests/conftest.py). `TEST_WORKERS=0` runs one test at a time (the clusters of parallel workers
+# never share an address).
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadgroup
 
-# Everything, the end-to-end tests through real processes included (the aim: under 12 minutes on
-# 2 cores, a fresh install included).
+# Everything, the end-to-end tests through real processes included (the suite's budget:
+# CONTRIBUTING; its times: docs/design/test-cluster.md).
 test: install tools kubernetes jaeger kube-router images
 	$(PYTEST) --durations=25
 
-# The edit loop (under 3 minutes on 2 cores): everything but the tests marked `slow`, which run
-# end to end through real processes (pods on the test cluster's node, replica servers, the operator
-# as a process, Prometheus) or load a real transformers model. One marker for both: what makes them
+# The edit loop: everything but the tests marked `slow`, which run end to end through real
+# processes (pods on the test cluster's node, replica servers, the operator as a process,
+# Prometheus) or load a real transformers model. One marker for both: what makes them
 # slow is starting and warming real processes and models, and `make test` still runs them. The
 # control plane alone (seconds to start) serves the fast tests of what the API server admits, in a
 # network namespace of its own (tools/own-network.sh): no node, so neither root nor the node's
@@ -117,8 +114,7 @@ crd: install
 
 # The operator, router and replica images from the Dockerfile, built with buildah on a Debian base
 # made with debootstrap (tools/build-images.sh), as OCI archives under ~/.cache/batchd/images,
-# cached by their inputs; the nodes of the end-to-end tests import them. The first build takes
-# about 12 minutes on 2 cores (the replica's torch is most of it).
+# cached by their inputs; the nodes of the end-to-end tests import them.
 images: tools kubernetes
 	@tools/build-images.sh >/dev/null
 
