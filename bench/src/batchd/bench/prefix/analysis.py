@@ -144,7 +144,7 @@ ROUTED_UNIQUE = "unique prompts, closed loop"
 
 
 def replica_goals(runs: Runs) -> list[Goal]:
-    """The cache on against off, as the issue of record sets them."""
+    """The replica part's goals: the cache on against off, each the least ratio that meets it."""
     return [
         Goal(
             "system prompts: time to first token p50, off / on",

@@ -18,6 +18,6 @@ whole trace at 100%, and the number of traces stored at 1%.
 cost per span: a request's two spans through the SDK's Tracer against `batchd.api.spans`, and the
 SDK's OTLP encoding against `batchd.api.otlp`'s.
 
-Goals (issue 46), checked and reported, not failed on: at 100% sampling at least 0.95x the
+Goals, checked and reported, not failed on: at 100% sampling at least 0.95x the
 requests per second of tracing off, at 1% at least 0.99x. Results: bench/results/tracing.{json,md,png}.
 """
