@@ -81,8 +81,8 @@ class AccessPolicy:
         batching = spec.batching
         bound = batching.max_queued_requests
         if spec.access is None:
-            # Everyone is one tenant that may use every class: its callers' flags are trusted as
-            # before, granting nothing that was not already theirs.
+            # Open: every caller is one tenant, so a class or a sampled flag a caller names takes
+            # nothing from another tenant; every class is theirs, and their flags are trusted.
             default = batching.default_priority_class
             everyone = Tenant(ANONYMOUS_TENANT, None, default, bound, trust_traces=True)
             return cls(open=True, tenants={ANONYMOUS_TENANT: everyone})

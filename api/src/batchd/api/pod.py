@@ -1,8 +1,10 @@
 """What the operator, the router, the replica image and the Helm chart must agree on about the pods:
 ports, the runtime user, where the manifest is mounted, and every label, selector and child name.
 
-Each fact lives here once: no other module spells a label. The Dockerfile and the chart cannot
-import Python, so `tests/test_agreement.py` reads them and fails when they say something else.
+Each fact lives here once: no other module spells a label batchd puts on its objects or selects
+them by (the labels of others, Prometheus' pods or a namespace's name, stay where they are used).
+The Dockerfile and the chart cannot import Python, so `tests/test_agreement.py` reads them and
+fails when they say something else.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ REPLICA_PORT = 8000
 # The port a replica serves /metrics on, alone (container port named "metrics"): a NetworkPolicy
 # lets the scraper reach it and nothing else.
 REPLICA_METRICS_PORT = 9090
-# The non-root UID and GID the replica and operator images run as.
+# The non-root UID and GID the operator, replica and router images run as.
 RUNTIME_UID = 10001
 # Where the operator mounts the replica's manifest, and where `batchd serve` reads it in a pod.
 CONFIG_DIR = "/etc/batchd"
@@ -53,8 +55,8 @@ NAME_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"  # the BatchedDeployment a child belongs to
 COMPONENT_LABEL = "app.kubernetes.io/component"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-# On a replica pod: the revision it serves (the router splits a canary's traffic by it, and the
-# canary's judge counts each revision's answers by it).
+# On a replica pod and its Deployment's template: the revision it serves (the canary's judge counts
+# each revision's answers by it; the router splits a canary's traffic by track, not by this).
 REVISION_LABEL = "serving.batchd.dev/revision"
 # The label the EndpointSlice controller puts on each slice of a Service.
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"

@@ -2,12 +2,16 @@
 
 A change to `spec.model` (the model, its handler, init_kwargs, device, dtype, ...) or to the
 replica image (`spec.image`, or the operator's default) makes a new revision, which
-`spec.rollout` brings to the replicas; a change to anything else (batching, scale, autoscaling)
-keeps the revision. The operator labels each replica pod with its revision (`pod.REVISION_LABEL`),
-so that the router and the canary's judge can tell the revisions of one deployment apart.
+`spec.rollout` brings to the replicas; a change to anything else keeps the revision (one to the
+pods' resources or env still rolls them, as any Deployment does, but is never a canary). The
+operator labels each replica pod, and its Deployment's template, with its revision
+(`pod.REVISION_LABEL`): the canary's judge counts each revision's answers by it, and the status
+tells a rolled-out Deployment by it. The router tells a canary's replicas from the stable ones by
+their track (`pod.track_of`), not by revision.
 
-A change to `spec.batching` makes a new batching revision instead, which running replicas take
-live (the replica's `retuning`) and report in `GET /load`.
+A change to `spec.batching` makes a new batching revision instead, which the operator writes
+into the replicas' manifest, and running replicas take live (the replica's `retuning`) and
+report in `GET /load`.
 
 Both are hashes of what decides them, never counters: the same spec has the same revisions
 whatever edits led to it.

@@ -808,8 +808,8 @@ class BatchedDeployment(BaseModel):
 
     @property
     def batching_revision(self) -> int:
-        """Which `spec.batching` this manifest carries: the resource's metadata.generation when it
-        last changed, as the operator writes it into the replicas' manifest (0 for a local file)."""
+        """Which `spec.batching` this manifest carries: its hash (`revisions.batching_revision_of`),
+        as the operator writes it into the replicas' manifest (0 for a local file)."""
         return int(self.metadata.annotations.get(BATCHING_REVISION_ANNOTATION, "0"))
 
     @property

@@ -242,7 +242,8 @@ def deployment(
             period_s=STARTUP_PROBE_PERIOD_S,
             failures=max(1, math.ceil(settings.model_load_timeout_s / STARTUP_PROBE_PERIOD_S)),
         ),
-        # Unready after about 10 s of not answering, as before the faster probing.
+        # Unready after about 10 s of not answering: asking often must not take a replica out of
+        # its Service for a moment's stall.
         "readinessProbe": _probe("/v2/health/ready", period_s=READINESS_PROBE_PERIOD_S, failures=5),
         # A hung handler turns /live to 503 at once; a replica merely too busy to answer (its CPU
         # shared with replicas starting beside it) must not be killed with its queue: Ray Serve's

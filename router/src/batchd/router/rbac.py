@@ -2,9 +2,12 @@
 
 It reads BatchedDeployments (model name -> deployment), the EndpointSlices of their Services
 (ready replicas) and the operator's access Secrets (selected by label), and asks the API server to
-review callers' tokens. It never gets single objects, never writes, and reads no Pods or Services.
-Bound cluster-wide as a ClusterRole when `BATCHD_NAMESPACES` is empty, otherwise as a Role in each
-namespace. The chart renders these rules; `rbac_rules()` is their one source.
+review callers' tokens. It never gets single objects, creates nothing but those reviews, and reads
+no Pods or Services. `rbac_rules()` are bound cluster-wide as a ClusterRole when
+`BATCHD_NAMESPACES` is empty, otherwise as a Role in each namespace; the reviews are granted
+cluster-wide whatever it watches (`AUTH_DELEGATOR`); and where its own namespace is not watched, a
+Role there lets it follow its own Service's EndpointSlices (`peers`). The chart cannot import
+these rules: it spells them again (`batchd.routerRbacRules`), and tests/charts holds the two equal.
 """
 
 from __future__ import annotations
