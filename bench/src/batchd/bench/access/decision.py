@@ -2,7 +2,7 @@
 in, timed in a loop (its CPU per request is what this adds; the end-to-end rounds measure the
 same on a shared machine, where the rounds of one way spread wider than the goal).
 
-Per request, as `proxy.Router._route` does it: the client's headers stripped of the identity headers
+Per request, as `proxy.Proxy._route` does it: the client's headers stripped of the identity headers
 (`upstream.request_headers`), the caller decided (`access.caller_of`: nothing for an open
 deployment, an API key's digest looked up, a token's cached review), and the stamp signed
 (`access.stamped`). A token's review is made once, by a reviewer function standing in for the API
