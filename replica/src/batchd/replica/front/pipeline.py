@@ -115,11 +115,12 @@ class Pipeline:
     def open(self, routed: Routed, method: str, target: str, headers: Headers) -> Exchange:
         """A request whose head has been read (`target`: its raw path and query) has started."""
         tracing = self.replica.tracing
-        operation = routed.endpoint.route
+        route = routed.endpoint.route
+        path = target.partition("?")[0]
         trace = (
             None
             if tracing is None
-            else tracing.request_started(operation.operation, operation.path, method, target, headers)
+            else tracing.request_started(route.operation, route.path, method, path, headers)
         )
         return Exchange(self, routed, method, target, headers, trace)
 
