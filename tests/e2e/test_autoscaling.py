@@ -138,7 +138,7 @@ async def test_load_scales_up_until_the_queues_are_under_target_then_back_down_l
 
 
 async def test_steady_load_does_not_flap(release: Release) -> None:
-    load_s = 45.0
+    load_s = 30.0
     # Both windows span a whole cycle of the wobble below (3 s), so the wobble alone moves nothing.
     autoscaling = {"min_replicas": 1, "max_replicas": 6, "upscale_delay_s": 3, "downscale_delay_s": 4}
 
@@ -167,7 +167,7 @@ async def test_steady_load_does_not_flap(release: Release) -> None:
     # One client for every read: a poll costs the machine a request, not a kubectl process.
     with release.cluster.client() as api:
         try:
-            # Every poll for 45 s of steady load: the count first rises (a backlog built up on one
+            # Every poll for 30 s of steady load: the count first rises (a backlog built up on one
             # replica asks for more than the load needs), then settles down step by step. Not
             # after: the last answers may take seconds on a starved machine, and the load has gone.
             while time.monotonic() < ends and not sending.done():

@@ -51,12 +51,13 @@ START_S = 150.0  # a replica pod starts in seconds; the machine may be busy
 # while the other pytest worker takes the machine's other core.
 RATE = 20.0
 FIRST_SHARE = 20  # percent
-ANALYSIS: dict[str, Any] = {"min_requests": 10, "max_error_rate": 0.05, "max_p99_ratio": 1.5, "interval_s": 5}
+ANALYSIS: dict[str, Any] = {"min_requests": 10, "max_error_rate": 0.05, "max_p99_ratio": 1.5, "interval_s": 3}
 ROLLOUT: dict[str, Any] = {
     "strategy": "canary",
-    "steps": [{"traffic_percent": FIRST_SHARE, "hold_s": 10}, {"traffic_percent": 50, "hold_s": 10}],
+    "steps": [{"traffic_percent": FIRST_SHARE, "hold_s": 5}, {"traffic_percent": 50, "hold_s": 5}],
     "analysis": ANALYSIS,
 }
+
 # One item a batch: an item that fails is its batch, and a slow batch is a slow request.
 BATCHING = {"max_batch_size": 1, "batch_wait_timeout_s": 0, "max_queued_requests": 512}
 STABLE_DELAY_S = 0.02
@@ -67,6 +68,12 @@ VALUES = {"router": {**ONE_ROUTER["router"], "hold": {"timeoutSeconds": 120}}}
 # What both a text handler and a text-classification pipeline take.
 TEXT = b'{"instances": ["this movie was wonderful"]}'
 TEXT_TASK = {"task": "text-classification", "source": handlers.model_source()}
+
+
+def holding_first(hold_s: float) -> dict[str, Any]:
+    """The test's rollout, with a first step of `hold_s`."""
+    first, *rest = ROLLOUT["steps"]
+    return {"steps": [{**first, "hold_s": hold_s}, *rest]}
 
 
 def text_handler(version: int) -> dict[str, Any]:
@@ -322,8 +329,9 @@ async def test_a_good_revision_is_promoted_losing_nothing_and_its_canary_goes_ac
     stack: Stack,
 ) -> None:
     stable_before = (stack.release.get("bd", NAME) or {})["status"]["revision"]
-    # A p99 ratio a CPU shared with the rest of the suite cannot push a good revision past.
-    stack.ship(revision(4, delay_s=STABLE_DELAY_S), max_p99_ratio=20)
+    # A p99 ratio a CPU shared with the rest of the suite cannot push a good revision past; a
+    # first step that outlasts the hand-over, so that the operator taking over takes the next.
+    stack.ship(revision(4, delay_s=STABLE_DELAY_S), rollout=holding_first(10), max_p99_ratio=20)
     steps_seen: list[int] = []
 
     def restart_in_the_first_step() -> None:
@@ -360,7 +368,8 @@ async def test_a_good_revision_is_promoted_losing_nothing_and_its_canary_goes_ac
 async def test_a_fix_shipped_while_a_bad_revision_takes_its_first_step_is_promoted_on_its_own_answers(
     stack: Stack,
 ) -> None:
-    stack.ship(revision(7, fail_percent=30, delay_s=STABLE_DELAY_S))
+    # Judged no sooner than the fix can follow it into its first step.
+    stack.ship(revision(7, fail_percent=30, delay_s=STABLE_DELAY_S), interval_s=5)
     fixed: list[str] = []
 
     def fix_in_the_first_step() -> None:
@@ -410,7 +419,8 @@ async def test_mid_rollout_a_restarted_router_splits_a_second_change_replaces_th
     stack: Stack,
 ) -> None:
     release = stack.release
-    stack.ship(revision(5, delay_s=STABLE_DELAY_S))
+    # A first step that outlasts the router's restart and the second change: all of it mid-rollout.
+    stack.ship(revision(5, delay_s=STABLE_DELAY_S), rollout=holding_first(120))
     eventually(
         lambda: stack.rollout().get("step_started_at") and release.pods(NAME, ready=True, track=CANARY),
         timeout_s=START_S,

@@ -1,5 +1,6 @@
-"""The direct path (`batchd.replica.front.direct`) answers a KServe V1 prediction as the ASGI front
-would, byte for byte, and only the requests it is meant for; whatever it does not take, and
+"""The direct path (`batchd.replica.front.direct`) answers a request of batch items (a KServe V1
+prediction, the simple call) as the ASGI front would, byte for byte, and only the requests it is
+meant for; whatever it does not take, and
 whatever is pipelined behind it, uvicorn answers, in order.
 
 Two replicas of the same model on real uvicorn over loopback, one with the direct path and one
@@ -107,9 +108,10 @@ TAKEN = {
     "an item the model refuses": request(b'{"instances": [1, "abc"]}'),
     "more items than ever fit": request(b'{"instances": [' + b",".join([b"1"] * 1100) + b"]}"),
     "a bad client deadline": request(b'{"instances": [1]}', headers=("batchd-timeout-s: soon",)),
+    "another model": request(b'{"instances": [1]}', path="/v1/models/other:predict"),
+    "a simple call with no item": request(b"", path="/"),
 }
 LEFT = {
-    "another model": request(b'{"instances": [1]}', path="/v1/models/other:predict"),
     "a query string": request(b'{"instances": [1]}', path=PREDICT + "?x=1"),
     "a body past max_body_bytes": request(b'{"instances": [' + b",".join([b"1"] * 2100) + b"]}"),
     "a chunked body": request(

@@ -63,7 +63,7 @@ from batchd.replica.traces import (
     reset_current_batch,
     set_current_batch,
 )
-from batchd.replica.waiting import NO_CLIENT, Client, Submitted, Watches
+from batchd.replica.waiting import NO_CLIENT, Client, Submitted, Watches, outcome
 
 logger = logging.getLogger(__name__)
 
@@ -277,21 +277,11 @@ class Batcher:
         request's deadline has passed (`waiting`), `ClientDisconnected` when its client goes
         first, or the exception that failed the item's batch.
         """
-        submitted = self.submit(items, client)
-        try:
-            await submitted.waiter
-            return submitted.results()
-        except asyncio.CancelledError:
-            if submitted.why is not None:  # cancelled by its watch, not by the server shutting this task down
-                raise submitted.why from None
-            raise
-        finally:
-            submitted.close()
+        return await outcome(self.submit(items, client))
 
     def submit(self, items: Sequence[Any], client: Client = NO_CLIENT) -> Submitted:
-        """Queue one request's items (all or none, as `infer`) and return at once: for callers
-        that wait by callback, not by coroutine (the direct path, `batchd.replica.front.direct`).
-        The caller `close`s the submission once it has its outcome."""
+        """Queue one request's items (all or none, as `infer`) and return at once: the caller
+        awaits it (`outcome`) or adds a callback, and `close`s it once it has its results."""
         queued, deadline, late = self._admit(items, client)
         futures = [pending.future for pending in queued]
         waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)

@@ -22,11 +22,12 @@ from batchd.api.quantity import memory_request_bytes
 from batchd.api.spec import BatchedDeployment, TensorSpec
 from batchd.replica.batching import Batcher
 from batchd.replica.errors import Draining, InvalidInput, NotReady, Stalled, TooLarge, UnknownModel
+from batchd.replica.generation.generator import GenerationSetup, TextGenerator
 from batchd.replica.metrics import GenerationMetrics, ReplicaMetrics
-from batchd.replica.models.base import BatchModel, GenerationSetup, TextGenerator
+from batchd.replica.models.base import BatchModel
 from batchd.replica.settings import ReplicaSettings
 from batchd.replica.traces import Tracing
-from batchd.replica.waiting import NO_CLIENT, Client, Submitted
+from batchd.replica.waiting import NO_CLIENT, Client, Running, Submission, outcome
 
 if TYPE_CHECKING:  # the generation package imports torch, which only text-generation replicas need
     from batchd.replica.generation.service import GenerationService
@@ -217,26 +218,26 @@ class Replica:
             raise UnknownModel(f"model {name!r} is not served here; this replica serves {self.model_name!r}")
 
     async def infer(self, items: Sequence[Any], field: str, client: Client = NO_CLIENT) -> list[Any]:
-        """Validate each item, then batch them with everybody else's; the results in order."""
+        """`submit`, then wait for the results, in order."""
+        return await outcome(self.submit(items, field, client))
+
+    def submit(self, items: Sequence[Any], field: str, client: Client = NO_CLIENT) -> Submission:
+        """The way into the core for a request's batch items: each validated, then queued for
+        the batcher, or, with token-level scheduling, each prompt a sequence of its own. Returns
+        at once; the caller awaits the submission (`outcome`) or adds a callback to its waiter."""
         valid = self._admissible(items, field)
         generation = self._token_level
-        if generation is not None:
-            # Each prompt is a sequence of its own; the answer is the pipeline's: prompt and continuation.
-            prepare = generation.preparer.prepare
-            requests = [prepare(text, None, f"{field}[{i}]") for i, text in enumerate(valid)]
+        if generation is None:
+            return self.batcher.submit(valid, client)
+        # The answer is the pipeline's: prompt and continuation.
+        prepare = generation.preparer.prepare
+        requests = [prepare(text, None, f"{field}[{i}]") for i, text in enumerate(valid)]
+
+        async def continued() -> list[Any]:
             completions = await generation.complete(requests, client)
             return [r.prompt + c.text for r, c in zip(requests, completions, strict=True)]
-        return await self.batcher.infer(valid, client)
 
-    def submit(self, items: Sequence[Any], field: str, client: Client = NO_CLIENT) -> Submitted:
-        """`infer`'s checks, then the items queued at once (`Batcher.submit`), for the direct path;
-        only for a model whose items the batcher runs (see `schedules_tokens`)."""
-        return self.batcher.submit(self._admissible(items, field), client)
-
-    @property
-    def schedules_tokens(self) -> bool:
-        """Whether a request's items go to token-level generation rather than to the batcher."""
-        return self._token_level is not None
+        return Running(asyncio.ensure_future(continued()))
 
     def _admissible(self, items: Sequence[Any], field: str) -> list[Any]:
         """The items validated, once the replica can take them; else the error that says why not."""

@@ -13,7 +13,7 @@ import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from batchd.api.headers import TIMEOUT_HEADER
 from batchd.api.spec import ANONYMOUS_TENANT
@@ -92,6 +92,40 @@ class _Watch:
     watcher: asyncio.Task[None] | asyncio.TimerHandle | None = None
 
 
+class Submission(Protocol):
+    """One request's work in the core, from `Replica.submit`: `waiter` resolves once it has its
+    results (or fails); whoever submitted it awaits it (`outcome`) or adds a callback, reads
+    `results`, and `close`s it."""
+
+    @property
+    def waiter(self) -> asyncio.Future[Any]: ...
+
+    @property
+    def why(self) -> BaseException | None:
+        """Why the waiter was cancelled (DeadlineExceeded, ClientDisconnected), when it was on purpose."""
+        ...
+
+    def results(self) -> list[Any]: ...
+
+    def abandon(self, why: BaseException) -> None: ...
+
+    def close(self) -> None: ...
+
+
+async def outcome(submission: Submission) -> list[Any]:
+    """Wait for `submission`'s results, in order, closing it either way. Raises what failed it:
+    DeadlineExceeded, ClientDisconnected, or the exception of its items' batch."""
+    try:
+        await submission.waiter
+        return submission.results()
+    except asyncio.CancelledError:
+        if submission.why is not None:  # cancelled on purpose, not by the server shutting this task down
+            raise submission.why from None
+        raise
+    finally:
+        submission.close()
+
+
 @dataclass(eq=False, slots=True)
 class Submitted:
     """One request's items in the queue: `waiter` resolves once every item has its result, or
@@ -129,6 +163,28 @@ class Submitted:
             future.cancel()
         if self.on_close is not None:
             self.on_close()
+
+
+@dataclass(eq=False, slots=True)
+class Running:
+    """A request whose work runs as a task of its own (token-level generation watches its own
+    deadline and client): the task is its waiter."""
+
+    waiter: asyncio.Task[list[Any]]
+    why: BaseException | None = None
+
+    def results(self) -> list[Any]:
+        if self.waiter.cancelled():
+            raise self.why or asyncio.CancelledError()
+        return self.waiter.result()
+
+    def abandon(self, why: BaseException) -> None:
+        if not self.waiter.done():
+            self.why = why
+            self.waiter.cancel()
+
+    def close(self) -> None:
+        self.waiter.cancel()
 
 
 class Watches:

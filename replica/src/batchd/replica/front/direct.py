@@ -1,26 +1,25 @@
-"""The direct path: KServe V1 predictions answered inside the connection's protocol.
+"""The direct door: requests of batch items answered inside the connection's protocol.
 
 On a model that costs nothing, a server's throughput is what it spends per request, and most of
-what batchd spent went to uvicorn's ASGI cycle around its own front (`asgi`): a scope dict,
-a cycle object and its event, a task and the coroutines it runs, the receive and send messages,
+what batchd spent went to uvicorn's ASGI cycle around its own front (`asgi`): a scope dict, a
+cycle object and its event, a task and the coroutines it runs, the receive and send messages,
 the answer's headers checked one by one. Mosec spends none of that: it answers HTTP in Rust. So
-the commonest inference request is answered where uvicorn's parser hands it over, by callbacks:
-its body decoded, validated and queued as the front does it (`Replica.submit`), and, once its
-results are set, its answer written, head and body in one send. No task and no coroutine per
-request (0.6 of the CPU per request on the trivial adder: `docs/performance/overhead.md`).
+an endpoint of batch items (`endpoints.Items`: KServe V1's predict, the simple call) is answered
+where uvicorn's parser hands the request over, by callbacks, through the same pipeline as the
+ASGI door (`pipeline.Exchange.submit`), its answer written head and body in one send. No task
+and no coroutine per request (`docs/performance/overhead.md`).
 
-What goes direct: `POST /v1/models/{name}:predict` whose path is byte for byte this replica's
-model (no query string, no escapes), HTTP/1.1 with a Content-Length of at most `max_body_bytes`,
-on a connection with nothing else in flight, while the replica is not draining and its items go
-to the batcher (not to token-level generation). Everything else takes uvicorn's ASGI path,
-unchanged: the other routes and protocols, a chunked body, `Expect: 100-continue`, an upgrade, a
-request pipelined behind another, a server with its access log on (`batchd.replica.cli`).
+This module only translates, and decides which requests it can: an HTTP/1.1 request with a
+Content-Length the pipeline accepts, on a connection with nothing else in flight, for a path
+with no query and no escapes (as the ASGI scope would have it) that the pipeline routes to an
+endpoint of batch items. Everything else takes uvicorn's ASGI path, unchanged: the other routes,
+a chunked body, `Expect: 100-continue`, an upgrade, a request pipelined behind another, a server
+bounding its concurrency, or one with its access log on (`server`).
 
-A direct request gets what the ASGI path would give it (the tests send the same requests down
-both): the same answers and error bodies, from the same table; the same deadlines
-(`request_timeout_s`, or the client's `batchd-timeout-s` where sooner); the same keep-alive
-bounds, `Connection: close` once the replica drains, and the same metrics. A client that leaves
-cancels its items before they reach the model.
+To uvicorn's connection a direct request stands for the request's cycle (`_Prediction`):
+uvicorn's pipelining, its shutdown and the drain's idle test read `cycle.response_complete` and
+`cycle.keep_alive`, so the protocol sets `cycle` to it, and clears it before uvicorn's own
+`connection_lost`, which would signal the cycle's events.
 """
 
 from __future__ import annotations
@@ -30,31 +29,17 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from batchd.api.headers import TIMEOUT_HEADER
 from batchd.api.httpserver import HeadWithBody
-from batchd.api.routes import KSERVE_V1_PREDICT, MODEL_NAME
-from batchd.replica.errors import ClientDisconnected, error_body
-from batchd.replica.front import answers
-from batchd.replica.front.asgi import InferenceRoutes
-from batchd.replica.front.endpoints import parse_json
-from batchd.replica.front.gate import Gate
+from batchd.replica.errors import ClientDisconnected
 from batchd.replica.front.keepalive import BoundedHttpToolsProtocol
-from batchd.replica.front.protocols.kserve_v1 import decode_instances, predictions
-from batchd.replica.json_encoding import json_bytes
-from batchd.replica.replica import Replica
-from batchd.replica.traces import RequestTrace
-from batchd.replica.waiting import Submitted
+from batchd.replica.front.pipeline import CLOSE, Exchange, Pipeline, Reply, Routed
 
 
 class DirectProtocol(BoundedHttpToolsProtocol):
-    """The replica's connection: KServe V1 predictions for `replica`'s model answered directly,
-    every other request as uvicorn answers it; `direct_protocol` makes one for a replica."""
+    """The replica's connection: requests of batch items answered directly, every other request
+    as uvicorn answers it; `direct_protocol` makes one for a pipeline."""
 
-    replica: Replica
-    gate: Gate
-    metrics_port = 0
-    path = b""  # the one path answered directly
-    max_body = 0
+    inference: Pipeline  # the replica's (not uvicorn's `pipeline`, its queue of pipelined requests)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -69,59 +54,51 @@ class DirectProtocol(BoundedHttpToolsProtocol):
                 self.cycle = None  # type: ignore[assignment]
         super().connection_lost(exc)
 
-    def on_headers_complete(self) -> None:
-        direct = self._direct_request()
+    def starts_request(self, last: bool) -> bool:
+        direct = self._direct_request(last)
         if direct is None:
-            super().on_headers_complete()
-            return
+            return False
         self._direct = direct
-        # To uvicorn (its pipelining, its shutdown, the drain's idle test) this is the request's cycle.
-        self.cycle = cast(Any, direct)
+        self.cycle = cast(Any, direct)  # see the module docstring
+        return True
 
-    def _direct_request(self) -> _Prediction | None:
+    def _direct_request(self, last: bool) -> _Prediction | None:
         """A `_Prediction` when the request whose headers just ended goes direct, else None."""
-        if self.url != self.path or self.parser.get_method() != b"POST" or self.expect_100_continue:
+        parser = self.parser
+        if self.expect_100_continue or self.busy() or self.limit_concurrency is not None:
             return None
-        if self.metrics_port and self.server is not None and self.server[1] == self.metrics_port:
-            return None  # the front answers it: nothing but /metrics is served there
-        cycle = self.cycle
-        if (cycle is not None and not cycle.response_complete) or self.pipeline:
+        if parser.get_http_version() != "1.1" or parser.should_upgrade():
             return None
-        if self.parser.get_http_version() != "1.1" or self.parser.should_upgrade():
+        path, query, _ = self.url.partition(b"?")
+        if query or b"%" in path:
             return None
-        replica = self.replica
-        if replica.batcher.draining or replica.schedules_tokens or self.limit_concurrency is not None:
+        method = parser.get_method().decode("latin-1")
+        server = self.server
+        routed = self.inference.route(method, path.decode("latin-1"), None if server is None else server[1])
+        if not isinstance(routed, Routed) or routed.endpoint.items is None:
             return None
         length: bytes | None = None
-        timeout: bytes | None = None  # the client's batchd-timeout-s (names are lower case)
         for name, value in self.headers:
             if name == b"content-length":
                 length = value
-            elif name == TIMEOUT_HEADER:
-                timeout = value
             elif name == b"transfer-encoding":
                 return None
-        if length is None or not length.isdigit() or int(length) > self.max_body:
+        if length is None or not length.isdigit() or not self.inference.accepts_body(int(length)):
             return None
-        keep_alive = self.parser.should_keep_alive()
-        if self.counts_last_request():
-            keep_alive = False
-        tracing = replica.tracing
-        trace = (
-            None
-            if tracing is None
-            else tracing.request_started(
-                KSERVE_V1_PREDICT.operation, KSERVE_V1_PREDICT.path, "POST", self.path.decode(), self.headers
-            )
-        )
-        return _Prediction(self, replica, keep_alive, timeout, trace)
+        exchange = self.inference.open(routed, method, self.url.decode("latin-1"), self.headers)
+        return _Prediction(self, exchange, parser.should_keep_alive() and not last)
+
+    def busy(self) -> bool:
+        """Whether a request is in flight on this connection, or pipelined behind one."""
+        cycle = self.cycle
+        return (cycle is not None and not cycle.response_complete) or bool(self.pipeline)
 
     def on_body(self, body: bytes) -> None:
         direct = self._direct
         if direct is None or not direct.reading:
             super().on_body(body)
             return
-        direct.chunks.append(body)
+        direct.receive(body)
 
     def on_message_complete(self) -> None:
         direct = self._direct
@@ -139,102 +116,51 @@ class DirectProtocol(BoundedHttpToolsProtocol):
         self.on_response_complete()
 
 
-def direct_protocol(bounded: type[BoundedHttpToolsProtocol], app: InferenceRoutes) -> type[DirectProtocol]:
-    """`bounded` (uvicorn's protocol with the replica's keep-alive bounds), answering the KServe V1
-    predictions of `app`'s replica directly, past the same gate (see the module docstring)."""
-    replica = app.replica
-    attributes = {
-        "replica": replica,
-        "gate": app.gate,
-        "metrics_port": app.metrics_port,
-        "path": KSERVE_V1_PREDICT.path.replace(MODEL_NAME, replica.model_name).encode(),
-        "max_body": replica.settings.max_body_bytes,
-    }
-    return type("DirectProtocol", (DirectProtocol, bounded), attributes)
+def direct_protocol(bounded: type[BoundedHttpToolsProtocol], pipeline: Pipeline) -> type[DirectProtocol]:
+    """`bounded` (uvicorn's protocol with the replica's keep-alive bounds), answering the requests
+    of batch items directly, through `pipeline` (see the module docstring)."""
+    return type("DirectProtocol", (DirectProtocol, bounded), {"inference": pipeline})
 
 
 class _Prediction:
     """One direct request, from the end of its headers to its answer. To uvicorn's connection it
     stands for the request's cycle: `response_complete`, and `keep_alive` (cleared at shutdown)."""
 
-    __slots__ = (
-        "chunks",
-        "keep_alive",
-        "protocol",
-        "reading",
-        "replica",
-        "response_complete",
-        "started",
-        "submitted",
-        "timeout",
-        "trace",
-    )
+    __slots__ = ("error", "exchange", "keep_alive", "protocol", "reading", "response_complete")
 
-    def __init__(
-        self,
-        protocol: DirectProtocol,
-        replica: Replica,
-        keep_alive: bool,
-        timeout: bytes | None,
-        trace: RequestTrace | None,
-    ) -> None:
-        self.trace = trace
+    def __init__(self, protocol: DirectProtocol, exchange: Exchange, keep_alive: bool) -> None:
         self.protocol = protocol
-        self.timeout = timeout  # its batchd-timeout-s
-        self.replica = replica
+        self.exchange = exchange
         self.keep_alive = keep_alive
-        self.chunks: list[bytes] = []
         self.reading = True
         self.response_complete = False
-        self.submitted: Submitted | None = None
-        self.started = answers.opened(replica)
+        self.error: Exception | None = None  # the body broke a rule of the pipeline's
+
+    def receive(self, chunk: bytes) -> None:
+        if self.error is not None:
+            return
+        try:
+            self.exchange.receive(chunk)
+        except Exception as error:  # raised inside the parser's callback, it would read as malformed
+            self.error = error
 
     def run(self) -> None:
-        """The body is complete: queue the request's items, or answer why not. Runs inside the
-        parser's callback, so it raises nothing (an exception would read as a malformed request)."""
+        """The body is complete: submit it, or answer why not."""
         self.reading = False
-        try:
-            # The client is watched by the protocol (`abandon`), not by a coroutine of its own.
-            protocol = self.protocol
-            caller = protocol.gate.caller("POST", protocol.path.decode(), protocol.headers)
-            client = answers.client_waiting(self.timeout, None, caller, self.trace)
-            items = decode_instances(parse_json(b"".join(self.chunks)))
-            self.submitted = self.replica.submit(items, "instances", client)
-        except Exception as error:
-            self._failed(error)
+        if self.error is not None:
+            self._write(self.exchange.failed(self.error))
             return
-        self.submitted.waiter.add_done_callback(self._resolved)
+        self.exchange.submit(self._write)
 
     def abandon(self) -> None:
-        """The client has gone: what it queued is dropped before the model, and nothing is answered."""
+        """The client has gone: what it submitted is dropped before the model, and nothing is answered."""
         if self.reading:
             self.reading = False
-            self._failed(ClientDisconnected.while_sending())
-        elif self.submitted is not None:
-            self.submitted.abandon(ClientDisconnected.before_answer())
+            self._write(self.exchange.failed(ClientDisconnected.while_sending()))
+        else:
+            self.exchange.abandon(ClientDisconnected.before_answer())
 
-    def _resolved(self, waiter: asyncio.Future[Any]) -> None:
-        submitted = self.submitted
-        assert submitted is not None
-        try:
-            body = json_bytes(predictions(submitted.results()))
-        except Exception as error:
-            self._failed(error)
-            return
-        except asyncio.CancelledError:  # not by its watch nor its client: nothing else cancels it
-            self._failed(ClientDisconnected("the request was cancelled before its answer was ready"))
-            return
-        finally:
-            submitted.close()
-        answers.succeeded(self.replica, self.started, self.trace)
-        self._write(200, answers.JSON_HEADERS, body)
-
-    def _failed(self, error: BaseException) -> None:
-        answers.failed(self.replica, error, self.started, self.trace)
-        answer, body = answers.error_answer(error, error_body)
-        self._write(answer.status, answer.headers, body)
-
-    def _write(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    def _write(self, reply: Reply) -> None:
         """The answer, head and body, in one send, as uvicorn would write it; then the connection
         closes if it is to, or reads its next request."""
         self.response_complete = True
@@ -243,15 +169,14 @@ class _Prediction:
         if transport.is_closing():  # the client has gone: nobody to answer
             protocol.answered(self)
             return
-        keep_alive = self.keep_alive and not self.replica.batcher.draining
-        parts = [STATUS_LINE[status]]
-        for name, value in (*protocol.server_state.default_headers, *headers):
+        parts = [STATUS_LINE[reply.status]]
+        for name, value in (*protocol.server_state.default_headers, *reply.headers):
             parts += (name, b": ", value, b"\r\n")
-        parts += (b"content-length: ", str(len(body)).encode(), b"\r\n")
-        if not keep_alive:
-            parts.append(b"connection: close\r\n")
-        parts += (b"\r\n", body)
+        closes = reply.closes or not self.keep_alive
+        if closes and not reply.closes:
+            parts += (CLOSE[0], b": ", CLOSE[1], b"\r\n")
+        parts += (b"\r\n", reply.body)
         transport.write_whole(b"".join(parts))
-        if not keep_alive:
+        if closes:
             transport.close()
         protocol.answered(self)

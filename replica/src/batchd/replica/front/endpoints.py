@@ -1,13 +1,14 @@
 """An inference route bound to what answers it and to what the OpenAPI document says of it.
 
 `batchd.api.routes` holds the routes as plain data; each protocol module binds its routes here
-to a handler and to the schemas of its request and answer. From the bound table the front
-(`asgi`) answers requests and `openapi` writes the document, so a route is declared once.
+to a handler and to the schemas of its request and answer. From the bound table the pipeline
+(`pipeline`) answers requests and `openapi` writes the document, so a route is declared once.
 
 A handler takes the request as a `Call` (body read and bounded, model name from the path) and
 returns the answer: a JSON-able value, a `BinaryAnswer`, an `EventStream` where the request
-asked for one (OpenAI's `stream: true`), or, for a streaming route, the events as bytes. Errors
-are raised, and answered from the table in `errors`, in the endpoint's error shape.
+asked for one (OpenAI's `stream: true`), or, for a streaming route, the events as bytes; an
+endpoint of batch items gives how to decode and encode them (`Items`). Errors are raised, and
+answered from the table in `errors`, in the endpoint's error shape (`pipeline`).
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ from urllib.parse import parse_qsl
 
 import orjson
 from pydantic import BaseModel
-from starlette.types import Scope, Send
 
 from batchd.api.routes import Route
 from batchd.replica.errors import ErrorBody, ErrorBodyMaker, InvalidInput, error_body
 from batchd.replica.replica import Replica
-from batchd.replica.waiting import Client
+from batchd.replica.waiting import Client, Submission, outcome
 
 
 @dataclass(slots=True)  # not frozen: one is made per request, and frozen adds to its __init__
@@ -34,27 +34,32 @@ class Call:
     replica: Replica
     model_name: str | None  # from the path; None where the path names no model
     body: bytes
-    scope: Scope
-    client: Client  # how long it waits, and when it has gone
+    headers: list[tuple[bytes, bytes]]  # names in lower case, as both doors read them
+    target: str  # the raw path and query
+    client: Client  # who it is, how long it waits, and when it has gone
 
     def json(self) -> Any:
         """The body as JSON, or InvalidInput saying why not."""
         return parse_json(self.body)
 
     def query(self) -> list[tuple[str, str]]:
-        return parse_qsl(self.scope["query_string"].decode("latin-1"), keep_blank_values=True)
+        return parse_qsl(self.target.partition("?")[2], keep_blank_values=True)
 
     def header(self, name: bytes) -> str | None:
-        for key, value in self.scope["headers"]:
+        for key, value in self.headers:
             if key == name:
                 return str(value.decode("latin-1"))
         return None
 
-    async def infer(self, items: list[Any], field: str) -> list[Any]:
-        """Batch the items with everybody else's; a client that leaves cancels what has not run."""
+    def submit(self, items: list[Any], field: str) -> Submission:
+        """Queue the items with everybody else's (`Replica.submit`), for the model the path names."""
         if self.model_name is not None:
             self.replica.check_name(self.model_name)
-        return await self.replica.infer(items, field, self.client)
+        return self.replica.submit(items, field, self.client)
+
+    async def infer(self, items: list[Any], field: str) -> list[Any]:
+        """`submit`, then the results in order; a client that leaves cancels what has not run."""
+        return await outcome(self.submit(items, field))
 
 
 def parse_json(body: bytes) -> Any:
@@ -73,13 +78,11 @@ class BinaryAnswer:
     header: bytes
     data: bytes
 
-    async def send(self, send: Send) -> None:
-        headers = [
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [
             (b"content-type", b"application/octet-stream"),
             (b"inference-header-content-length", str(len(self.header)).encode()),
         ]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": self.header + self.data})
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,23 @@ class EventStream:
 
 
 Answerer = Callable[[Call], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Items:
+    """An endpoint whose request is batch items and whose answer is made of their results alone:
+    `decode` takes the items out of the request (InvalidInput naming the field where it cannot),
+    `encode` makes the answer of their results. Either door may answer it, the direct path with
+    no coroutine per request (`pipeline.Exchange.submit`)."""
+
+    field: str  # the request's field that holds the items, as errors name it
+    decode: Callable[[Call], list[Any]]
+    encode: Callable[[list[Any]], Any]
+
+    async def answer(self, call: Call) -> Any:
+        return self.encode(await call.infer(self.decode(call), self.field))
+
+
 Streamer = Callable[[Call], AsyncGenerator[bytes, None]]
 
 
@@ -122,6 +142,7 @@ class Endpoint:
     tag: str
     answer: Answerer | None = None
     streaming: Streaming | None = None
+    items: Items | None = None  # an answer of batch items' results alone: `answer` is made of it
     request: type[BaseModel] | None = None  # the JSON body's schema; None: the route documents no body
     response: type[BaseModel] | None = None  # the 200 answer's schema; None: any JSON value
     response_description: str = "Successful Response"
@@ -133,5 +154,9 @@ class Endpoint:
     streamed_description: str | None = None
 
     def __post_init__(self) -> None:
-        if (self.answer is None) == (self.streaming is None):
-            raise ValueError(f"endpoint {self.route.operation!r}: give either `answer` or `streaming`")
+        if sum(way is not None for way in (self.answer, self.streaming, self.items)) != 1:
+            raise ValueError(
+                f"endpoint {self.route.operation!r}: give one of `answer`, `streaming` or `items`"
+            )
+        if self.items is not None:
+            object.__setattr__(self, "answer", self.items.answer)

@@ -3,7 +3,7 @@
 The router authenticates callers, grants each a class, and stamps what it decided in headers it
 signs with the deployment's key (`batchd.api.stamp`). A replica believes those headers only with
 a valid, fresh, unused stamp, so it does not depend on the network to tell a router's request
-from anyone else's. Both fronts ask here (`answers.client_of` and the direct path), so there is
+from anyone else's. Every request asks here, through the one pipeline (`pipeline`), so there is
 one way in.
 
 - A deployment with `spec.access` serves only stamped requests: anything else is a 401

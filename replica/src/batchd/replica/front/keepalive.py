@@ -64,19 +64,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._idle_timer = None
 
     def on_headers_complete(self) -> None:
+        self._requests += 1
+        age_s = self.loop.time() - self._opened
+        last = ends_connection(self._requests, age_s, self.max_requests, self._max_age_s)
+        if self.starts_request(last):
+            return
         super().on_headers_complete()
         cycle: Any = self.cycle
-        if cycle is None or self.parser.should_upgrade():
-            return
-        if self.counts_last_request():
+        if last and cycle is not None and not self.parser.should_upgrade():
             cycle.keep_alive = False  # its answer says `connection: close`; closed once complete
 
-    def counts_last_request(self) -> bool:
-        """Counts a request on this connection; True when its answer is to close the connection."""
-        self._requests += 1
-        return ends_connection(
-            self._requests, self.loop.time() - self._opened, self.max_requests, self._max_age_s
-        )
+    def starts_request(self, last: bool) -> bool:
+        """Whether the protocol answers the request whose headers just ended itself, rather than
+        uvicorn's ASGI cycle (`last`: its answer is to close the connection); here, never."""
+        return False
 
     def on_response_complete(self) -> None:
         # uvicorn's own, but for its keep-alive timer (see the module docstring).

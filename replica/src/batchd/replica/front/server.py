@@ -21,7 +21,7 @@ def replica_protocol(app: InferenceRoutes, *, access_log: bool = False) -> type[
     access log is written by uvicorn's cycle, which a direct request does not have."""
     settings = app.replica.settings
     protocol = bounded_protocol(settings.keepalive_max_requests, settings.keepalive_max_age_s)
-    return protocol if access_log else direct_protocol(protocol, app)
+    return protocol if access_log else direct_protocol(protocol, app.pipeline)
 
 
 class ReplicaServer(DrainingServer):

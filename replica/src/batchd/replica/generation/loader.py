@@ -30,6 +30,7 @@ from pydantic import TypeAdapter
 
 from batchd.api.spec import GenerationSpec, ModelSpec, TensorSpec
 from batchd.replica.generation.engine import GenerationEngine
+from batchd.replica.generation.generator import GenerationSetup, TextGenerator
 from batchd.replica.generation.model_limits import limits_and_defaults, model_eos_ids
 from batchd.replica.generation.params import GenerationParams, GenerationRequest
 from batchd.replica.generation.prefix_cache import BLOCK_TOKENS, default_capacity_bytes
@@ -37,7 +38,7 @@ from batchd.replica.generation.preparing import Preparer
 from batchd.replica.generation.request_level import load_request_level
 from batchd.replica.generation.text import TextStream
 from batchd.replica.generation.token_level import TokenLevel
-from batchd.replica.models.base import GenerationSetup, ModelLoadError, ModelMetadata, TextGenerator
+from batchd.replica.models.base import ModelLoadError, ModelMetadata
 from batchd.replica.models.executor import ModelExecutor
 from batchd.replica.models.pipelines import TEXT, placement, source_errors
 

@@ -24,6 +24,7 @@ import torch
 
 from batchd.api.spec import BatchingSpec, ModelSpec
 from batchd.replica.batching import Batcher
+from batchd.replica.generation.generator import GenerationSetup
 from batchd.replica.generation.model_limits import limits_and_defaults, model_eos_ids
 from batchd.replica.generation.params import (
     Chunk,
@@ -35,7 +36,6 @@ from batchd.replica.generation.preparing import Preparer
 from batchd.replica.generation.sampling import generator_for, next_tokens
 from batchd.replica.generation.streams import Deliver, SequenceObserver, SequenceStream
 from batchd.replica.generation.text import Decoder, TextStream
-from batchd.replica.models.base import GenerationSetup
 from batchd.replica.models.executor import ModelExecutor
 from batchd.replica.models.pipelines import PipelineModel, open_pipeline
 from batchd.replica.waiting import NO_CLIENT, Client

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from batchd.replica.models.base import BatchModel, ModelLoadError, TextGenerator
+from batchd.replica.models.base import BatchModel, ModelLoadError
 
-__all__ = ["BatchModel", "ModelLoadError", "TextGenerator"]
+__all__ = ["BatchModel", "ModelLoadError"]

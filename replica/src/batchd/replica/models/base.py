@@ -1,26 +1,19 @@
 """What the batcher and the routes need from a model, whatever kind of model it is.
 
-A model takes a list of items and returns one result per item, in order (`BatchModel`); a
-text-generation model also serves the generate routes (`TextGenerator`). How it gets there (a
-transformers pipeline, a user's handler class, the generation engine) is the business of the
-modules beside this one and of `batchd.replica.generation`.
+A model takes a list of items and returns one result per item, in order (`BatchModel`). How it
+gets there (a transformers pipeline, a user's handler class) is the business of the modules
+beside this one; a text-generation model is a `BatchModel` that also serves the generate routes
+(`batchd.replica.generation.generator`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from pydantic import TypeAdapter
 
-from batchd.api.spec import BatchingSpec, TensorSpec
-
-if TYPE_CHECKING:  # the generation package imports torch, which only text-generation models need
-    from batchd.replica.batching import Batcher, ClassObserver
-    from batchd.replica.generation.engine import StepObserver
-    from batchd.replica.generation.service import GenerationService
-    from batchd.replica.generation.streams import SequenceObserver
-    from batchd.replica.traces import DecodingTracer
+from batchd.api.spec import TensorSpec
 
 
 @dataclass(frozen=True)
@@ -53,33 +46,6 @@ class BatchModel(Protocol):
 
     def close(self) -> None:
         """Release threads and memory; called once at shutdown."""
-        ...
-
-
-@dataclass(frozen=True)
-class GenerationSetup:
-    """What the replica gives a text-generation model's service: its batching, its batcher (for
-    request-level scheduling), where it reports each sequence, each engine step, and what each
-    priority class was served and refused, and the memory its pod asks for
-    (resources.requests.memory, in bytes; None when it names none)."""
-
-    config: BatchingSpec
-    batcher: Batcher
-    sequences: SequenceObserver
-    steps: StepObserver
-    classes: ClassObserver
-    memory_request_bytes: int | None = None
-    tracer: DecodingTracer | None = None  # the decoding runs' spans; None untraced
-
-
-@runtime_checkable
-class TextGenerator(BatchModel, Protocol):
-    """A model that generates text for the generate routes, besides answering batches: what a
-    model can do is this type, checked once when the replica loads it."""
-
-    def generation_service(self, setup: GenerationSetup) -> GenerationService:
-        """The service that schedules its generation requests (by token or by request), started
-        once the replica is ready to serve; called once."""
         ...
 
 

@@ -1,6 +1,6 @@
 """KServe's V1 protocol: `{"instances": [...]}` in, `{"predictions": [...]}` out, one item per instance.
 
-`POST /v1/models/{name}:predict` is an endpoint (answered in front of FastAPI, see `asgi`);
+`POST /v1/models/{name}:predict` is an endpoint of batch items (`Items`: either door answers it);
 the model listing and status routes are FastAPI's.
 """
 
@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from batchd.api.routes import KSERVE_V1_PREDICT
 from batchd.replica.errors import InvalidInput, openapi_responses
-from batchd.replica.front.endpoints import Call, Endpoint
+from batchd.replica.front.endpoints import Call, Endpoint, Items
 from batchd.replica.front.protocols.openai.models import model_card, model_list, served_names
 from batchd.replica.replica import Replica
 
@@ -31,16 +31,14 @@ class PredictResponse(BaseModel):
     predictions: list[Any] = Field(description="One result per instance, in order.")
 
 
-async def predict(call: Call) -> dict[str, Any]:
-    return predictions(await call.infer(decode_instances(call.json()), "instances"))
-
-
 def predictions(results: list[Any]) -> dict[str, Any]:
     """The answer to a predict request whose items gave `results`."""
     return {"predictions": results}
 
 
-def decode_instances(body: Any) -> list[Any]:
+def instances(call: Call) -> list[Any]:
+    """The items of a predict request: its instances."""
+    body = call.json()
     if not isinstance(body, dict):
         raise InvalidInput(
             f"request body: expected a JSON object with 'instances', got {type(body).__name__}"
@@ -58,7 +56,7 @@ ENDPOINTS = (
         KSERVE_V1_PREDICT,
         summary="Predict (KServe V1)",
         tag=TAG,
-        answer=predict,
+        items=Items("instances", instances, predictions),
         request=PredictRequest,
         response=PredictResponse,
     ),

@@ -1,8 +1,8 @@
 """The simple call: `curl "http://localhost:8000/?text=Once+upon+a+time"` answers one result.
 
 The query's single parameter is the item (several parameters make a dict item); GET and POST
-both work, as in Ray Serve's tutorial, which POSTs with `params=`. Both are endpoints, answered
-in front of FastAPI (see `asgi`).
+both work, as in Ray Serve's tutorial, which POSTs with `params=`. Both are endpoints of batch
+items (`Items`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from batchd.api.routes import SIMPLE_CALL_GET, SIMPLE_CALL_POST
 from batchd.replica.errors import InvalidInput
-from batchd.replica.front.endpoints import Call, Endpoint
+from batchd.replica.front.endpoints import Call, Endpoint, Items
 
 TAG = "Simple call"
 # Any query parameters: the one there is becomes the item, several make a dict item.
@@ -27,8 +27,13 @@ _QUERY = {
 SUMMARY = "One item in the query string, one result back (`/?text=...`)"
 
 
-async def simple_call(call: Call) -> Any:
-    (result,) = await call.infer([item_from_query(call.query())], "query")
+def query_item(call: Call) -> list[Any]:
+    """The one item of a simple call: its query."""
+    return [item_from_query(call.query())]
+
+
+def only_result(results: list[Any]) -> Any:
+    (result,) = results
     return result
 
 
@@ -45,7 +50,7 @@ ENDPOINTS = tuple(
         route,
         summary=SUMMARY,
         tag=TAG,
-        answer=simple_call,
+        items=Items("query", query_item, only_result),
         response_description="The model's result for the item.",
         parameters=(_QUERY,),
     )
