@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 from batchd.bench.adaptive.workload import ADAPTIVE, Options, Schedule
 from batchd.bench.kit import loadgen
-from batchd.bench.kit.promtext import counter_delta, gauge, histogram_delta, parse_histogram
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.stats import LatencySummary, median
+from batchd.testing.promtext import counter_delta, gauge, histogram_delta, parse_histogram
 
 NAN = math.nan
 

@@ -23,9 +23,9 @@ import orjson
 import uvicorn
 
 from batchd.api.httpserver import UVICORN_OPTIONS
-from batchd.bench.kit.asgi import read_body
 from batchd.bench.peers.servers.models import BATCH_WAIT_S, MAX_BATCH_SIZE
 from batchd.replica.front.keepalive import bounded_protocol
+from batchd.testing.asgi import read_body
 
 HEADERS = [(b"content-type", b"application/json")]
 READY = b'{"ready": true}'

@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from batchd.bench.kit.loadgen import Poller
-from batchd.bench.kit.promtext import parse_counter
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.router.analysis import (
@@ -39,6 +38,7 @@ from batchd.bench.router.standin import routed
 from batchd.testing import servers
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.manifests import manifest
+from batchd.testing.promtext import parse_counter
 from batchd.testing.servers import ServerProcess
 from batchd.testing.traffic import Outcome, Traffic
 
