@@ -12,11 +12,11 @@ import pytest
 
 from batchd.bench.kit import records
 from batchd.bench.kit.command import publish
+from batchd.bench.kit.peer_servers.catalog import Options
+from batchd.bench.kit.peer_servers.results import CeilingRun, PeerInfo, Results, Row, Run, rows
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.peers import analysis
 from batchd.bench.peers.__main__ import BENCHMARK
-from batchd.bench.peers.analysis import CeilingRun, PeerInfo, Results, Run
-from batchd.bench.peers.catalog import Options
 from batchd.bench.peers.report import to_markdown
 
 META = RunRecord("2026-01-01 00:00 UTC", "test machine", "python -m batchd.bench.peers")
@@ -68,12 +68,12 @@ def _results(
     return Results(META, options, "servers on core 0, load on core 1", INFOS, runs, ceilings)
 
 
-def _row(table: list[analysis.Row], peer: str, model: str) -> analysis.Row:
+def _row(table: list[Row], peer: str, model: str) -> Row:
     return next(row for row in table if row.peer == peer and row.model == model)
 
 
 def test_ratios_are_taken_within_each_repeat_so_a_slow_minute_cancels_out() -> None:
-    table = analysis.rows(_results())
+    table = rows(_results())
     mosec = _row(table, "mosec", "adder")
     assert mosec.medians["rps"] == 5000
     assert mosec.vs["batchd"]["rps"] == pytest.approx(1.25)  # every repeat alike, whatever the noise
@@ -83,7 +83,7 @@ def test_ratios_are_taken_within_each_repeat_so_a_slow_minute_cancels_out() -> N
 
 
 def test_the_floor_is_a_bound_beside_the_peers_never_one_of_them() -> None:
-    table = analysis.rows(_results())
+    table = rows(_results())
     assert _row(table, "floor", "adder").vs["batchd"]["rps"] == pytest.approx(9000 / 4000)
     assert not [row for row in table if row.peer == "floor" and row.model == "minilm"]  # it serves no model
     assert "floor" not in {lead.peer for lead in analysis.leads(table)}
@@ -92,7 +92,7 @@ def test_the_floor_is_a_bound_beside_the_peers_never_one_of_them() -> None:
 
 
 def test_a_peer_that_could_not_be_installed_has_a_row_that_says_why() -> None:
-    row = _row(analysis.rows(_results()), "ray", "adder")
+    row = _row(rows(_results()), "ray", "adder")
     assert row.repeats == 0 and math.isnan(row.medians["rps"])
     assert "pip exited 1" in row.failure
 
@@ -127,7 +127,7 @@ def test_idle_memory_is_batchds_after_its_first_answer_against_the_model_alone()
 
 
 def test_where_a_peer_is_ahead_names_the_peer_the_figure_and_the_factor() -> None:
-    leads = analysis.leads(analysis.rows(_results()))
+    leads = analysis.leads(rows(_results()))
     assert {(lead.peer, lead.model, lead.figure) for lead in leads} == {
         ("mosec", "adder", "rps"),
         ("mosec", "adder", "p99_ms"),

@@ -1,171 +1,33 @@
-"""Figures from the runs: medians over repeats, ratios within a repeat, the goals and where a peer
-is ahead; pure functions over `Results`, so that the report's numbers can be checked on made-up runs.
+"""The peers benchmark's judgement of its runs (`kit.peer_servers.results`): the goals, where a
+peer is ahead of batchd, and each figure's spread over repeats (the chart's whiskers).
 
 A ratio between two peers is taken within each repeat (the two ran minutes apart, in the same
 conditions) and the median of those is quoted, rather than a ratio of medians from different
-minutes of a shared machine.
-
-What peers.json holds is here too, as frozen dataclasses (read back with `kit.records.from_json`):
-every run of every peer, so that the report can be made again from the file."""
+minutes of a shared machine."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.stats import median, ratio
-from batchd.bench.peers.catalog import (
-    BATCHING_GAIN_GOAL,
-    CEILING_GOAL,
-    FLOOR_GOAL,
-    IDLE_OVERHEAD_GOAL_MB,
-    PEERS,
-)
+from batchd.bench.kit.peer_servers.catalog import PEERS
+from batchd.bench.kit.peer_servers.results import Results, Row, Run, ceiling_share, measured_runs, paired
+from batchd.bench.kit.stats import median
 
-
-@dataclass(frozen=True)
-class PeerInfo:
-    name: str
-    title: str
-    version: str  # of its distribution, as pip installed it ("" for batchd: this checkout)
-    how: str
-    unavailable: str = ""  # why it could not be installed; "" when it was
-
-
-@dataclass(frozen=True)
-class Run:
-    """One closed loop against one server, with its process tree read before and after; a run that
-    could not be measured has `failure` set and NaN figures."""
-
-    peer: str
-    model: str
-    repeat: int
-    clients: int
-    requests: int = 0  # answered 200 within the measured window
-    errors: int = 0
-    # Answers a second, each client's own rate summed (`loadgen.RunResult.steady_rps`), so that
-    # answers that come in rounds resolve to a round's time.
-    rps: float = math.nan
-    tokens_per_s: float = math.nan  # the generator's: rps times the new tokens of an answer
-    p50_ms: float = math.nan
-    p99_ms: float = math.nan
-    cpu_ms_per_request: float = math.nan  # the whole server tree's CPU over the window
-    cores_busy: float = math.nan  # that CPU over the window's length
-    rss_mb: float = math.nan  # the tree's, at the end of the window
-    pss_mb: float = math.nan
-    processes: int = 0
-    idle_rss_mb: float = math.nan  # the tree's after its first answer, before any load
-    client_cpu_s: float = math.nan  # the load generator's own
-    failure: str = ""
-    error_samples: list[str] = field(default_factory=list)
-
-    @property
-    def measured(self) -> bool:
-        return not self.failure
-
-
-@dataclass(frozen=True)
-class CeilingRun:
-    """The MiniLM model alone, in-process, at the servers' max batch size, on the servers' cores."""
-
-    repeat: int
-    batch_size: int
-    items_per_s: float
-    threads: int
-    rss_mb: float = math.nan  # the process, warm: the model alone
-
-
-@dataclass(frozen=True)
-class Results:
-    meta: RunRecord
-    options: dict[str, Any]
-    placement: str  # which cores the servers and the load generator had
-    peers: list[PeerInfo]
-    runs: list[Run]
-    ceilings: list[CeilingRun]
-
-
-# The peers every other is compared with: the one the goals are set against, and ourselves.
-REFERENCES = ("mosec", "batchd")
+# The goals (ratios in one run), checked and reported; a run that misses one still writes its
+# figures. The trivial adder: batchd's CPU per request, throughput and p99 at least Mosec's, and
+# this share of bare uvicorn's throughput. MiniLM: batchd's throughput at least every peer's,
+# this share of the model's own ceiling and this multiple of batchd unbatched; idle memory at most
+# this much above the model alone in a process, warm (torch's own import is most of a replica's
+# memory and depends on its build: the CUDA build of torch 2.13 holds about 500 MB once imported).
+FLOOR_GOAL = 0.5
+CEILING_GOAL = 0.95
+BATCHING_GAIN_GOAL = 3.5
+IDLE_OVERHEAD_GOAL_MB = 64.0
 # A peer is said to be ahead of batchd only by more than this factor: closer than that, one
 # repeat's neighbours on a shared machine move the figures further.
 LEAD_FROM = 1.05
-FIGURES = ("rps", "tokens_per_s", "p50_ms", "p99_ms", "cpu_ms_per_request", "rss_mb", "pss_mb")
-
-
-@dataclass(frozen=True)
-class Row:
-    """One peer on one model: medians over its measured repeats, and ratios to the references."""
-
-    peer: str
-    model: str
-    repeats: int  # measured
-    medians: dict[str, float]  # by FIGURES name
-    vs: dict[str, dict[str, float]]  # reference -> figure -> median of per-repeat ratios
-    ceiling_share: float = math.nan  # req/s over the model's own ceiling (MiniLM)
-    failure: str = ""  # why no repeat was measured
-    errors: int = 0  # non-200 answers and failed requests, all repeats
-    processes: int = 0
-
-
-def _measured(runs: Sequence[Run], model: str, peer: str) -> dict[int, Run]:
-    return {run.repeat: run for run in runs if run.model == model and run.peer == peer and run.measured}
-
-
-def paired(runs: Sequence[Run], model: str, peer: str, reference: str, figure: str) -> float:
-    """The median over repeats of `peer`'s figure over `reference`'s in the same repeat."""
-    mine, theirs = _measured(runs, model, peer), _measured(runs, model, reference)
-    shared = [repeat for repeat in mine if repeat in theirs]
-    return median([ratio(getattr(mine[r], figure), getattr(theirs[r], figure)) for r in shared])
-
-
-def ceiling_items_per_s(ceilings: Sequence[CeilingRun]) -> float:
-    return median([ceiling.items_per_s for ceiling in ceilings])
-
-
-def ceiling_share(runs: Sequence[Run], ceilings: Sequence[CeilingRun], peer: str) -> float:
-    """MiniLM req/s over the ceiling measured in the same repeat, median over repeats."""
-    by_repeat = {ceiling.repeat: ceiling.items_per_s for ceiling in ceilings}
-    mine = _measured(runs, "minilm", peer)
-    return median([ratio(run.rps, by_repeat[r]) for r, run in mine.items() if r in by_repeat])
-
-
-def rows(results: Results) -> list[Row]:
-    """A row per (model, peer) that was asked for, measured or not, in the options' order."""
-    table: list[Row] = []
-    models: Sequence[str] = results.options["models"]
-    for model in models:
-        for info in results.peers:
-            if model not in PEERS[info.name].models:
-                continue
-            runs = [run for run in results.runs if run.model == model and run.peer == info.name]
-            good = [run for run in runs if run.measured]
-            failure = info.unavailable or next((run.failure for run in runs if run.failure), "")
-            table.append(
-                Row(
-                    info.name,
-                    model,
-                    len(good),
-                    {figure: median([getattr(run, figure) for run in good]) for figure in FIGURES},
-                    {
-                        reference: {
-                            figure: paired(results.runs, model, info.name, reference, figure)
-                            for figure in ("rps", "p99_ms", "cpu_ms_per_request")
-                        }
-                        for reference in REFERENCES
-                    },
-                    ceiling_share(results.runs, results.ceilings, info.name)
-                    if model == "minilm"
-                    else math.nan,
-                    "" if good else failure,
-                    sum(run.errors for run in good),
-                    max((run.processes for run in good), default=0),
-                )
-            )
-    return table
 
 
 @dataclass(frozen=True)
@@ -235,7 +97,7 @@ def goals(results: Results) -> list[Goal]:
         closest = min(measured, key=measured.__getitem__, default="")
         share = ceiling_share(runs, results.ceilings, "batchd")
         gain = paired(runs, "minilm", "batchd", "unbatched", "rps")
-        idle = median([run.idle_rss_mb for run in _measured(runs, "minilm", "batchd").values()])
+        idle = median([run.idle_rss_mb for run in measured_runs(runs, "minilm", "batchd").values()])
         alone = median([ceiling.rss_mb for ceiling in results.ceilings])
         found += [
             _goal(
@@ -301,6 +163,6 @@ class Spread:
 
 
 def spread(runs: Sequence[Run], model: str, peer: str, figure: str) -> Spread:
-    values = [getattr(run, figure) for run in _measured(runs, model, peer).values()]
+    values = [getattr(run, figure) for run in measured_runs(runs, model, peer).values()]
     clean = [value for value in values if not math.isnan(value)]
     return Spread(min(clean, default=math.nan), max(clean, default=math.nan), clean)

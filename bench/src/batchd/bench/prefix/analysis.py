@@ -10,9 +10,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from batchd.bench.kit.peer_servers.results import Results as PeerResults
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.stats import median, percentile, ratio
-from batchd.bench.peers.analysis import Results as PeerResults
 from batchd.bench.prefix.client import Outcome
 
 

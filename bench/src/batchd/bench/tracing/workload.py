@@ -15,10 +15,10 @@ import httpx
 import orjson
 
 from batchd.bench.kit import procstat
+from batchd.bench.kit.handlers import TRIVIAL_ADDER
 from batchd.bench.kit.loadgen import Request, closed_loop
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.stats import percentile
-from batchd.bench.peers.catalog import TRIVIAL_ADDER
 from batchd.bench.tracing.analysis import Round, Stored
 from batchd.bench.tracing.options import MODELS, MODES, SAMPLING, Options
 from batchd.testing.jaeger import Jaeger
