@@ -17,9 +17,9 @@ from batchd.bench.adaptive.workload import (
     load_name,
     window_subject,
 )
-from batchd.bench.kit import formatting
 from batchd.bench.kit.charts import panels
 from batchd.bench.kit.formatting import figure, number, share
+from batchd.bench.kit.goals import bullets
 from batchd.bench.kit.records import ran
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def model_markdown(result: ModelResult) -> str:
         + ", ".join(f"{s} {number(verdict.p99_sum_ms[s], 0)} ms" for s in subjects)
         + ".",
         "",
-        *(f"- {formatting.verdict(ok)}: {goal}" for goal, ok in verdict.goals.items()),
+        *bullets(verdict.goals),
         "",
         "What the replicas did (medians): mean batch size formed, and for the adaptive replica the "
         "batch size it planned (median of the samples), its mean wait, and the share of items over "

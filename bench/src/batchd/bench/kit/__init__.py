@@ -3,10 +3,11 @@
 `command` is every benchmark's command line and what it writes, `loadgen` drives any HTTP
 endpoint (closed and open loops over keep-alive connections), `stats` summarises what it saw,
 `procstat` reads a process's CPU and memory, `records` writes where, when and how a run went,
-`formatting` and `charts` turn figures into the text and pictures of a report, `peer_servers`
-runs batchd and the serving frameworks side by side. The servers a benchmark starts, the models
-they serve and their manifests come from the test support (`batchd.testing.servers`, `models`,
-`manifests`), and so does the reading of a server's `/metrics` (`batchd.testing.promtext`).
+`goals` states and checks a goal, `formatting` and `charts` turn figures into the text and
+pictures of a report, `peer_servers` runs batchd and the serving frameworks side by side. The
+servers a benchmark starts, the models they serve and their manifests come from the test support
+(`batchd.testing.servers`, `models`, `manifests`), and so does the reading of a server's
+`/metrics` (`batchd.testing.promtext`).
 """
 
 from pathlib import Path

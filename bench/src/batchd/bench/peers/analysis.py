@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from batchd.bench.kit.goals import Goal, at_least, at_most
 from batchd.bench.kit.peer_servers.catalog import PEERS
 from batchd.bench.kit.peer_servers.results import Results, Row, Run, ceiling_share, measured_runs, paired
 from batchd.bench.kit.stats import median
@@ -31,14 +32,6 @@ LEAD_FROM = 1.05
 
 
 @dataclass(frozen=True)
-class Goal:
-    text: str
-    measured: float  # the ratio the goal is about
-    ok: bool | None  # None: not measured (a peer missing)
-    detail: str = ""
-
-
-@dataclass(frozen=True)
 class Lead:
     """A peer ahead of batchd on one figure (median of per-repeat ratios)."""
 
@@ -46,16 +39,6 @@ class Lead:
     model: str
     figure: str  # "rps" | "p99_ms" | "cpu_ms_per_request"
     factor: float  # how many times better than batchd (> 1)
-
-
-def _goal(
-    text: str, value: float, *, at_most: float | None = None, at_least: float | None = None, detail: str = ""
-) -> Goal:
-    """A goal judged on `value`: not measured when it is NaN."""
-    ok = (
-        None if math.isnan(value) else value <= at_most if at_most is not None else value >= (at_least or 0.0)
-    )
-    return Goal(text, value, ok, detail)
 
 
 def goals(results: Results) -> list[Goal]:
@@ -68,59 +51,53 @@ def goals(results: Results) -> list[Goal]:
         p99 = paired(runs, "adder", "batchd", "mosec", "p99_ms")
         floor = paired(runs, "adder", "batchd", "floor", "rps")
         found += [
-            _goal("Trivial adder: server CPU per request <= Mosec's (batchd / Mosec)", cpu, at_most=1),
-            _goal("Trivial adder: throughput >= Mosec's (batchd / Mosec)", rps, at_least=1),
-            _goal("Trivial adder: p99 <= Mosec's (batchd / Mosec)", p99, at_most=1),
-            _goal(
+            at_most("Trivial adder: server CPU per request <= Mosec's (batchd / Mosec)", cpu, 1),
+            at_least("Trivial adder: throughput >= Mosec's (batchd / Mosec)", rps, 1),
+            at_most("Trivial adder: p99 <= Mosec's (batchd / Mosec)", p99, 1),
+            at_least(
                 f"Trivial adder: throughput >= {FLOOR_GOAL:g} of bare uvicorn's (batchd / floor)",
                 floor,
-                at_least=FLOOR_GOAL,
+                FLOOR_GOAL,
             ),
         ]
     if any(run.model == "gpt2" and run.measured for run in results.runs):
         lowest, closest = _lowest_against_peers(results, "gpt2", "tokens_per_s")
         found.append(
-            _goal(
+            at_least(
                 "Generator: tokens/s >= every peer's (batchd / the closest peer)",
                 lowest,
-                at_least=1,
+                1,
                 detail=f"closest: {closest}" if closest else "no peer measured",
             )
         )
     if "minilm" in results.options["models"]:
-        others = [
-            info.name for info in results.peers if info.name != "batchd" and not PEERS[info.name].reference
-        ]
-        versus = {peer: paired(runs, "minilm", "batchd", peer, "rps") for peer in others}
-        measured = {peer: value for peer, value in versus.items() if not math.isnan(value)}
-        lowest = min(measured.values(), default=math.nan)
-        closest = min(measured, key=measured.__getitem__, default="")
+        lowest, closest = _lowest_against_peers(results, "minilm", "rps")
         share = ceiling_share(runs, results.ceilings, "batchd")
         gain = paired(runs, "minilm", "batchd", "unbatched", "rps")
         idle = median([run.idle_rss_mb for run in measured_runs(runs, "minilm", "batchd").values()])
         alone = median([ceiling.rss_mb for ceiling in results.ceilings])
         found += [
-            _goal(
+            at_least(
                 "MiniLM: throughput >= every peer's (batchd / the closest peer)",
                 lowest,
-                at_least=1,
+                1,
                 detail=f"closest: {closest}" if closest else "no peer measured",
             ),
-            _goal(
+            at_least(
                 f"MiniLM: throughput >= {CEILING_GOAL:g} of the model's batched ceiling (batchd / ceiling)",
                 share,
-                at_least=CEILING_GOAL,
+                CEILING_GOAL,
             ),
-            _goal(
+            at_least(
                 f"MiniLM: throughput >= {BATCHING_GAIN_GOAL:g}x unbatched (batchd / max_batch_size 1)",
                 gain,
-                at_least=BATCHING_GAIN_GOAL,
+                BATCHING_GAIN_GOAL,
             ),
-            _goal(
+            at_most(
                 f"MiniLM: idle memory within {IDLE_OVERHEAD_GOAL_MB:g} MB of the model alone in a process "
                 "(batchd - ceiling, MB)",
                 idle - alone,
-                at_most=IDLE_OVERHEAD_GOAL_MB,
+                IDLE_OVERHEAD_GOAL_MB,
                 detail=f"batchd {idle:.0f} MB, the model alone {alone:.0f} MB",
             ),
         ]

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from batchd.bench.kit import goals
 from batchd.bench.kit.charts import panels
-from batchd.bench.kit.formatting import figure, number, verdict
+from batchd.bench.kit.formatting import figure, number
 from batchd.bench.kit.peer_servers.catalog import MODELS, PEERS
 from batchd.bench.kit.peer_servers.results import Results, rows
 from batchd.bench.kit.peer_servers.table import model_table, one_line
@@ -39,10 +40,7 @@ def to_markdown(results: Results) -> str:
     ]
     for model in options["models"]:
         lines += model_table(results, model, table)
-    lines += ["## Goals", "", "| goal | measured | |", "|---|---:|---|"]
-    for goal in analysis.goals(results):
-        detail = f" ({goal.detail})" if goal.detail else ""
-        lines.append(f"| {goal.text} | {number(goal.measured, 2)}{detail} | {verdict(goal.ok)} |")
+    lines += ["## Goals", "", *goals.table(analysis.goals(results))]
     leads = analysis.leads(table)
     lines += [
         "",

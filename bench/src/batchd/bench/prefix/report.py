@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from batchd.bench.kit.charts import panels
-from batchd.bench.kit.formatting import figure, number, share, verdict
+from batchd.bench.kit.formatting import figure, number, share
+from batchd.bench.kit.goals import Goal, table_over_repeats
 from batchd.bench.kit.peer_servers import results as peer_results
 from batchd.bench.kit.peer_servers.catalog import PEERS
 from batchd.bench.kit.peer_servers.table import model_table
@@ -30,7 +31,6 @@ from batchd.bench.prefix.analysis import (
     UNCACHED,
     UNIQUE_CAPACITY,
     Figures,
-    Goal,
     Part,
     Results,
     medians,
@@ -71,17 +71,6 @@ def _part(title: str, part: Part) -> list[str]:
     if samples:
         lines += ["", f"Errors, for example: `{samples[0][:200]}`"]
     return [*lines, ""]
-
-
-def goal_lines(goals: list[Goal]) -> list[str]:
-    lines = ["| goal | target | measured (median) | lowest to highest repeat | |", "|---|---:|---:|---|---|"]
-    for goal in goals:
-        clean = [value for value in goal.repeats if not math.isnan(value)]
-        spread = f"{number(min(clean), 2)} to {number(max(clean), 2)}" if clean else "-"
-        met = None if math.isnan(goal.measured) else goal.met
-        measured = number(goal.measured, 2)
-        lines.append(f"| {goal.name} | {number(goal.target, 2)} | {measured} | {spread} | {verdict(met)} |")
-    return lines
 
 
 def to_markdown(results: Results) -> str:
@@ -136,7 +125,7 @@ def to_markdown(results: Results) -> str:
         for info in unavailable:
             lines.append(f"- {info.title}: {info.unavailable.splitlines()[0][:200]}")
         goals += results.peer_goals or []
-    lines += ["", "## Goals", "", *goal_lines(goals)]
+    lines += ["", "## Goals", "", *table_over_repeats(goals)]
     return "\n".join(lines) + "\n"
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from batchd.bench.kit.charts import panels
-from batchd.bench.kit.formatting import figure, number, verdict
+from batchd.bench.kit.formatting import figure, number
+from batchd.bench.kit.goals import bullets
 from batchd.bench.kit.records import ran
 from batchd.bench.kit.stats import median
 from batchd.bench.priority.analysis import (
@@ -133,7 +134,7 @@ def to_markdown(results: Results) -> str:
                 _rows(results.generation, generation_medians),
             ),
         ]
-    lines += ["", *(f"- {verdict(met)}: {goal}" for goal, met in goals(results).items())]
+    lines += ["", *bullets(goals(results))]
     lines += ["", "![latency by class over the priority load](priority.png)", ""]
     return "\n".join(lines)
 

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from batchd.bench.kit.goals import Goal, at_least
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.kit.stats import median, ratio
 from batchd.bench.tracing.options import MODES, RPS_GOALS
@@ -116,17 +117,18 @@ def figures(results: Results) -> list[ModeFigures]:
     return out
 
 
-def goals(results: Results) -> dict[str, bool | None]:
-    """Each model's requests/s at each sampling ratio against its goal (None: not measured)."""
+def goals(results: Results) -> list[Goal]:
+    """Each model's requests/s at each sampling ratio against its goal."""
     found = {(f.model, f.mode): f.rps_ratio for f in figures(results)}
-    out: dict[str, bool | None] = {}
-    for model in dict.fromkeys(r.model for r in results.rounds):
-        for mode, goal in RPS_GOALS.items():
-            value = found.get((model, mode), math.nan)
-            out[f"{model}, {mode} sampling: >= {goal:g}x the requests/s of tracing off"] = (
-                None if math.isnan(value) else value >= goal
-            )
-    return out
+    return [
+        at_least(
+            f"{model}, {mode} sampling: >= {goal:g}x the requests/s of tracing off",
+            found.get((model, mode), math.nan),
+            goal,
+        )
+        for model in dict.fromkeys(r.model for r in results.rounds)
+        for mode, goal in RPS_GOALS.items()
+    ]
 
 
 def failure(results: Results) -> str | None:
