@@ -27,7 +27,6 @@ SYSTEM_PROMPTS = "system prompts"
 CONVERSATIONS = "conversations"
 UNIQUE = "unique prompts"
 HOT = "one hot prefix"
-WORKLOADS = (SYSTEM_PROMPTS, CONVERSATIONS, UNIQUE, HOT)
 PARTS = ("replica", "routing", "peers")
 
 
