@@ -4,12 +4,14 @@ over the rounds, so that they can be checked on synthetic data."""
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
 from batchd.bench.access.options import ADDED_CPU_GOAL_US, OFF, PROBE_GOAL, REVIEWS_PER_TTL_GOAL, WAYS
 from batchd.bench.kit.goals import Goal, at_most
 from batchd.bench.kit.records import RunRecord
+from batchd.bench.kit.repeats import within_repeats
 from batchd.bench.kit.stats import median, ratio
 
 
@@ -90,12 +92,9 @@ class WayFigures:
 
 
 def _added(rounds: list[Round], way: str) -> list[float]:
-    by_repeat = {(r.way, r.repeat): r.router_cpu_us for r in rounds}
-    return [
-        value - by_repeat[(OFF, repeat)]
-        for (each, repeat), value in by_repeat.items()
-        if each == way and (OFF, repeat) in by_repeat
-    ]
+    return within_repeats(
+        rounds, lambda r: (r.way, r.repeat), way, OFF, lambda r: r.router_cpu_us, operator.sub
+    )
 
 
 def figures(results: Results) -> list[WayFigures]:

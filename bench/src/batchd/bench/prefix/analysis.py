@@ -6,14 +6,14 @@ Pure: what a report prints can be checked without a server.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from batchd.bench.kit.goals import Goal, median_at_least
 from batchd.bench.kit.peer_servers.results import Results as PeerResults
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.stats import median, percentile, ratio
+from batchd.bench.kit.repeats import median_over_repeats
+from batchd.bench.kit.stats import percentile, ratio
 from batchd.bench.prefix.client import Outcome
 
 
@@ -214,29 +214,10 @@ def peer_goals(peers: PeerResults, subjects: Sequence[str] = ("batchd", "uncache
 
 def medians(runs: Runs) -> dict[str, dict[str, Figures]]:
     """Each figure's median over the repeats (errors and requests summed)."""
-    found: dict[str, dict[str, Figures]] = {}
-    for load, subjects in runs.items():
-        for subject, repeats in subjects.items():
-            found.setdefault(load, {})[subject] = Figures(
-                requests=sum(f.requests for f in repeats),
-                completed=sum(f.completed for f in repeats),
-                errors=sum(f.errors for f in repeats),
-                error_samples=[s for f in repeats for s in f.error_samples][:3],
-                rps=median([f.rps for f in repeats]),
-                tokens_per_s=median([f.tokens_per_s for f in repeats]),
-                ttft_p50_ms=median([f.ttft_p50_ms for f in repeats]),
-                ttft_p90_ms=median([f.ttft_p90_ms for f in repeats]),
-                ttft_p99_ms=median([f.ttft_p99_ms for f in repeats]),
-                hit_rate=median([f.hit_rate for f in repeats]),
-                reachable_hit_rate=median([f.reachable_hit_rate for f in repeats]),
-                routes=summed_routes([f.routes for f in repeats]),
-            )
-    return found
-
-
-def summed_routes(counts: Sequence[dict[str, int]]) -> dict[str, int]:
-    """Route counts over several runs, by outcome."""
-    return dict(sum((Counter(count) for count in counts), Counter()))
+    return {
+        load: {subject: median_over_repeats(repeats) for subject, repeats in subjects.items()}
+        for load, subjects in runs.items()
+    }
 
 
 @dataclass(frozen=True)

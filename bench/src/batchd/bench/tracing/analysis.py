@@ -9,7 +9,8 @@ from typing import Any
 
 from batchd.bench.kit.goals import Goal, at_least
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.stats import median, ratio
+from batchd.bench.kit.repeats import within_repeats
+from batchd.bench.kit.stats import median
 from batchd.bench.tracing.options import MODES, RPS_GOALS
 
 OFF = MODES[0]
@@ -83,12 +84,8 @@ class ModeFigures:
 
 def _paired(rounds: list[Round], model: str, mode: str, figure: str) -> list[float]:
     """Per repeat, `figure` of `mode` over tracing off's, both of `model`."""
-    by_repeat = {(r.mode, r.repeat): getattr(r, figure) for r in rounds if r.model == model}
-    return [
-        ratio(value, by_repeat[(OFF, repeat)])
-        for (each, repeat), value in by_repeat.items()
-        if each == mode and (OFF, repeat) in by_repeat
-    ]
+    of_model = [r for r in rounds if r.model == model]
+    return within_repeats(of_model, lambda r: (r.mode, r.repeat), mode, OFF, lambda r: getattr(r, figure))
 
 
 def figures(results: Results) -> list[ModeFigures]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from batchd.bench.kit.peer_servers.catalog import PEERS
 from batchd.bench.kit.records import RunRecord
+from batchd.bench.kit.repeats import within_repeats
 from batchd.bench.kit.stats import median, ratio
 
 
@@ -110,9 +111,10 @@ def measured_runs(runs: Sequence[Run], model: str, peer: str) -> dict[int, Run]:
 
 def paired(runs: Sequence[Run], model: str, peer: str, reference: str, figure: str) -> float:
     """The median over repeats of `peer`'s figure over `reference`'s in the same repeat."""
-    mine, theirs = measured_runs(runs, model, peer), measured_runs(runs, model, reference)
-    shared = [repeat for repeat in mine if repeat in theirs]
-    return median([ratio(getattr(mine[r], figure), getattr(theirs[r], figure)) for r in shared])
+    measured = [run for run in runs if run.model == model and run.measured]
+    return median(
+        within_repeats(measured, lambda r: (r.peer, r.repeat), peer, reference, lambda r: getattr(r, figure))
+    )
 
 
 def ceiling_items_per_s(ceilings: Sequence[CeilingRun]) -> float:
