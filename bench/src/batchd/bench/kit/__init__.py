@@ -4,10 +4,10 @@
 endpoint (closed and open loops over keep-alive connections), `streams` reads a streamed answer
 event by event, `repeats` interleaves the subjects over repeats and compares each with its
 baseline within a repeat, `stats` summarises what it saw, `procstat` reads a process's CPU and
-memory, `records` writes where, when and how a run went,
-`goals` states and checks a goal, `formatting` and `charts` turn figures into the text and
-pictures of a report, `peer_servers` runs batchd and the serving frameworks side by side. The
-servers a benchmark starts, the models they serve and their manifests come from the test support
+memory, `records` writes where, when and how a run went, `goals` states and checks a goal,
+`formatting`, `tables` and `charts` turn figures into the text, tables and pictures of a report,
+`peer_servers` runs batchd and the serving frameworks side by side. The servers a benchmark
+starts, the models they serve and their manifests come from the test support
 (`batchd.testing.servers`, `models`, `manifests`), and so does the reading of a server's
 `/metrics` (`batchd.testing.promtext`).
 """
