@@ -51,3 +51,17 @@ def test_an_answer_is_kept_event_by_event_and_a_refusal_with_its_headers() -> No
     assert refused.status == 503 and refused.done_s is None and refused.error == "503: busy"
     assert refused.headers.get("batchd-refused") == "shed"
     assert broken.status == 200 and broken.done_s is None and broken.error is not None
+
+
+def test_the_open_loop_sends_each_item_when_it_is_due_never_before() -> None:
+    async def run() -> list[tuple[str, float, float]]:
+        loop = asyncio.get_running_loop()
+
+        async def send(start: float, due_s: float, item: str) -> tuple[str, float, float]:
+            return item, due_s, loop.time() - start
+
+        return await streams.open_loop([(0.05, "b"), (0.0, "a")], send)
+
+    sent = asyncio.run(run())
+    assert [item for item, _, _ in sent] == ["b", "a"]  # answers in the order given
+    assert all(at_s >= due_s for _, due_s, at_s in sent)

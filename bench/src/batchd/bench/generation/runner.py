@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import random
@@ -34,8 +33,6 @@ logger = logging.getLogger("batchd.bench.generation")
 
 
 async def _one(session: aiohttp.ClientSession, url: str, job: Job, start: float) -> Outcome:
-    loop = asyncio.get_running_loop()
-    await asyncio.sleep(max(0.0, start + job.due_s - loop.time()))
     body = {
         "text_input": job.prompt,
         "parameters": {"temperature": 0, "max_tokens": job.new_tokens, "min_new_tokens": job.new_tokens},
@@ -52,10 +49,12 @@ async def _one(session: aiohttp.ClientSession, url: str, job: Job, start: float)
 
 async def run_point(url: str, model: str, jobs: Sequence[Job], give_up_s: float) -> list[Outcome]:
     """Every job at its due time, streamed; whatever is unanswered after `give_up_s` fails."""
+    path = f"{url}/v2/models/{model}/generate_stream"
     async with streams.session(give_up_s) as session:
-        start = asyncio.get_running_loop().time() + 0.2
-        path = f"{url}/v2/models/{model}/generate_stream"
-        return list(await asyncio.gather(*(_one(session, path, job, start) for job in jobs)))
+        timed = [(job.due_s, job) for job in jobs]
+        return await streams.open_loop(
+            timed, lambda start, _, job: _one(session, path, job, start), lead_s=0.2
+        )
 
 
 def replica_manifest(name: str, model_dir: Path, mode: str, device: str = "cpu") -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """One streamed answer (Server-Sent Events over aiohttp), read to its end: every benchmark that
-measures a time to first token sends through here, so that the time means the same in each.
+measures a time to first token sends through here, so that the time means the same in each; and
+the open loop that sends them when they are due.
 
 What came is kept as it came: each event's payload (the text after `data: `) with the moment it
 arrived (the event loop's clock), the status and the headers. Reading it (where the text is, what
@@ -9,12 +10,14 @@ the last event says) is the protocol's business, and the benchmark's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
+T = TypeVar("T")
+R = TypeVar("R")
 DATA = b"data: "
 ERROR_CHARS = 200  # of an error answer's body: enough to say who refused and why
 
@@ -63,6 +66,22 @@ async def stream(
         failed = f"{type(error).__name__}: {error}"
         return Streamed(status, events, error=failed, headers=answer_headers)
     return Streamed(status, events, loop.time(), headers=answer_headers)
+
+
+async def open_loop(
+    timed: Iterable[tuple[float, T]], send: Callable[[float, float, T], Awaitable[R]], lead_s: float = 0.1
+) -> list[R]:
+    """Each item sent when it is due, whatever the answers do: `send(start, due_s, item)`, `due_s`
+    seconds after `start` (the loop's clock), which is `lead_s` from now so that the first is not
+    late for the time it takes to schedule them all."""
+    loop = asyncio.get_running_loop()
+    start = loop.time() + lead_s
+
+    async def one(due_s: float, item: T) -> R:
+        await asyncio.sleep(max(0.0, start + due_s - loop.time()))
+        return await send(start, due_s, item)
+
+    return list(await asyncio.gather(*(one(due_s, item) for due_s, item in timed)))
 
 
 def session(give_up_s: float, headers: Mapping[str, str] | None = None) -> aiohttp.ClientSession:

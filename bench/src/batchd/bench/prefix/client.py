@@ -118,13 +118,11 @@ async def open_loop(
 ) -> list[Outcome]:
     """Each job at its due time, whatever the answers do."""
     async with _session(give_up_s, caller) as session:
-        start = asyncio.get_running_loop().time() + 0.1
 
-        async def one(due_s: float, job: Job) -> Outcome:
-            await asyncio.sleep(max(0.0, start + due_s - asyncio.get_running_loop().time()))
+        async def one(start: float, due_s: float, job: Job) -> Outcome:
             return (await send(session, url, job, start, due_s))[0]
 
-        return list(await asyncio.gather(*(one(due_s, job) for due_s, job in timed)))
+        return await streams.open_loop(timed, one)
 
 
 def reusable_tokens(prompt_tokens: int, before: Outcome) -> int:
@@ -157,11 +155,10 @@ async def conversations(
     rng = random.Random(seed)
     outcomes: list[Outcome] = []
     async with _session(give_up_s, caller) as session:
-        start = asyncio.get_running_loop().time() + 0.1
 
-        async def talk(at_s: float, conversation: Conversation, pauses: list[float]) -> None:
+        async def talk(start: float, _: float, talking: tuple[Conversation, list[float]]) -> None:
             loop = asyncio.get_running_loop()
-            await asyncio.sleep(max(0.0, start + at_s - loop.time()))
+            conversation, pauses = talking
             answers: list[str] = []
             before: Outcome | None = None
             for pause in pauses:
@@ -175,15 +172,11 @@ async def conversations(
                 before = outcome
                 await asyncio.sleep(pause)
 
-        talks = [
-            talk(
-                at_s,
-                conversation,
-                [rng.expovariate(1 / think_s) if think_s else 0.0 for _ in conversation.questions],
-            )
-            for at_s, conversation in started
-        ]
-        await asyncio.gather(*talks)
+        talks: list[tuple[float, tuple[Conversation, list[float]]]] = []
+        for at_s, conversation in started:  # every pause drawn first, in order, as the seed says
+            pauses = [rng.expovariate(1 / think_s) if think_s else 0.0 for _ in conversation.questions]
+            talks.append((at_s, (conversation, pauses)))
+        await streams.open_loop(talks, talk)
     return outcomes
 
 

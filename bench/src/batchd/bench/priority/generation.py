@@ -68,14 +68,12 @@ async def _stream(
 async def _high(session: aiohttp.ClientSession, url: str, options: Options, seed: int) -> _Seen:
     """The high class, open loop (Poisson), for `mix_s`."""
     seen = _Seen()
-    loop = asyncio.get_running_loop()
-    start = loop.time() + 0.1
     body = _body(HIGH_PROMPT, options.generation_high_tokens)
-    tasks = []
-    for due in poisson(0.0, options.mix_s, options.generation_high_rps, random.Random(seed)):
-        await asyncio.sleep(max(0.0, start + due - loop.time()))
-        tasks.append(asyncio.ensure_future(_stream(session, url, body, HIGH, start + due, seen)))
-    await asyncio.gather(*tasks)
+    dues = poisson(0.0, options.mix_s, options.generation_high_rps, random.Random(seed))
+    await streams.open_loop(
+        [(due, None) for due in dues],
+        lambda start, due, _: _stream(session, url, body, HIGH, start + due, seen),
+    )
     return seen
 
 
