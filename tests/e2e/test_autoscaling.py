@@ -22,12 +22,12 @@ from batchd.api.manifest import parse_manifest
 from batchd.api.pod import REPLICA_METRICS_PORT
 from batchd.api.revisions import batching_revision_of
 from batchd.api.spec import GROUP, PLURAL, VERSION
-from batchd.bench.kit.promtext import parse_histogram
 from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
 from batchd.testing.kubernetes.release import ONE_ROUTER, Release, installed
 from batchd.testing.manifests import manifest
+from batchd.testing.promtext import parse_histogram
 from batchd.testing.traffic import Traffic, unanswered
 from batchd.testing.waiting import NotYet, eventually
 

@@ -16,13 +16,13 @@ import httpx
 import pytest
 
 from batchd.api.pod import REPLICA_METRICS_PORT, REPLICA_PORT, selector_string
-from batchd.bench.kit.promtext import parse_histogram
 from batchd.testing import manifests
 from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.node import Node
 from batchd.testing.kubernetes.release import ONE_ROUTER, Release, installed
 from batchd.testing.manifests import manifest
+from batchd.testing.promtext import parse_histogram
 
 pytestmark = pytest.mark.slow
 

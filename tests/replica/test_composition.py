@@ -27,7 +27,6 @@ import pytest
 
 from batchd.api.environment import SettingsError
 from batchd.api.spec import ModelSpec
-from batchd.bench.kit.promtext import Histogram, parse_histogram
 from batchd.replica import cli
 from batchd.replica.loading import load_model
 from batchd.replica.models import ModelLoadError
@@ -35,6 +34,7 @@ from batchd.replica.settings import ReplicaSettings
 from batchd.testing import ROOT, manifests
 from batchd.testing.manifests import manifest
 from batchd.testing.models import minilm_mirror
+from batchd.testing.promtext import Histogram, parse_histogram
 from batchd.testing.servers import (
     ServerProcess,
     batchd_command,

@@ -20,8 +20,8 @@ import tritonclient.http as triton
 import tritonclient.http.aio as triton_aio
 import yaml
 
-from batchd.bench.kit.promtext import Histogram, parse_histogram
 from batchd.testing import ROOT
+from batchd.testing.promtext import Histogram, parse_histogram
 from batchd.testing.servers import ServerProcess, replica_process, write_manifest
 from examples import house_price
 

@@ -10,11 +10,11 @@ import httpx
 import pytest
 
 from batchd.api.manifest import parse_manifest
-from batchd.bench.kit.promtext import parse_counter, parse_histogram
 from batchd.replica.front.app import create_app
 from batchd.replica.front.server import replica_protocol
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing.manifests import manifest
+from batchd.testing.promtext import parse_counter, parse_histogram
 from batchd.testing.servers import uvicorn_in_thread
 
 # Each test runs on both of the replica's paths for a KServe V1 prediction: the direct path in

@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from batchd.bench.kit.promtext import parse_histogram
 from batchd.testing import manifests
 from batchd.testing.models import MINILM_SOURCE, build_gpt2, minilm_mirror
+from batchd.testing.promtext import parse_histogram
 from batchd.testing.servers import ServerProcess, replica_process, write_manifest
 
 pytestmark = pytest.mark.slow

@@ -12,11 +12,11 @@ import yaml
 
 from batchd.api.manifest import parse_manifest
 from batchd.api.spec import BATCHING_REVISION_ANNOTATION
-from batchd.bench.kit.promtext import parse_counter, parse_histogram
 from batchd.replica.front.app import create_app
 from batchd.replica.retuning import NeedsRestart, batching_change
 from batchd.replica.settings import ReplicaSettings
 from batchd.testing.manifests import manifest
+from batchd.testing.promtext import parse_counter, parse_histogram
 from batchd.testing.servers import uvicorn_in_thread, wait_until, write_manifest
 
 SLOW = "batchd.testing.batch_handlers:SlowAdder"

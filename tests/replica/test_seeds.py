@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from batchd.bench.kit.promtext import parse_histogram
 from batchd.testing import ROOT
+from batchd.testing.promtext import parse_histogram
 from batchd.testing.servers import replica_process, wait_until
 
 pytestmark = pytest.mark.slow

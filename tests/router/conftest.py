@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from batchd.bench.kit.asgi import read_body
+from batchd.testing.asgi import read_body
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.routed import RouterNamespaces
 from batchd.testing.servers import ServerProcess, uvicorn_in_thread

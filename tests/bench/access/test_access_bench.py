@@ -21,6 +21,7 @@ from batchd.bench.access.analysis import (
 )
 from batchd.bench.kit import records
 from batchd.bench.kit.command import publish
+from batchd.bench.kit.goals import verdicts
 from batchd.bench.kit.records import RunRecord
 from tests.bench.conftest import RunModule
 
@@ -77,17 +78,17 @@ def test_reviews_are_counted_per_ttl_of_the_tokens_rounds() -> None:
 
 
 def test_the_goals_are_met_or_missed_as_the_issue_states_them() -> None:
-    assert set(goals(_results()).values()) == {True}
+    assert set(verdicts(goals(_results())).values()) == {True}
     # The CPU goals are judged on the decision's own cost (the end-to-end rounds are noisier).
-    assert set(goals(_results(key_us=(230.0, 330.0))).values()) == {True}
+    assert set(verdicts(goals(_results(key_us=(230.0, 330.0)))).values()) == {True}
     slow_key = {**DECISION, "key": [26.0, 27.0, 28.0]}  # 17 us more than off's
-    missed = goals(_results(reviews=2, decision=slow_key))
+    missed = verdicts(goals(_results(reviews=2, decision=slow_key)))
     assert list(missed.values()) == [False, True, True, False]
     hit = Probe(3, 3, 1, PROBE.probe_s, PROBE.fresh_s)  # one probe hit alpha's blocks
     sooner = Probe(3, 3, 0, [0.020, 0.021, 0.022], PROBE.fresh_s)  # no hit said, yet faster
     blind = Probe(3, 2, 0, PROBE.probe_s, PROBE.fresh_s)  # a control missed: the probe proves nothing
     for probe in (hit, sooner, blind):
-        assert list(goals(_results(probe=probe)).values())[2] is False, probe
+        assert list(verdicts(goals(_results(probe=probe))).values())[2] is False, probe
     assert probe_ratio(PROBE) == 1.0
 
 

@@ -73,8 +73,8 @@ def results(share: float) -> Results:
 def test_the_report_has_both_tables_and_says_whether_each_goal_was_met() -> None:
     report = to_markdown(results(0.97))
     assert EMBEDDINGS_HEAD in report and STREAMING_HEAD in report and "| 1 | 97 | 100 | 97.0% |" in report
-    assert [line.endswith("**met**.") for line in goals(results(0.97))] == [True, True]
-    assert goals(results(0.9))[0].endswith("**not met**.")
+    assert [goal.met for goal in goals(results(0.97))] == [True, True]
+    assert goals(results(0.9))[0].met is False
 
 
 def test_a_count_below_one_is_refused_naming_the_option(run_module: RunModule) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from batchd.bench.overload.report import verdicts
+from batchd.bench.kit.goals import verdicts
+from batchd.bench.overload.report import goals
 from batchd.bench.overload.workload import CAPACITY, run
 
 pytestmark = pytest.mark.slow
@@ -17,4 +18,4 @@ async def test_ten_times_capacity_is_refused_cleanly_and_forgotten_at_once(tmp_p
     report = await run(duration_s=15, times=10, workdir=tmp_path)
     assert report.statuses.get("200", 0) > 0.5 * CAPACITY * 15  # it kept serving meanwhile
     assert report.statuses.get("503", 0) > 0  # and refused what it could not take
-    assert verdicts(report) == dict.fromkeys(verdicts(report), True), report
+    assert verdicts(goals(report)) == dict.fromkeys(verdicts(goals(report)), True), report

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from batchd.bench.kit.command import options_from, parse_args
+from batchd.bench.kit.peer_servers.catalog import MODELS, batchd_manifest
+from batchd.bench.kit.peer_servers.servers import models
+from batchd.bench.kit.peer_servers.workload import server_env
 from batchd.bench.peers.__main__ import BENCHMARK, with_baseline
-from batchd.bench.peers.catalog import MODELS, batchd_manifest
-from batchd.bench.peers.servers import models
-from batchd.bench.peers.workload import server_env
 from batchd.testing import ROOT
 from tests.bench.conftest import RunModule
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from batchd.bench.kit.peer_servers.servers import models
 from batchd.bench.peers import generator_bound
-from batchd.bench.peers.servers import models
 from batchd.testing.models import build_gpt2
 
 

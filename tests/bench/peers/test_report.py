@@ -12,11 +12,11 @@ import pytest
 
 from batchd.bench.kit import records
 from batchd.bench.kit.command import publish
+from batchd.bench.kit.peer_servers.catalog import Options
+from batchd.bench.kit.peer_servers.results import CeilingRun, PeerInfo, Results, Row, Run, rows
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.peers import analysis
 from batchd.bench.peers.__main__ import BENCHMARK
-from batchd.bench.peers.analysis import CeilingRun, PeerInfo, Results, Run
-from batchd.bench.peers.catalog import Options
 from batchd.bench.peers.report import to_markdown
 
 META = RunRecord("2026-01-01 00:00 UTC", "test machine", "python -m batchd.bench.peers")
@@ -68,12 +68,12 @@ def _results(
     return Results(META, options, "servers on core 0, load on core 1", INFOS, runs, ceilings)
 
 
-def _row(table: list[analysis.Row], peer: str, model: str) -> analysis.Row:
+def _row(table: list[Row], peer: str, model: str) -> Row:
     return next(row for row in table if row.peer == peer and row.model == model)
 
 
 def test_ratios_are_taken_within_each_repeat_so_a_slow_minute_cancels_out() -> None:
-    table = analysis.rows(_results())
+    table = rows(_results())
     mosec = _row(table, "mosec", "adder")
     assert mosec.medians["rps"] == 5000
     assert mosec.vs["batchd"]["rps"] == pytest.approx(1.25)  # every repeat alike, whatever the noise
@@ -83,34 +83,34 @@ def test_ratios_are_taken_within_each_repeat_so_a_slow_minute_cancels_out() -> N
 
 
 def test_the_floor_is_a_bound_beside_the_peers_never_one_of_them() -> None:
-    table = analysis.rows(_results())
+    table = rows(_results())
     assert _row(table, "floor", "adder").vs["batchd"]["rps"] == pytest.approx(9000 / 4000)
     assert not [row for row in table if row.peer == "floor" and row.model == "minilm"]  # it serves no model
     assert "floor" not in {lead.peer for lead in analysis.leads(table)}
-    every_peer = next(goal for goal in analysis.goals(_results()) if "every peer" in goal.text)
+    every_peer = next(goal for goal in analysis.goals(_results()) if "every peer" in goal.name)
     assert every_peer.detail == "closest: mosec"
 
 
 def test_a_peer_that_could_not_be_installed_has_a_row_that_says_why() -> None:
-    row = _row(analysis.rows(_results()), "ray", "adder")
+    row = _row(rows(_results()), "ray", "adder")
     assert row.repeats == 0 and math.isnan(row.medians["rps"])
     assert "pip exited 1" in row.failure
 
 
 def test_the_goals_are_missed_where_mosec_is_ahead_and_met_where_batchd_is() -> None:
-    behind = {goal.text.split(":")[1].split("(")[0].strip(): goal for goal in analysis.goals(_results())}
-    assert behind["server CPU per request <= Mosec's"].ok is False
-    assert behind["throughput >= Mosec's"].ok is False
-    assert behind["p99 <= Mosec's"].ok is False
-    assert behind["throughput >= every peer's"].ok is True
-    assert behind["throughput >= 0.95 of the model's batched ceiling"].ok is True
+    behind = {goal.name.split(":")[1].split("(")[0].strip(): goal for goal in analysis.goals(_results())}
+    assert behind["server CPU per request <= Mosec's"].met is False
+    assert behind["throughput >= Mosec's"].met is False
+    assert behind["p99 <= Mosec's"].met is False
+    assert behind["throughput >= every peer's"].met is True
+    assert behind["throughput >= 0.95 of the model's batched ceiling"].met is True
     assert behind["throughput >= 0.5 of bare uvicorn's"].measured == pytest.approx(4000 / 9000)
-    assert behind["throughput >= 0.5 of bare uvicorn's"].ok is False
+    assert behind["throughput >= 0.5 of bare uvicorn's"].met is False
     assert behind["throughput >= 3.5x unbatched"].measured == pytest.approx(4.0)
-    assert behind["throughput >= 3.5x unbatched"].ok is True
-    assert behind["idle memory within 64 MB of the model alone in a process"].ok is None  # no idle figure
+    assert behind["throughput >= 3.5x unbatched"].met is True
+    assert behind["idle memory within 64 MB of the model alone in a process"].met is None  # no idle figure
     ahead = analysis.goals(_results(batchd_adder=(6000, 30, 0.08), batchd_minilm_rps=150))
-    assert [goal.ok for goal in ahead] == [True, True, True, True, False, False, False, None]
+    assert [goal.met for goal in ahead] == [True, True, True, True, False, False, False, None]
 
 
 def test_idle_memory_is_batchds_after_its_first_answer_against_the_model_alone() -> None:
@@ -120,14 +120,14 @@ def test_idle_memory_is_batchds_after_its_first_answer_against_the_model_alone()
         for run in results.runs
     ]
     idle = next(
-        goal for goal in analysis.goals(dataclasses.replace(results, runs=runs)) if "idle" in goal.text
+        goal for goal in analysis.goals(dataclasses.replace(results, runs=runs)) if "idle" in goal.name
     )
-    assert idle.measured == 21.0 and idle.ok is True  # 421 MB against the model's 400 alone
+    assert idle.measured == 21.0 and idle.met is True  # 421 MB against the model's 400 alone
     assert idle.detail == "batchd 421 MB, the model alone 400 MB"
 
 
 def test_where_a_peer_is_ahead_names_the_peer_the_figure_and_the_factor() -> None:
-    leads = analysis.leads(analysis.rows(_results()))
+    leads = analysis.leads(rows(_results()))
     assert {(lead.peer, lead.model, lead.figure) for lead in leads} == {
         ("mosec", "adder", "rps"),
         ("mosec", "adder", "p99_ms"),

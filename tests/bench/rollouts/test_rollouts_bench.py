@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from batchd.bench.kit.goals import verdicts
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.rollouts.analysis import Results, goals, subject_run
 from batchd.bench.rollouts.report import draw_chart, to_markdown
@@ -46,7 +47,7 @@ def test_the_goals_compare_the_canary_with_the_rolling_update(tmp_path: Path) ->
         RunRecord.now("test", []), QUICK, {"rolling": [rolling], "canary": [canary], "canary-good": [good]}
     )
     assert canary.failed_after * 20 <= rolling.failed_after
-    assert all(goals(results).values()), goals(results)
+    assert all(verdicts(goals(results)).values()), goals(results)
     markdown = to_markdown(results)
     assert "still failing at the end" in markdown and "| canary-good |" in markdown
     draw_chart(results, tmp_path / "rollouts.png")

@@ -12,6 +12,7 @@ import pytest
 
 from batchd.bench.kit import records
 from batchd.bench.kit.command import publish
+from batchd.bench.kit.goals import verdicts
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.router.__main__ import BENCHMARK
 from batchd.bench.router.analysis import (
@@ -92,8 +93,8 @@ def _keepalive(settle: float | None = 0.6, router_p99_ms: float = 120.0, refused
 
 
 def test_the_keepalive_goals_are_met_or_missed_as_the_issue_states_them() -> None:
-    assert set(keepalive_goals(_keepalive()).values()) == {True}
-    missed = keepalive_goals(_keepalive(settle=None, router_p99_ms=151.0, refused=10))
+    assert set(verdicts(keepalive_goals(_keepalive())).values()) == {True}
+    missed = verdicts(keepalive_goals(_keepalive(settle=None, router_p99_ms=151.0, refused=10)))
     assert list(missed.values()) == [False, True, False, False]
 
 
@@ -107,7 +108,7 @@ def test_router_cost_is_a_difference_and_ratios_to_direct() -> None:
     assert figures["added_p50_ms"] == pytest.approx(0.14)
     assert figures["rps_ratio"] == pytest.approx(0.7)
     assert figures["per_core_rps"] == pytest.approx(1e6 / 101)
-    assert set(cost_goals(_cost()).values()) == {True}
+    assert set(verdicts(cost_goals(_cost())).values()) == {True}
 
 
 def _zero(first_answer_s: float, lost: int = 0) -> ZeroResult:
@@ -123,8 +124,8 @@ def _zero(first_answer_s: float, lost: int = 0) -> ZeroResult:
 
 
 def test_a_cold_start_is_judged_against_the_replicas_own_load_time() -> None:
-    assert set(zero_goals(_zero(4.9)).values()) == {True}
-    assert list(zero_goals(_zero(5.1, lost=1)).values()) == [False, False]
+    assert set(verdicts(zero_goals(_zero(4.9))).values()) == {True}
+    assert list(verdicts(zero_goals(_zero(5.1, lost=1))).values()) == [False, False]
 
 
 def test_the_report_is_written_and_read_back_part_by_part(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from batchd.bench.kit import records
 from batchd.bench.kit.command import publish
+from batchd.bench.kit.goals import verdicts
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.tracing.__main__ import BENCHMARK
 from batchd.bench.tracing.analysis import Results, Round, SpanCost, Stored, failure, figures, goals
@@ -49,8 +50,8 @@ def test_ratios_pair_each_setting_with_tracing_off_in_the_same_repeat() -> None:
 
 
 def test_the_goals_are_met_or_missed_as_the_issue_states_them() -> None:
-    assert set(goals(_results()).values()) == {True}
-    missed = goals(_results(hundred=(900.0, 1800.0), one=(980.0, 1990.0)))
+    assert set(verdicts(goals(_results())).values()) == {True}
+    missed = verdicts(goals(_results(hundred=(900.0, 1800.0), one=(980.0, 1990.0))))
     assert list(missed.values()) == [False, False]
 
 

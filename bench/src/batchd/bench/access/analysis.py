@@ -4,11 +4,14 @@ over the rounds, so that they can be checked on synthetic data."""
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
 from batchd.bench.access.options import ADDED_CPU_GOAL_US, OFF, PROBE_GOAL, REVIEWS_PER_TTL_GOAL, WAYS
+from batchd.bench.kit.goals import Goal, at_most
 from batchd.bench.kit.records import RunRecord
+from batchd.bench.kit.repeats import within_repeats
 from batchd.bench.kit.stats import median, ratio
 
 
@@ -89,12 +92,9 @@ class WayFigures:
 
 
 def _added(rounds: list[Round], way: str) -> list[float]:
-    by_repeat = {(r.way, r.repeat): r.router_cpu_us for r in rounds}
-    return [
-        value - by_repeat[(OFF, repeat)]
-        for (each, repeat), value in by_repeat.items()
-        if each == way and (OFF, repeat) in by_repeat
-    ]
+    return within_repeats(
+        rounds, lambda r: (r.way, r.repeat), way, OFF, lambda r: r.router_cpu_us, operator.sub
+    )
 
 
 def figures(results: Results) -> list[WayFigures]:
@@ -122,21 +122,31 @@ def reviews_per_ttl(reviews: Reviews) -> float:
     return reviews.count / math.ceil(ttls)
 
 
-def goals(results: Results) -> dict[str, bool | None]:
-    out: dict[str, bool | None] = {}
-    for way, what in (("key", "an API key"), ("token", "a token whose review is cached")):
-        added = decision_added_us(results, way)
-        out[f"{what}: at most {ADDED_CPU_GOAL_US:g} us of router CPU per request added"] = (
-            None if math.isnan(added) else added <= ADDED_CPU_GOAL_US
+def goals(results: Results) -> list[Goal]:
+    found = [
+        at_most(
+            f"{what}: at most {ADDED_CPU_GOAL_US:g} us of router CPU per request added",
+            decision_added_us(results, way),
+            ADDED_CPU_GOAL_US,
         )
+        for way, what in (("key", "an API key"), ("token", "a token whose review is cached"))
+    ]
     probe = results.probe
     kept_apart = f"another tenant's cached prompt: no hit, and no sooner than {PROBE_GOAL:g}x a fresh one"
-    out[kept_apart] = None if probe is None else probe_kept_apart(probe)
-    reviews = results.reviews
-    out[f"at most {REVIEWS_PER_TTL_GOAL} TokenReview per token per TTL"] = (
-        None if reviews is None else reviews_per_ttl(reviews) <= REVIEWS_PER_TTL_GOAL
+    found.append(
+        Goal(kept_apart, math.nan, PROBE_GOAL, None)
+        if probe is None
+        else Goal(kept_apart, probe_ratio(probe), PROBE_GOAL, probe_kept_apart(probe))
     )
-    return out
+    reviews = results.reviews
+    found.append(
+        at_most(
+            f"at most {REVIEWS_PER_TTL_GOAL} TokenReview per token per TTL",
+            math.nan if reviews is None else reviews_per_ttl(reviews),
+            REVIEWS_PER_TTL_GOAL,
+        )
+    )
+    return found
 
 
 def failure(results: Results) -> str | None:

@@ -18,7 +18,7 @@ from batchd.api.headers import CLIENT_IDENTITY_HEADERS
 from batchd.api.manifest import lenient_spec
 from batchd.api.stamp import Stamp
 from batchd.bench.access.options import WAYS
-from batchd.bench.kit.repeats import rotated
+from batchd.bench.kit.repeats import interleaved
 from batchd.router.access import caller_of, credentials_of, stamped
 from batchd.router.directory import DeploymentRef
 from batchd.router.token_reviews import Review, TokenReviews
@@ -86,7 +86,6 @@ async def _per_request_us(way: str, iterations: int) -> float:
 async def decision_cost(iterations: int, rounds: int) -> dict[str, list[float]]:
     """Each way's CPU per request (us), one value per round; the ways interleaved in each round."""
     found: dict[str, list[float]] = {way: [] for way in WAYS}
-    for repeat in range(rounds):
-        for way in rotated(list(WAYS), repeat):
-            found[way].append(await _per_request_us(way, iterations))
+    for _, way in interleaved(list(WAYS), rounds):
+        found[way].append(await _per_request_us(way, iterations))
     return found

@@ -16,7 +16,8 @@ from batchd.bench.access.analysis import (
 )
 from batchd.bench.access.options import ADDED_CPU_GOAL_US, OFF
 from batchd.bench.kit.charts import panels
-from batchd.bench.kit.formatting import figure, number, verdict
+from batchd.bench.kit.formatting import figure, number
+from batchd.bench.kit.goals import bullets
 from batchd.bench.kit.records import ran
 from batchd.bench.kit.stats import median
 
@@ -119,7 +120,7 @@ def to_markdown(results: Results) -> str:
         *_probe(results),
         "## Goals",
         "",
-        *(f"- {verdict(ok)}: {goal}" for goal, ok in goals(results).items()),
+        *bullets(goals(results)),
     ]
     return "\n".join(lines) + "\n"
 

@@ -18,7 +18,7 @@ from batchd.bench.kit import floor
 from batchd.bench.kit.loadgen import Request
 from batchd.bench.kit.proxycost import measure_through
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.repeats import rotated
+from batchd.bench.kit.repeats import interleaved
 from batchd.router.token_reviews import ALLOWED_TTL_S
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.routed import RouterNamespaces
@@ -83,35 +83,34 @@ async def run(
                 }
                 reviews_before = cluster.created(namespaces.router_user, "tokenreviews")
                 token_started = token_ended = None
-                for repeat in range(options.repeats):
-                    for way in rotated(list(requests), repeat):
-                        print(f"access, round {repeat + 1}/{options.repeats}: {way}", flush=True)
-                        started = time.monotonic()
-                        through = await measure_through(
-                            host,
-                            port,
-                            requests[way],
-                            router,
-                            options.in_flight,
-                            options.seconds,
-                            options.warmup_s,
+                for repeat, way in interleaved(list(requests), options.repeats):
+                    print(f"access, round {repeat + 1}/{options.repeats}: {way}", flush=True)
+                    started = time.monotonic()
+                    through = await measure_through(
+                        host,
+                        port,
+                        requests[way],
+                        router,
+                        options.in_flight,
+                        options.seconds,
+                        options.warmup_s,
+                    )
+                    if way == "token":
+                        token_started = token_started or started
+                        token_ended = time.monotonic()
+                    router.check_alive()
+                    rounds.append(
+                        Round(
+                            way,
+                            repeat,
+                            through.requests,
+                            through.errors,
+                            through.p50_ms,
+                            through.p99_ms,
+                            through.rps,
+                            through.cpu_us,
                         )
-                        if way == "token":
-                            token_started = token_started or started
-                            token_ended = time.monotonic()
-                        router.check_alive()
-                        rounds.append(
-                            Round(
-                                way,
-                                repeat,
-                                through.requests,
-                                through.errors,
-                                through.p50_ms,
-                                through.p99_ms,
-                                through.rps,
-                                through.cpu_us,
-                            )
-                        )
+                    )
                 reviews = cluster.created(namespaces.router_user, "tokenreviews") - reviews_before
                 probe = None
                 if source is not None:

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 from batchd.bench.adaptive.workload import ADAPTIVE, Options, Schedule
 from batchd.bench.kit import loadgen
-from batchd.bench.kit.promtext import counter_delta, gauge, histogram_delta, parse_histogram
+from batchd.bench.kit.goals import Goal
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.stats import LatencySummary, median
+from batchd.bench.kit.stats import LatencySummary, median, ratio
+from batchd.testing.promtext import counter_delta, gauge, histogram_delta, parse_histogram
 
 NAN = math.nan
 
@@ -86,7 +87,7 @@ class Verdicts:
     per_load: dict[str, LoadVerdict]
     mix_score: dict[str, float]  # by subject: mean over the loads of p99 / the best p99 there
     p99_sum_ms: dict[str, float]
-    goals: dict[str, bool]
+    goals: list[Goal]
 
 
 @dataclass(frozen=True)
@@ -295,15 +296,29 @@ def verdicts(summary: dict[str, dict[str, Figures]], options: Options) -> Verdic
         for s in options.subjects
     }
     p99_sum = {s: sum(summary[s][load].p99_ms for load in options.loads) for s in options.subjects}
-    goals = {
-        "p99 within 10% of the best fixed window's, at every load": all(v.p99_met for v in per_load.values()),
-        "throughput within 5% of the best fixed window's, at every load": all(
-            v.throughput_met for v in per_load.values()
+    worst_p99 = max((v.p99_ratio for v in per_load.values()), default=math.nan)
+    worst_throughput = min((v.throughput_ratio for v in per_load.values()), default=math.nan)
+    best_fixed_mix = min((mix[s] for s in fixed), default=math.nan)
+    goals = [
+        Goal(
+            "p99 within 10% of the best fixed window's, at every load",
+            worst_p99,
+            1.10,
+            all(v.p99_met for v in per_load.values()),
         ),
-        "beats every fixed window on the mix (mean of p99 / best p99 over the loads)": all(
-            mix[ADAPTIVE] < mix[s] for s in fixed
+        Goal(
+            "throughput within 5% of the best fixed window's, at every load",
+            worst_throughput,
+            0.95,
+            all(v.throughput_met for v in per_load.values()),
         ),
-    }
+        Goal(
+            "beats every fixed window on the mix (mean of p99 / best p99 over the loads)",
+            ratio(mix[ADAPTIVE], best_fixed_mix),
+            1.0,
+            all(mix[ADAPTIVE] < mix[s] for s in fixed),
+        ),
+    ]
     return Verdicts(per_load, mix, p99_sum, goals)
 
 

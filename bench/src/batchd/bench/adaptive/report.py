@@ -17,10 +17,11 @@ from batchd.bench.adaptive.workload import (
     load_name,
     window_subject,
 )
-from batchd.bench.kit import formatting
 from batchd.bench.kit.charts import panels
 from batchd.bench.kit.formatting import figure, number, share
+from batchd.bench.kit.goals import bullets
 from batchd.bench.kit.records import ran
+from batchd.bench.kit.tables import table
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -64,9 +65,8 @@ def model_markdown(result: ModelResult) -> str:
         "p99 latency (ms) / throughput (req/s), medians of "
         f"{options.repeats} repeat(s); the best fixed window's p99 at each load in bold.",
         "",
-        "| load | offered req/s | " + " | ".join(subjects) + " | adaptive vs best fixed: p99, throughput |",
-        "|---|---:|" + "---:|" * len(subjects) + "---|",
     ]
+    rows = []
     for load in options.loads:
         v = verdict.per_load[load]
         offered = (
@@ -81,12 +81,13 @@ def model_markdown(result: ModelResult) -> str:
             if subject == v.best_fixed_p99:
                 p99 = f"**{p99}**"
             cells.append(f"{p99} / {number(figures.throughput_rps, 0)}")
-        lines.append(
-            f"| {load} | {offered} | "
-            + " | ".join(cells)
-            + f" | {number(v.p99_ratio, 2)} ({'met' if v.p99_met else 'NOT met'}), "
-            f"{number(v.throughput_ratio, 3)} ({'met' if v.throughput_met else 'NOT met'}) |"
+        against = (
+            f"{number(v.p99_ratio, 2)} ({'met' if v.p99_met else 'NOT met'}), "
+            f"{number(v.throughput_ratio, 3)} ({'met' if v.throughput_met else 'NOT met'})"
         )
+        rows.append([load, offered, *cells, against])
+    head = ["load", "offered req/s", *subjects, "adaptive vs best fixed: p99, throughput"]
+    lines += table(head, rows, align="lr" + "r" * len(subjects) + "l")
     mix = verdict.mix_score
     lines += [
         "",
@@ -98,29 +99,25 @@ def model_markdown(result: ModelResult) -> str:
         + ", ".join(f"{s} {number(verdict.p99_sum_ms[s], 0)} ms" for s in subjects)
         + ".",
         "",
-        *(f"- {formatting.verdict(ok)}: {goal}" for goal, ok in verdict.goals.items()),
+        *bullets(verdict.goals),
         "",
         "What the replicas did (medians): mean batch size formed, and for the adaptive replica the "
         "batch size it planned (median of the samples), its mean wait, and the share of items over "
         "the objective.",
         "",
-        "| load | " + " | ".join(f"{s} batch" for s in subjects) + " | adaptive planned | adaptive wait ms "
-        "| 0 ms wait ms | over objective |",
-        "|---|" + "---:|" * (len(subjects) + 4),
     ]
     zero = window_subject(0.0)
+    rows = []
     for load in options.loads:
         a = summary[ADAPTIVE][load]
-        missed = a.objective_missed_share
         zero_wait = figure(summary[zero][load].mean_wait_ms) if zero in summary else "-"
-        lines.append(
-            f"| {load} | "
-            + " | ".join(number(summary[s][load].mean_batch_size) for s in subjects)
-            + f" | {number(a.planned_batch_size_median, 0)} | {figure(a.mean_wait_ms)} "
-            + f"| {zero_wait} | "
-            + share(missed, 1)
-            + " |"
+        batches = [number(summary[s][load].mean_batch_size) for s in subjects]
+        planned = number(a.planned_batch_size_median, 0)
+        rows.append(
+            [load, *batches, planned, figure(a.mean_wait_ms), zero_wait, share(a.objective_missed_share, 1)]
         )
+    head = ["load", *(f"{s} batch" for s in subjects), "adaptive planned", "adaptive wait ms", "0 ms wait ms"]
+    lines += table([*head, "over objective"], rows)
     fits = [
         (
             summary[ADAPTIVE][load].cost_fixed_ms,

@@ -14,7 +14,7 @@ from batchd.api.pod import REPLICA_PORT
 from batchd.bench.autoscaling.analysis import Sample, StepResult, SubjectRun, analyse
 from batchd.bench.autoscaling.workload import START_TIMEOUT_S, SUBJECTS, Options, subject_manifest
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.repeats import rotated
+from batchd.bench.kit.repeats import interleaved
 from batchd.testing.kubernetes import handlers
 from batchd.testing.kubernetes.release import Release, installed
 from batchd.testing.kubernetes.started import Cluster
@@ -113,20 +113,18 @@ async def run_subject(
 
 async def run_step(options: Options, cluster: Cluster, workdir: Path, record: RunRecord) -> StepResult:
     runs: dict[str, list[SubjectRun]] = {subject: [] for subject in SUBJECTS}
-    for repeat in range(options.repeats):
-        order = rotated(SUBJECTS, repeat)
-        for subject in order:
-            logger.info("repeat %d/%d: %s", repeat + 1, options.repeats, subject)
-            run = await run_subject(subject, options, cluster, workdir / f"{subject}-{repeat}", repeat)
-            figures = run.figures
-            logger.info(
-                "  %s: p99 in step %.0f ms, 503s %d, unanswered %d, peak ready %d, carried after %s s",
-                subject,
-                figures.step_p99_ms,
-                figures.refused_503_in_step,
-                figures.unanswered,
-                figures.peak_ready,
-                figures.carried_s,
-            )
-            runs[subject].append(run)
+    for repeat, subject in interleaved(SUBJECTS, options.repeats):
+        logger.info("repeat %d/%d: %s", repeat + 1, options.repeats, subject)
+        run = await run_subject(subject, options, cluster, workdir / f"{subject}-{repeat}", repeat)
+        figures = run.figures
+        logger.info(
+            "  %s: p99 in step %.0f ms, 503s %d, unanswered %d, peak ready %d, carried after %s s",
+            subject,
+            figures.step_p99_ms,
+            figures.refused_503_in_step,
+            figures.unanswered,
+            figures.peak_ready,
+            figures.carried_s,
+        )
+        runs[subject].append(run)
     return StepResult(record, options, runs)

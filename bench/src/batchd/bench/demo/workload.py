@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batchd.bench.kit import loadgen, promtext
-from batchd.testing import servers
+from batchd.bench.kit import loadgen
+from batchd.testing import promtext, servers
 from batchd.testing.manifests import manifest
 from batchd.testing.models import MINILM_SOURCE
 

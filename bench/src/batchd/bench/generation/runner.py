@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import random
@@ -24,6 +23,7 @@ from batchd.bench.generation.workload import (
     prompts,
     workload,
 )
+from batchd.bench.kit import streams
 from batchd.bench.kit.repeats import rotated
 from batchd.testing import servers
 from batchd.testing.manifests import manifest
@@ -33,41 +33,28 @@ logger = logging.getLogger("batchd.bench.generation")
 
 
 async def _one(session: aiohttp.ClientSession, url: str, job: Job, start: float) -> Outcome:
-    loop = asyncio.get_running_loop()
-    await asyncio.sleep(max(0.0, start + job.due_s - loop.time()))
     body = {
         "text_input": job.prompt,
         "parameters": {"temperature": 0, "max_tokens": job.new_tokens, "min_new_tokens": job.new_tokens},
     }
-    first = done = None
-    try:
-        async with session.post(url, json=body) as response:
-            if response.status != 200:
-                return Outcome(
-                    job.due_s, None, None, 0, f"{response.status}: {(await response.text())[:200]}"
-                )
-            tail = b""
-            async for data in response.content.iter_any():
-                if first is None:
-                    first = loop.time() - start
-                tail = (tail + data)[-4096:]
-            done = loop.time() - start
-    except (aiohttp.ClientError, TimeoutError) as error:
-        return Outcome(job.due_s, first, None, 0, f"{type(error).__name__}: {error}")
-    last = json.loads(tail.rstrip().rsplit(b"data: ", 1)[-1])
+    answer = await streams.stream(session, url, body)
+    first = None if answer.first_s is None else answer.first_s - start
+    if answer.done_s is None:
+        return Outcome(job.due_s, first, None, 0, answer.error)
+    last = json.loads(answer.last)
     if "error" in last or not last.get("done"):
         return Outcome(job.due_s, first, None, 0, str(last)[:200])
-    return Outcome(job.due_s, first, done, int(last["generated_tokens"]))
+    return Outcome(job.due_s, first, answer.done_s - start, int(last["generated_tokens"]))
 
 
 async def run_point(url: str, model: str, jobs: Sequence[Job], give_up_s: float) -> list[Outcome]:
     """Every job at its due time, streamed; whatever is unanswered after `give_up_s` fails."""
-    connector = aiohttp.TCPConnector(limit=0)
-    timeout = aiohttp.ClientTimeout(total=give_up_s)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        start = asyncio.get_running_loop().time() + 0.2
-        path = f"{url}/v2/models/{model}/generate_stream"
-        return list(await asyncio.gather(*(_one(session, path, job, start) for job in jobs)))
+    path = f"{url}/v2/models/{model}/generate_stream"
+    async with streams.session(give_up_s) as session:
+        timed = [(job.due_s, job) for job in jobs]
+        return await streams.open_loop(
+            timed, lambda start, _, job: _one(session, path, job, start), lead_s=0.2
+        )
 
 
 def replica_manifest(name: str, model_dir: Path, mode: str, device: str = "cpu") -> dict[str, Any]:

@@ -17,6 +17,9 @@ from __future__ import annotations
 import threading
 import time
 
+# How a manifest names the trivial adder's batch method.
+TRIVIAL_ADDER = "batchd.bench.kit.handlers:TrivialAdder.handle_batch"
+
 
 class TrivialAdder:
     async def handle_batch(self, numbers: list[int]) -> list[int]:

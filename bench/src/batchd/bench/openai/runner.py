@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import uvloop
 
+from batchd.bench.kit import streams
 from batchd.bench.kit.connections import Request, RequestFailed, Session
 from batchd.bench.kit.stats import p99_ms
 from batchd.bench.openai.analysis import EmbeddingRun, StreamingRun, rate_between_completions
@@ -32,11 +33,12 @@ from batchd.testing.models import build_gpt2, minilm_mirror
 
 logger = logging.getLogger("batchd.bench.openai")
 
-# Each stream's end, as each route writes it: the check that an answer came whole.
+# Each stream's last event, as each route writes it: the check that an answer came whole.
 _ENDS: dict[str, Callable[[bytes], bool]] = {
-    "openai": lambda tail: tail.rstrip().endswith(b"data: [DONE]"),
-    "oip_generate_stream": lambda tail: b'"done":true' in tail.rsplit(b"data: ", 1)[-1],
+    "openai": lambda last: last == b"[DONE]",
+    "oip_generate_stream": lambda last: b'"done":true' in last,
 }
+JSON = {"content-type": "application/json"}
 
 
 def _side_by_side(setup: Setup, repeats: int, measure: Callable[[int, int], None]) -> None:
@@ -121,31 +123,17 @@ async def _streams(url: str, route: Route, clients: int, repeat: int, setup: Set
     async def client(session: aiohttp.ClientSession) -> None:
         nonlocal errors
         while (sent := loop.time()) < stop_at:
-            first = None
-            tail = b""
-            try:
-                async with session.post(
-                    url + route.path, data=route.body, headers={"content-type": "application/json"}
-                ) as response:
-                    async for data in response.content.iter_any():
-                        first = first or loop.time()
-                        tail = (tail + data)[-2048:]
-                    whole = response.status == 200 and ended(tail)
-            except (aiohttp.ClientError, TimeoutError):
-                whole = False
+            answer = await streams.stream(session, url + route.path, route.body, JSON)
             done = loop.time()
             if not measure_from <= done <= stop_at:
                 continue  # ended in the warm-up or after the window: not counted
             ends.append(done)
-            if not whole or first is None:
+            if answer.done_s is None or answer.first_s is None or not ended(answer.last):
                 errors += 1
             elif sent >= measure_from:
-                firsts.append(first - sent)
+                firsts.append(answer.first_s - sent)
 
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=aiohttp.ClientTimeout(total=300)
-    ) as session:
+    async with streams.session(300) as session:
         await asyncio.gather(*(client(session) for _ in range(clients)))
     tokens_per_s = rate_between_completions(ends) * NEW_TOKENS
     return StreamingRun(

@@ -9,7 +9,7 @@ import sys
 from batchd.bench import overload
 from batchd.bench.kit.command import Benchmark, Flag, Run, main
 from batchd.bench.overload import workload
-from batchd.bench.overload.report import markdown, verdicts
+from batchd.bench.overload.report import goals, markdown
 from batchd.bench.overload.workload import QUICK, Options, Overload
 
 
@@ -19,7 +19,7 @@ def measure(run: Run[Options]) -> Overload:
 
 
 def failure(measured: Overload) -> str | None:
-    missed = [promise for promise, kept in verdicts(measured).items() if not kept]
+    missed = [goal.name for goal in goals(measured) if not goal.met]
     return f"promises not kept: {'; '.join(missed)}" if missed else None
 
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from batchd.bench import peers
 from batchd.bench.kit.command import Benchmark, Flag, Run, main
-from batchd.bench.peers import venvs
-from batchd.bench.peers.analysis import Results
-from batchd.bench.peers.catalog import MODELS, PEERS, QUICK, Options, placement
+from batchd.bench.kit.peer_servers import venvs
+from batchd.bench.kit.peer_servers.catalog import MODELS, PEERS, Options, describe, placement
+from batchd.bench.kit.peer_servers.results import Results
+from batchd.bench.kit.peer_servers.servers import models
+from batchd.bench.kit.peer_servers.workload import environments, run_all
 from batchd.bench.peers.report import draw, to_markdown
-from batchd.bench.peers.servers import models
-from batchd.bench.peers.workload import environments, run_all
 
 
 def extra_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,15 +46,6 @@ def with_baseline(options: Options) -> Options:
     return dataclasses.replace(options, baseline_src=tree, peers=(*options.peers, "baseline"))
 
 
-def describe(server_cores: set[int] | None, load_cores: set[int] | None) -> str:
-    if not server_cores or not load_cores:
-        return f"no pinning: {len(os.sched_getaffinity(0))} core(s), servers and load share them"
-    return (
-        f"every server process on core {','.join(map(str, sorted(server_cores)))}, the load generator "
-        f"on core {','.join(map(str, sorted(load_cores)))}"
-    )
-
-
 def measure(run: Run[Options]) -> Results:
     options = with_baseline(run.options)
     server_cores, load_cores = placement()
@@ -65,6 +56,9 @@ def measure(run: Run[Options]) -> Results:
     placed = describe(server_cores, load_cores)
     return Results(run.record, dataclasses.asdict(options), placed, infos, runs, ceilings)
 
+
+# The smoke-sized run.
+QUICK = Options(repeats=1, duration_s=1.0, warmup_s=0.3, ceiling_s=0.5, ready_timeout_s=120.0)
 
 BENCHMARK = Benchmark(
     module="batchd.bench.peers",

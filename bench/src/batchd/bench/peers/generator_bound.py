@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from batchd.bench.kit.peer_servers.catalog import PROMPT
+from batchd.bench.kit.peer_servers.servers import models
 from batchd.bench.kit.stats import median
-from batchd.bench.peers.catalog import PROMPT
-from batchd.bench.peers.servers import models
 from batchd.testing.models import build_gpt2
 
 

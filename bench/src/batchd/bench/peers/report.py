@@ -8,77 +8,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from batchd.bench.kit import goals
 from batchd.bench.kit.charts import panels
-from batchd.bench.kit.formatting import figure, number, share, verdict
+from batchd.bench.kit.formatting import figure, number
+from batchd.bench.kit.peer_servers.catalog import MODELS, PEERS
+from batchd.bench.kit.peer_servers.results import Results, rows
+from batchd.bench.kit.peer_servers.table import model_table, one_line
 from batchd.bench.kit.records import ran
 from batchd.bench.kit.stats import median
 from batchd.bench.peers import analysis
-from batchd.bench.peers.analysis import Results
-from batchd.bench.peers.catalog import MODELS, PEERS
 
 FIGURE_NAMES = {"rps": "req/s", "p99_ms": "p99", "cpu_ms_per_request": "server CPU per request"}
 
 
-def model_table(results: Results, model: str, table: list[analysis.Row]) -> list[str]:
-    spec = MODELS[model]
-    tokens = "| tokens/s " if spec.tokens else ""
-    staggered = ", their starts spread over the warm-up" if spec.staggered else ""
-    lines = [
-        f"## {spec.title}, max batch 32, 10 ms wait, {spec.clients} clients (closed loop{staggered})",
-        "",
-        f"| server | req/s {tokens}| p50 ms | p99 ms | server CPU ms/request | RSS MB (tree) | PSS MB (tree) "
-        "| processes "
-        "| req/s vs Mosec | req/s vs batchd | CPU/req vs Mosec | CPU/req vs batchd |",
-        "|---|---:|"
-        + ("---:|" if spec.tokens else "")
-        + "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for row in table:
-        if row.model != model:
-            continue
-        title = PEERS[row.peer].title
-        if not row.repeats:
-            lines.append(
-                f"| {title} | not measured: {_one_line(row.failure)} |" + " |" * (12 if tokens else 11)
-            )
-            continue
-        m = row.medians
-        made = f"| {figure(m['tokens_per_s'])} " if spec.tokens else ""
-        lines.append(
-            f"| {title} | {figure(m['rps'])} {made}| {number(m['p50_ms'])} | {number(m['p99_ms'])} "
-            f"| {number(m['cpu_ms_per_request'], 3)} | {figure(m['rss_mb'])} | {figure(m['pss_mb'])} "
-            f"| {row.processes} | {number(row.vs['mosec']['rps'], 2)} | {number(row.vs['batchd']['rps'], 2)} "
-            f"| {number(row.vs['mosec']['cpu_ms_per_request'], 2)} "
-            f"| {number(row.vs['batchd']['cpu_ms_per_request'], 2)} |"
-        )
-    errors = [row for row in table if row.model == model and row.errors]
-    for row in errors:
-        lines.append(
-            f"\n{PEERS[row.peer].title} answered {row.errors} request(s) with an error (all repeats)."
-        )
-    if model == "minilm" and results.ceilings:
-        ceiling = analysis.ceiling_items_per_s(results.ceilings)
-        threads = results.ceilings[0].threads
-        shares = ", ".join(
-            f"{PEERS[row.peer].title} {share(row.ceiling_share)}"
-            for row in table
-            if row.model == model and row.repeats
-        )
-        lines += [
-            "",
-            f"The model alone, in-process, batches of 32 on the servers' core ({threads} torch thread): "
-            f"{figure(ceiling)} items/s. Each server's share of it: {shares}.",
-        ]
-    return [*lines, ""]
-
-
-def _one_line(text: str, limit: int = 160) -> str:
-    first = " ".join(text.split())
-    return first if len(first) <= limit else first[: limit - 3] + "..."
-
-
 def to_markdown(results: Results) -> str:
-    table = analysis.rows(results)
+    table = rows(results)
     options = results.options
     lines = [
         "# Peers: batchd beside the Python serving frameworks with dynamic batching",
@@ -96,10 +40,7 @@ def to_markdown(results: Results) -> str:
     ]
     for model in options["models"]:
         lines += model_table(results, model, table)
-    lines += ["## Goals", "", "| goal | measured | |", "|---|---:|---|"]
-    for goal in analysis.goals(results):
-        detail = f" ({goal.detail})" if goal.detail else ""
-        lines.append(f"| {goal.text} | {number(goal.measured, 2)}{detail} | {verdict(goal.ok)} |")
+    lines += ["## Goals", "", *goals.table(analysis.goals(results))]
     leads = analysis.leads(table)
     lines += [
         "",
@@ -117,7 +58,7 @@ def to_markdown(results: Results) -> str:
         )
     lines += ["", "## The servers", "", "| server | version | how it serves | |", "|---|---|---|---|"]
     for info in results.peers:
-        status = _one_line(info.unavailable) if info.unavailable else ""
+        status = one_line(info.unavailable) if info.unavailable else ""
         lines.append(f"| {info.title} | {info.version or 'this checkout'} | {info.how} | {status} |")
     failures = [
         row for row in table if not row.repeats and row.failure and not _unavailable(results, row.peer)

@@ -11,12 +11,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from batchd.bench import prefix
 from batchd.bench.kit.command import Benchmark, Flag, Run, main
-from batchd.bench.peers import venvs
-from batchd.bench.peers.__main__ import describe
-from batchd.bench.peers.analysis import Results as PeerResults
-from batchd.bench.peers.catalog import PEERS, placement
-from batchd.bench.peers.catalog import Options as PeerOptions
-from batchd.bench.peers.workload import environments, run_all
+from batchd.bench.kit.peer_servers import venvs
+from batchd.bench.kit.peer_servers.catalog import PEERS, describe, placement
+from batchd.bench.kit.peer_servers.catalog import Options as PeerOptions
+from batchd.bench.kit.peer_servers.results import Results as PeerResults
+from batchd.bench.kit.peer_servers.workload import environments, run_all
 from batchd.bench.prefix.analysis import Results, peer_goals
 from batchd.bench.prefix.replica_runs import run_replica_part
 from batchd.bench.prefix.report import draw_chart, to_markdown

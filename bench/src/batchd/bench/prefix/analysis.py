@@ -6,13 +6,14 @@ Pure: what a report prints can be checked without a server.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from batchd.bench.kit.goals import Goal, median_at_least
+from batchd.bench.kit.peer_servers.results import Results as PeerResults
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.stats import median, percentile, ratio
-from batchd.bench.peers.analysis import Results as PeerResults
+from batchd.bench.kit.repeats import median_over_repeats
+from batchd.bench.kit.stats import percentile, ratio
 from batchd.bench.prefix.client import Outcome
 
 
@@ -99,23 +100,6 @@ def _rates(answered: Sequence[Outcome], window_s: float) -> tuple[float, float]:
     return math.nan, math.nan
 
 
-@dataclass(frozen=True)
-class Goal:
-    """A ratio within each repeat against its target: the median decides, the range is shown."""
-
-    name: str
-    target: float
-    repeats: list[float]  # the ratio in each repeat
-
-    @property
-    def measured(self) -> float:
-        return median(self.repeats)
-
-    @property
-    def met(self) -> bool:
-        return not math.isnan(self.measured) and self.measured >= self.target
-
-
 # A load's runs: by load (a workload at some rate), then by subject, one figure per repeat.
 Runs = dict[str, dict[str, list[Figures]]]
 
@@ -146,57 +130,57 @@ ROUTED_UNIQUE = "unique prompts, closed loop"
 def replica_goals(runs: Runs) -> list[Goal]:
     """The replica part's goals: the cache on against off, each the least ratio that meets it."""
     return [
-        Goal(
+        median_at_least(
             "system prompts: time to first token p50, off / on",
-            4.0,
             per_repeat(runs, SYSTEM_LATENCY, UNCACHED, CACHED, lambda f: f.ttft_p50_ms),
+            4.0,
         ),
-        Goal(
+        median_at_least(
             "system prompts: capacity, on / off",
-            2.0,
             per_repeat(runs, SYSTEM_CAPACITY, CACHED, UNCACHED, lambda f: f.rps),
+            2.0,
         ),
-        Goal(
+        median_at_least(
             "conversations: time to first token p50 from the third turn, off / on",
-            3.0,
             per_repeat(runs, CONVERSATION_TURNS, UNCACHED, CACHED, lambda f: f.ttft_p50_ms),
+            3.0,
         ),
-        Goal(
+        median_at_least(
             "unique prompts: capacity, on / off",
-            0.97,
             per_repeat(runs, UNIQUE_CAPACITY, CACHED, UNCACHED, lambda f: f.rps),
+            0.97,
         ),
     ]
 
 
 def routing_goals(runs: Runs) -> list[Goal]:
     return [
-        Goal(
+        median_at_least(
             "conversations at 70% of power-of-two capacity: hit rate, prefix-aware / power of two",
-            2.0,
             per_repeat(runs, ROUTED_CONVERSATIONS, PREFIX, TWO_CHOICES, lambda f: f.hit_rate),
+            2.0,
         ),
         # Not met means that no router could meet the goal above on this load.
-        Goal(
+        median_at_least(
             "conversations at 70%: the most that ratio could be (every turn to the replica of the "
             "turn before: reachable hit rate / power of two's)",
-            2.0,
             hit_rate_bound(runs),
-        ),
-        Goal(
-            "conversations at 70%: time to first token p90, power of two / prefix-aware",
             2.0,
+        ),
+        median_at_least(
+            "conversations at 70%: time to first token p90, power of two / prefix-aware",
             per_repeat(runs, ROUTED_CONVERSATIONS, TWO_CHOICES, PREFIX, lambda f: f.ttft_p90_ms),
+            2.0,
         ),
-        Goal(
+        median_at_least(
             "one hot prefix: throughput, prefix-aware / power of two",
-            0.95,
             per_repeat(runs, ROUTED_HOT, PREFIX, TWO_CHOICES, lambda f: f.rps),
-        ),
-        Goal(
-            "unique prompts: throughput, prefix-aware / power of two",
             0.95,
+        ),
+        median_at_least(
+            "unique prompts: throughput, prefix-aware / power of two",
             per_repeat(runs, ROUTED_UNIQUE, PREFIX, TWO_CHOICES, lambda f: f.rps),
+            0.95,
         ),
     ]
 
@@ -224,35 +208,16 @@ def peer_goals(peers: PeerResults, subjects: Sequence[str] = ("batchd", "uncache
             rivals = [value for peer, value in by_repeat[repeat].items() if peer in others]
             if subject in by_repeat[repeat] and rivals:
                 ratios.append(ratio(by_repeat[repeat][subject], max(rivals)))
-        goals.append(Goal(f"generator: {subject} tokens/s over the best peer's", 1.0, ratios))
+        goals.append(median_at_least(f"generator: {subject} tokens/s over the best peer's", ratios, 1.0))
     return goals
 
 
 def medians(runs: Runs) -> dict[str, dict[str, Figures]]:
     """Each figure's median over the repeats (errors and requests summed)."""
-    found: dict[str, dict[str, Figures]] = {}
-    for load, subjects in runs.items():
-        for subject, repeats in subjects.items():
-            found.setdefault(load, {})[subject] = Figures(
-                requests=sum(f.requests for f in repeats),
-                completed=sum(f.completed for f in repeats),
-                errors=sum(f.errors for f in repeats),
-                error_samples=[s for f in repeats for s in f.error_samples][:3],
-                rps=median([f.rps for f in repeats]),
-                tokens_per_s=median([f.tokens_per_s for f in repeats]),
-                ttft_p50_ms=median([f.ttft_p50_ms for f in repeats]),
-                ttft_p90_ms=median([f.ttft_p90_ms for f in repeats]),
-                ttft_p99_ms=median([f.ttft_p99_ms for f in repeats]),
-                hit_rate=median([f.hit_rate for f in repeats]),
-                reachable_hit_rate=median([f.reachable_hit_rate for f in repeats]),
-                routes=summed_routes([f.routes for f in repeats]),
-            )
-    return found
-
-
-def summed_routes(counts: Sequence[dict[str, int]]) -> dict[str, int]:
-    """Route counts over several runs, by outcome."""
-    return dict(sum((Counter(count) for count in counts), Counter()))
+    return {
+        load: {subject: median_over_repeats(repeats) for subject, repeats in subjects.items()}
+        for load, subjects in runs.items()
+    }
 
 
 @dataclass(frozen=True)

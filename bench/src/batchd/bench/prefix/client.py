@@ -18,6 +18,7 @@ import aiohttp
 import orjson
 
 from batchd.api.headers import FAIRNESS_HEADER
+from batchd.bench.kit import streams
 from batchd.bench.prefix.workload import Conversation, Job
 from batchd.replica.generation.prefix_cache import BLOCK_TOKENS
 
@@ -48,33 +49,26 @@ async def send(
     session: aiohttp.ClientSession, url: str, job: Job, start: float, due_s: float
 ) -> tuple[Outcome, str]:
     """The request streamed (with its usage in the last event); its outcome and its text."""
-    loop = asyncio.get_running_loop()
     body = {**job.body, "stream": True, "stream_options": {"include_usage": True}}
+    answer = await streams.stream(session, url + job.path, body)
     first = None
     pieces: list[str] = []
     usage: dict[str, object] = {}
-    try:
-        async with session.post(url + job.path, json=body) as response:
-            if response.status != 200:
-                error = f"{response.status}: {(await response.text())[:200]}"
-                return Outcome(due_s, None, None, turn=job.turn, error=error), ""
-            async for line in response.content:
-                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
-                    continue
-                event = orjson.loads(line[len(b"data: ") :])
-                if "error" in event:
-                    return Outcome(due_s, first, None, turn=job.turn, error=str(event["error"])[:200]), ""
-                for choice in event.get("choices") or ():
-                    text = (
-                        choice.get("text") if "text" in choice else (choice.get("delta") or {}).get("content")
-                    )
-                    if text and first is None:
-                        first = loop.time() - start
-                    pieces.append(text or "")
-                usage = event.get("usage") or usage
-    except (aiohttp.ClientError, TimeoutError) as error:
-        return Outcome(due_s, first, None, turn=job.turn, error=f"{type(error).__name__}: {error}"), ""
-    done = loop.time() - start
+    for arrived, payload in answer.events:
+        if payload == b"[DONE]":
+            continue
+        event = orjson.loads(payload)
+        if "error" in event:
+            return Outcome(due_s, first, None, turn=job.turn, error=str(event["error"])[:200]), ""
+        for choice in event.get("choices") or ():
+            text = choice.get("text") if "text" in choice else (choice.get("delta") or {}).get("content")
+            if text and first is None:
+                first = arrived - start
+            pieces.append(text or "")
+        usage = event.get("usage") or usage
+    if answer.done_s is None:
+        return Outcome(due_s, first, None, turn=job.turn, error=answer.error), ""
+    done = answer.done_s - start
     details = usage.get("prompt_tokens_details") or {}
     assert isinstance(details, dict)
     outcome = Outcome(
@@ -92,11 +86,7 @@ async def send(
 def _session(give_up_s: float, caller: str | None) -> aiohttp.ClientSession:
     """Every request as `caller` (the fairness header, which salts the replicas' caches and the
     router's index): subjects that share replicas never hit each other's blocks."""
-    connector = aiohttp.TCPConnector(limit=0)
-    headers = {FAIRNESS_HEADER.decode(): caller} if caller else None
-    return aiohttp.ClientSession(
-        connector=connector, timeout=aiohttp.ClientTimeout(total=give_up_s), headers=headers
-    )
+    return streams.session(give_up_s, {FAIRNESS_HEADER.decode(): caller} if caller else None)
 
 
 async def closed_loop(
@@ -128,13 +118,11 @@ async def open_loop(
 ) -> list[Outcome]:
     """Each job at its due time, whatever the answers do."""
     async with _session(give_up_s, caller) as session:
-        start = asyncio.get_running_loop().time() + 0.1
 
-        async def one(due_s: float, job: Job) -> Outcome:
-            await asyncio.sleep(max(0.0, start + due_s - asyncio.get_running_loop().time()))
+        async def one(start: float, due_s: float, job: Job) -> Outcome:
             return (await send(session, url, job, start, due_s))[0]
 
-        return list(await asyncio.gather(*(one(due_s, job) for due_s, job in timed)))
+        return await streams.open_loop(timed, one)
 
 
 def reusable_tokens(prompt_tokens: int, before: Outcome) -> int:
@@ -167,11 +155,10 @@ async def conversations(
     rng = random.Random(seed)
     outcomes: list[Outcome] = []
     async with _session(give_up_s, caller) as session:
-        start = asyncio.get_running_loop().time() + 0.1
 
-        async def talk(at_s: float, conversation: Conversation, pauses: list[float]) -> None:
+        async def talk(start: float, _: float, talking: tuple[Conversation, list[float]]) -> None:
             loop = asyncio.get_running_loop()
-            await asyncio.sleep(max(0.0, start + at_s - loop.time()))
+            conversation, pauses = talking
             answers: list[str] = []
             before: Outcome | None = None
             for pause in pauses:
@@ -185,15 +172,11 @@ async def conversations(
                 before = outcome
                 await asyncio.sleep(pause)
 
-        talks = [
-            talk(
-                at_s,
-                conversation,
-                [rng.expovariate(1 / think_s) if think_s else 0.0 for _ in conversation.questions],
-            )
-            for at_s, conversation in started
-        ]
-        await asyncio.gather(*talks)
+        talks: list[tuple[float, tuple[Conversation, list[float]]]] = []
+        for at_s, conversation in started:  # every pause drawn first, in order, as the seed says
+            pauses = [rng.expovariate(1 / think_s) if think_s else 0.0 for _ in conversation.questions]
+            talks.append((at_s, (conversation, pauses)))
+        await streams.open_loop(talks, talk)
     return outcomes
 
 

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from batchd.bench.kit.charts import panels
-from batchd.bench.kit.formatting import figure, number, share, verdict
+from batchd.bench.kit.formatting import figure, number, share
+from batchd.bench.kit.goals import Goal, table_over_repeats
+from batchd.bench.kit.peer_servers import results as peer_results
+from batchd.bench.kit.peer_servers.catalog import PEERS
+from batchd.bench.kit.peer_servers.table import model_table
 from batchd.bench.kit.records import ran
-from batchd.bench.peers import analysis as peer_analysis
-from batchd.bench.peers.catalog import PEERS
-from batchd.bench.peers.report import model_table
 from batchd.bench.prefix.analysis import (
     CACHED,
     CONVERSATION_TURNS,
@@ -30,7 +31,6 @@ from batchd.bench.prefix.analysis import (
     UNCACHED,
     UNIQUE_CAPACITY,
     Figures,
-    Goal,
     Part,
     Results,
     medians,
@@ -40,7 +40,7 @@ from batchd.router.prefixes import OUTCOMES
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from batchd.bench.peers.analysis import Results as PeerResults
+    from batchd.bench.kit.peer_servers.results import Results as PeerResults
 
 HEAD = (
     "| load | subject | req/s | output tokens/s | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | hit rate "
@@ -71,17 +71,6 @@ def _part(title: str, part: Part) -> list[str]:
     if samples:
         lines += ["", f"Errors, for example: `{samples[0][:200]}`"]
     return [*lines, ""]
-
-
-def goal_lines(goals: list[Goal]) -> list[str]:
-    lines = ["| goal | target | measured (median) | lowest to highest repeat | |", "|---|---:|---:|---|---|"]
-    for goal in goals:
-        clean = [value for value in goal.repeats if not math.isnan(value)]
-        spread = f"{number(min(clean), 2)} to {number(max(clean), 2)}" if clean else "-"
-        met = None if math.isnan(goal.measured) else goal.met
-        measured = number(goal.measured, 2)
-        lines.append(f"| {goal.name} | {number(goal.target, 2)} | {measured} | {spread} | {verdict(met)} |")
-    return lines
 
 
 def to_markdown(results: Results) -> str:
@@ -121,7 +110,7 @@ def to_markdown(results: Results) -> str:
         lines += _routes(medians(results.routing.runs))
         goals += results.routing.goals
     if results.peers is not None:
-        table = peer_analysis.rows(results.peers)
+        table = peer_results.rows(results.peers)
         ran_for = results.peers.options
         lines += [
             "## The peers' generator load, the cache on and off",
@@ -136,7 +125,7 @@ def to_markdown(results: Results) -> str:
         for info in unavailable:
             lines.append(f"- {info.title}: {info.unavailable.splitlines()[0][:200]}")
         goals += results.peer_goals or []
-    lines += ["", "## Goals", "", *goal_lines(goals)]
+    lines += ["", "## Goals", "", *table_over_repeats(goals)]
     return "\n".join(lines) + "\n"
 
 
@@ -236,7 +225,7 @@ def _routing(found: dict[str, dict[str, Figures]], ax: Axes) -> None:
 
 
 def _peers(peers: PeerResults, ax: Axes) -> None:
-    rows = [row for row in peer_analysis.rows(peers) if row.repeats and row.model == "gpt2"]
+    rows = [row for row in peer_results.rows(peers) if row.repeats and row.model == "gpt2"]
     for index, row in enumerate(rows):
         made = row.medians["tokens_per_s"]
         ax.bar(index, made, color="C0" if row.peer in ("batchd", "uncached") else "C7")

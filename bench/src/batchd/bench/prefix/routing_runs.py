@@ -21,7 +21,6 @@ from pathlib import Path
 import httpx
 
 from batchd.bench.kit.arrivals import poisson
-from batchd.bench.kit.promtext import parse_counter
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.stats import median
 from batchd.bench.prefix import client
@@ -45,6 +44,7 @@ from batchd.testing import servers
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.kubernetes.routed import RouterNamespaces
 from batchd.testing.kubernetes.started import benchmark_control_plane
+from batchd.testing.promtext import parse_counter
 
 logger = logging.getLogger("batchd.bench.prefix")
 

@@ -22,12 +22,11 @@ CHAT = "/v1/chat/completions"
 # The tiny GPT-2 of the tests, its context raised so that a system prompt, a question and an answer fit.
 GPT2_CONFIG = {"n_positions": 1024}
 BLOCK_TOKENS = 16
-# The workloads, by name; the replica part runs the first four, the routing part the last three.
+# The workloads of single prompts, by name (`jobs`, `timed`); conversations have their own
+# (`conversations`, `endless_conversations`).
 SYSTEM_PROMPTS = "system prompts"
-CONVERSATIONS = "conversations"
 UNIQUE = "unique prompts"
 HOT = "one hot prefix"
-WORKLOADS = (SYSTEM_PROMPTS, CONVERSATIONS, UNIQUE, HOT)
 PARTS = ("replica", "routing", "peers")
 
 

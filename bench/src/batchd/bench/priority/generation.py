@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 
+from batchd.bench.kit import streams
 from batchd.bench.kit.arrivals import poisson
 from batchd.bench.priority.analysis import GenerationRun, StreamedRun, streamed_run
 from batchd.bench.priority.workload import (
@@ -54,36 +55,25 @@ async def _stream(
     seen: _Seen,
 ) -> None:
     """One streamed request, read to its end; its first event's time after `since` (loop time)."""
-    loop = asyncio.get_running_loop()
     seen.offered += 1
-    try:
-        async with session.post(url, json=body, headers=headers) as response:
-            if response.status != 200:
-                await response.read()
-                seen.refused += response.status == 503
-                seen.shed += response.headers.get("batchd-refused") == "shed"
-                return
-            first = None
-            async for _ in response.content.iter_any():
-                if first is None:
-                    first = loop.time() - since
-            if first is not None:
-                seen.first_tokens_s.append(first)
-    except (aiohttp.ClientError, TimeoutError):
-        return  # no answer: neither a first token nor a refusal
+    answer = await streams.stream(session, url, body, headers)
+    if answer.status is not None and answer.status != 200:
+        seen.refused += answer.status == 503
+        seen.shed += answer.headers.get("batchd-refused") == "shed"
+    elif answer.done_s is not None and answer.first_s is not None:
+        seen.first_tokens_s.append(answer.first_s - since)
+    # An answer that never came or broke off is neither a first token nor a refusal.
 
 
 async def _high(session: aiohttp.ClientSession, url: str, options: Options, seed: int) -> _Seen:
     """The high class, open loop (Poisson), for `mix_s`."""
     seen = _Seen()
-    loop = asyncio.get_running_loop()
-    start = loop.time() + 0.1
     body = _body(HIGH_PROMPT, options.generation_high_tokens)
-    tasks = []
-    for due in poisson(0.0, options.mix_s, options.generation_high_rps, random.Random(seed)):
-        await asyncio.sleep(max(0.0, start + due - loop.time()))
-        tasks.append(asyncio.ensure_future(_stream(session, url, body, HIGH, start + due, seen)))
-    await asyncio.gather(*tasks)
+    dues = poisson(0.0, options.mix_s, options.generation_high_rps, random.Random(seed))
+    await streams.open_loop(
+        [(due, None) for due in dues],
+        lambda start, due, _: _stream(session, url, body, HIGH, start + due, seen),
+    )
     return seen
 
 
@@ -107,10 +97,7 @@ async def _bulk(session: aiohttp.ClientSession, url: str, options: Options, stop
 async def generation_load(server: ServerProcess, subject: str, options: Options, seed: int) -> GenerationRun:
     """The high class alone, then beside the sheddable one; the same arrivals both times."""
     url = f"{server.url}{GENERATION_PATH.format(model=generation_name(subject))}"
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=aiohttp.ClientTimeout(total=120)
-    ) as session:
+    async with streams.session(120) as session:
         idle = await _high(session, url, options, seed)
         stop = asyncio.Event()
         bulk = asyncio.ensure_future(_bulk(session, url, options, stop))

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from batchd.bench.kit.charts import panels
-from batchd.bench.kit.formatting import figure, number, verdict
+from batchd.bench.kit.formatting import figure, number
+from batchd.bench.kit.goals import bullets
 from batchd.bench.kit.records import ran
 from batchd.bench.kit.stats import median
+from batchd.bench.kit.tables import table
 from batchd.bench.priority.analysis import (
     Results,
     dead_medians,
@@ -29,14 +31,6 @@ if TYPE_CHECKING:
 RunT = TypeVar("RunT")
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return [
-        "| " + " | ".join(header) + " |",
-        "|---|" + "---:|" * (len(header) - 1),
-        *("| " + " | ".join(row) + " |" for row in rows),
-    ]
-
-
 def to_markdown(results: Results) -> str:
     options = results.options
     lines = [
@@ -48,7 +42,7 @@ def to_markdown(results: Results) -> str:
         f"load: {options.overload:g}x that, {options.high_share:.0%} `high`, open loops (idle: `high` "
         "alone at its rate). Medians over repeats; 503s summed.",
         "",
-        *_table(
+        *table(
             [
                 "subject",
                 "idle high p99 ms",
@@ -74,7 +68,7 @@ def to_markdown(results: Results) -> str:
         fairness_rows.append(
             [subject, number(heavy), number(light), f"{share:.0%}", number(median([r.jain for r in runs]), 3)]
         )
-    lines += _table(
+    lines += table(
         ["subject", "heavy caller req/s", "light caller req/s", "light share", "Jain's index"], fairness_rows
     )
     if results.equal:
@@ -84,7 +78,7 @@ def to_markdown(results: Results) -> str:
             f"the capacity each, open loops of {options.mix_s:g} s. Served: answers 200; displaced: items "
             "whose place the other class took.",
             "",
-            *_table(
+            *table(
                 [
                     "subject",
                     "gold served",
@@ -105,7 +99,7 @@ def to_markdown(results: Results) -> str:
             f"{options.dead_timeout_s * 1000:g} ms (`batchd-timeout-s`). Live refused: requests refused "
             "while their clients still waited (queue full, shed, displaced); gave up: the replica's 504s.",
             "",
-            *_table(
+            *table(
                 ["subject", "high served", "high p99 ms", "low served", "low gave up", "live refused"],
                 _rows(results.dead, dead_medians),
             ),
@@ -119,7 +113,7 @@ def to_markdown(results: Results) -> str:
             f"{options.generation_bulk_clients} closed-loop clients ({options.generation_bulk_tokens} tokens "
             "each): twice what the replica holds. Time to first token from when a request was due.",
             "",
-            *_table(
+            *table(
                 [
                     "subject",
                     "idle high p99 ms",
@@ -133,7 +127,7 @@ def to_markdown(results: Results) -> str:
                 _rows(results.generation, generation_medians),
             ),
         ]
-    lines += ["", *(f"- {verdict(met)}: {goal}" for goal, met in goals(results).items())]
+    lines += ["", *bullets(goals(results))]
     lines += ["", "![latency by class over the priority load](priority.png)", ""]
     return "\n".join(lines)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from batchd.bench.kit.charts import panels
-from batchd.bench.kit.formatting import figure, number, verdict
+from batchd.bench.kit.formatting import figure, number
+from batchd.bench.kit.goals import bullets
 from batchd.bench.kit.records import ran
 from batchd.bench.kit.stats import median
 from batchd.bench.rollouts.analysis import Results, goals
@@ -40,7 +41,7 @@ def to_markdown(results: Results) -> str:
             f"{figure(median([run.steady_p99_ms for run in runs]))} | "
             f"{figure(median([run.rollout_p99_ms for run in runs]))} | {runs[-1].ended} |"
         )
-    lines += ["", *(f"- {verdict(met)}: {goal}" for goal, met in goals(results).items())]
+    lines += ["", *bullets(goals(results))]
     lines += ["", "![canary share and error rate over time](rollouts.png)", ""]
     return "\n".join(lines)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.repeats import rotated
+from batchd.bench.kit.repeats import interleaved
 from batchd.bench.rollouts.analysis import Results, SubjectRun, subject_run
 from batchd.bench.rollouts.workload import NAME, START_TIMEOUT_S, SUBJECTS, Options, subject_manifest
 from batchd.testing.kubernetes import handlers
@@ -91,19 +91,18 @@ async def run_subject(subject: str, options: Options, cluster: Cluster, workdir:
 
 async def run_all(options: Options, cluster: Cluster, workdir: Path, record: RunRecord) -> Results:
     runs: dict[str, list[SubjectRun]] = {subject: [] for subject in SUBJECTS}
-    for repeat in range(options.repeats):
-        for subject in rotated(SUBJECTS, repeat):
-            logger.info("repeat %d/%d: %s", repeat + 1, options.repeats, subject)
-            run = await run_subject(subject, options, cluster, workdir / f"{subject}-{repeat}")
-            logger.info(
-                "  %s: %d of %d failed after the ship, last at %s s; p99 %.0f ms before, %.0f ms during; %s",
-                subject,
-                run.failed_after,
-                run.requests_after,
-                run.last_failure_s,
-                run.steady_p99_ms,
-                run.rollout_p99_ms,
-                run.ended,
-            )
-            runs[subject].append(run)
+    for repeat, subject in interleaved(SUBJECTS, options.repeats):
+        logger.info("repeat %d/%d: %s", repeat + 1, options.repeats, subject)
+        run = await run_subject(subject, options, cluster, workdir / f"{subject}-{repeat}")
+        logger.info(
+            "  %s: %d of %d failed after the ship, last at %s s; p99 %.0f ms before, %.0f ms during; %s",
+            subject,
+            run.failed_after,
+            run.requests_after,
+            run.last_failure_s,
+            run.steady_p99_ms,
+            run.rollout_p99_ms,
+            run.ended,
+        )
+        runs[subject].append(run)
     return Results(record, options, runs)

@@ -12,9 +12,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from batchd.bench.kit.loadgen import Poller
-from batchd.bench.kit.promtext import parse_counter
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.repeats import rotated
+from batchd.bench.kit.repeats import interleaved
 from batchd.bench.router.analysis import (
     KeepaliveResult,
     SteadyRun,
@@ -39,6 +38,7 @@ from batchd.bench.router.standin import routed
 from batchd.testing import servers
 from batchd.testing.kubernetes.controlplane import ControlPlane
 from batchd.testing.manifests import manifest
+from batchd.testing.promtext import parse_counter
 from batchd.testing.servers import ServerProcess
 from batchd.testing.traffic import Outcome, Traffic
 
@@ -205,16 +205,15 @@ async def run_keepalive(
     try:
         for replica in replicas:
             await asyncio.to_thread(replica.wait_ready, 180)
-        for repeat in range(options.repeats):
-            for subject in rotated(SUBJECTS, repeat):
-                kind, _, which = subject.partition(": ")
-                print(f"keep-alive, repeat {repeat + 1}/{options.repeats}: {subject}", flush=True)
-                if kind == "step":
-                    steps.append(await step_run(which, replicas, options, cluster, workdir, repeat))
-                else:
-                    steadies.append(await steady_run(which, replicas, options, cluster, workdir, repeat))
-                for replica in replicas:
-                    replica.check_alive()
+        for repeat, subject in interleaved(SUBJECTS, options.repeats):
+            kind, _, which = subject.partition(": ")
+            print(f"keep-alive, repeat {repeat + 1}/{options.repeats}: {subject}", flush=True)
+            if kind == "step":
+                steps.append(await step_run(which, replicas, options, cluster, workdir, repeat))
+            else:
+                steadies.append(await steady_run(which, replicas, options, cluster, workdir, repeat))
+            for replica in replicas:
+                replica.check_alive()
     finally:
         for replica in replicas:
             replica.stop()

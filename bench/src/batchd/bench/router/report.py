@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from batchd.bench.kit.charts import panels
-from batchd.bench.kit.formatting import figure, number, share, verdict
+from batchd.bench.kit.formatting import figure, number, share
+from batchd.bench.kit.goals import Goal, at_most, bullets
 from batchd.bench.kit.records import ran
 from batchd.bench.kit.stats import median, ratio
 from batchd.bench.router.analysis import (
@@ -60,28 +61,39 @@ def slowest_settle_s(run: StepRun) -> float | None:
     )
 
 
-def keepalive_goals(result: KeepaliveResult) -> dict[str, bool | None]:
+def keepalive_goals(result: KeepaliveResult) -> list[Goal]:
     router = [run for run in result.step if run.path == "router"]
     steady_router = [run for run in result.steady if run.subject == "router"]
     one = [run for run in result.steady if run.subject == "one replica"]
     if not router or not steady_router or not one:
-        return {}
+        return []
     refused = sum(run.refused_503 for run in steady_router) / max(
         1, sum(run.requests for run in steady_router)
     )
     p99_ratio = ratio(median([r.p99_ms for r in steady_router]), median([r.p99_ms for r in one]))
-    return {
-        f"through the router, each new replica takes its share within {SETTLE_GOAL_S:g} s of ready": _median(
-            [slowest_settle_s(run) for run in router]
-        )
-        <= SETTLE_GOAL_S,
-        "through the router, none unanswered": sum(run.unanswered for run in router + steady_router) == 0,
-        f"503s < {share(REFUSED_GOAL)} at {share(result.options['utilisation'])} of capacity": refused
-        < REFUSED_GOAL,
-        f"router p99 <= {P99_GOAL_RATIO:g}x one replica's at the same utilisation": None
-        if math.isnan(p99_ratio)
-        else p99_ratio <= P99_GOAL_RATIO,
-    }
+    settle_s = _median([slowest_settle_s(run) for run in router])
+    unanswered = sum(run.unanswered for run in router + steady_router)
+    return [
+        # A replica that never took its share (NaN) misses the goal, as NaN compares.
+        Goal(
+            f"through the router, each new replica takes its share within {SETTLE_GOAL_S:g} s of ready",
+            settle_s,
+            SETTLE_GOAL_S,
+            settle_s <= SETTLE_GOAL_S,
+        ),
+        Goal("through the router, none unanswered", unanswered, 0, unanswered == 0),
+        Goal(
+            f"503s < {share(REFUSED_GOAL)} at {share(result.options['utilisation'])} of capacity",
+            refused,
+            REFUSED_GOAL,
+            refused < REFUSED_GOAL,
+        ),
+        at_most(
+            f"router p99 <= {P99_GOAL_RATIO:g}x one replica's at the same utilisation",
+            p99_ratio,
+            P99_GOAL_RATIO,
+        ),
+    ]
 
 
 def _step_table(result: KeepaliveResult) -> list[str]:
@@ -169,7 +181,7 @@ def keepalive_markdown(result: KeepaliveResult) -> str:
         "",
         *_steady_table(result),
         "",
-        *(f"- {verdict(ok)}: {goal}" for goal, ok in keepalive_goals(result).items()),
+        *bullets(keepalive_goals(result)),
     ]
     return "\n".join(lines) + "\n"
 
@@ -188,12 +200,23 @@ def cost_figures(result: CostResult) -> dict[str, float]:
     }
 
 
-def cost_goals(result: CostResult) -> dict[str, bool | None]:
+def cost_goals(result: CostResult) -> list[Goal]:
     f = cost_figures(result)
-    return {
-        f"added p50 <= {ADDED_P50_GOAL_MS:g} ms": f["added_p50_ms"] <= ADDED_P50_GOAL_MS,
-        f">= {figure(PER_CORE_GOAL_RPS)} requests/s per router core": f["per_core_rps"] >= PER_CORE_GOAL_RPS,
-    }
+    # A figure not measured (NaN) misses its bound, as NaN compares.
+    return [
+        Goal(
+            f"added p50 <= {ADDED_P50_GOAL_MS:g} ms",
+            f["added_p50_ms"],
+            ADDED_P50_GOAL_MS,
+            f["added_p50_ms"] <= ADDED_P50_GOAL_MS,
+        ),
+        Goal(
+            f">= {figure(PER_CORE_GOAL_RPS)} requests/s per router core",
+            f["per_core_rps"],
+            PER_CORE_GOAL_RPS,
+            f["per_core_rps"] >= PER_CORE_GOAL_RPS,
+        ),
+    ]
 
 
 def cost_markdown(result: CostResult) -> str:
@@ -229,21 +252,22 @@ def cost_markdown(result: CostResult) -> str:
         f"Added p50: {number(f['added_p50_ms'], 3)} ms. Requests/s per router core (1 / CPU per request): "
         f"{number(f['per_core_rps'], 0)}.",
         "",
-        *(f"- {verdict(ok)}: {goal}" for goal, ok in cost_goals(result).items()),
+        *bullets(cost_goals(result)),
     ]
     return "\n".join(lines) + "\n"
 
 
-def zero_goals(result: ZeroResult) -> dict[str, bool | None]:
+def zero_goals(result: ZeroResult) -> list[Goal]:
     runs = result.runs
-    late = median([r.first_answer_s - r.load_s for r in runs])
     bound = result.options["hold_timeout_s"]
-    return {
-        f"first request answered within the replica's load time + {COLD_START_MARGIN_S:g} s": None
-        if math.isnan(late)
-        else late <= COLD_START_MARGIN_S,
-        f"0 lost within the hold bound ({figure(bound)} s)": sum(r.lost for r in runs) == 0,
-    }
+    return [
+        at_most(
+            f"first request answered within the replica's load time + {COLD_START_MARGIN_S:g} s",
+            median([r.first_answer_s - r.load_s for r in runs]),
+            COLD_START_MARGIN_S,
+        ),
+        at_most(f"0 lost within the hold bound ({figure(bound)} s)", sum(r.lost for r in runs), 0),
+    ]
 
 
 def zero_markdown(result: ZeroResult) -> str:
@@ -280,7 +304,7 @@ def zero_markdown(result: ZeroResult) -> str:
         "",
         "![held requests over time](router-zero.png)",
         "",
-        *(f"- {verdict(ok)}: {goal}" for goal, ok in zero_goals(result).items()),
+        *bullets(zero_goals(result)),
     ]
     return "\n".join(lines) + "\n"
 

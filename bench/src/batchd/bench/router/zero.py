@@ -14,6 +14,7 @@ import dataclasses
 import time
 from pathlib import Path
 
+from batchd.bench.kit.handlers import TRIVIAL_ADDER
 from batchd.bench.kit.records import RunRecord
 from batchd.bench.router.analysis import ZeroResult, ZeroRun, first_at_least
 from batchd.bench.router.options import ZeroOptions
@@ -109,7 +110,7 @@ def zero_run(
 
 
 async def run_zero(options: ZeroOptions, cluster: ControlPlane, workdir: Path, meta: RunRecord) -> ZeroResult:
-    model = {"handler": "batchd.bench.kit.handlers:TrivialAdder.handle_batch", "device": "cpu"}
+    model = {"handler": TRIVIAL_ADDER, "device": "cpu"}
     manifest_path = servers.write_manifest(workdir, manifest(MODEL, model))
     settings = {"hold_timeout_s": options.hold_timeout_s, "max_held_per_deployment": options.max_held}
     runs: list[ZeroRun] = []

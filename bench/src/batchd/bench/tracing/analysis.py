@@ -7,8 +7,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from batchd.bench.kit.goals import Goal, at_least
 from batchd.bench.kit.records import RunRecord
-from batchd.bench.kit.stats import median, ratio
+from batchd.bench.kit.repeats import within_repeats
+from batchd.bench.kit.stats import median
 from batchd.bench.tracing.options import MODES, RPS_GOALS
 
 OFF = MODES[0]
@@ -82,12 +84,8 @@ class ModeFigures:
 
 def _paired(rounds: list[Round], model: str, mode: str, figure: str) -> list[float]:
     """Per repeat, `figure` of `mode` over tracing off's, both of `model`."""
-    by_repeat = {(r.mode, r.repeat): getattr(r, figure) for r in rounds if r.model == model}
-    return [
-        ratio(value, by_repeat[(OFF, repeat)])
-        for (each, repeat), value in by_repeat.items()
-        if each == mode and (OFF, repeat) in by_repeat
-    ]
+    of_model = [r for r in rounds if r.model == model]
+    return within_repeats(of_model, lambda r: (r.mode, r.repeat), mode, OFF, lambda r: getattr(r, figure))
 
 
 def figures(results: Results) -> list[ModeFigures]:
@@ -116,17 +114,18 @@ def figures(results: Results) -> list[ModeFigures]:
     return out
 
 
-def goals(results: Results) -> dict[str, bool | None]:
-    """Each model's requests/s at each sampling ratio against its goal (None: not measured)."""
+def goals(results: Results) -> list[Goal]:
+    """Each model's requests/s at each sampling ratio against its goal."""
     found = {(f.model, f.mode): f.rps_ratio for f in figures(results)}
-    out: dict[str, bool | None] = {}
-    for model in dict.fromkeys(r.model for r in results.rounds):
-        for mode, goal in RPS_GOALS.items():
-            value = found.get((model, mode), math.nan)
-            out[f"{model}, {mode} sampling: >= {goal:g}x the requests/s of tracing off"] = (
-                None if math.isnan(value) else value >= goal
-            )
-    return out
+    return [
+        at_least(
+            f"{model}, {mode} sampling: >= {goal:g}x the requests/s of tracing off",
+            found.get((model, mode), math.nan),
+            goal,
+        )
+        for model in dict.fromkeys(r.model for r in results.rounds)
+        for mode, goal in RPS_GOALS.items()
+    ]
 
 
 def failure(results: Results) -> str | None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from batchd.bench.kit.charts import panels
-from batchd.bench.kit.formatting import figure, number, share, verdict
+from batchd.bench.kit.formatting import figure, number, share
+from batchd.bench.kit.goals import bullets
 from batchd.bench.kit.records import ran
 from batchd.bench.kit.stats import median, ratio
 from batchd.bench.tracing.analysis import OFF, Results, figures, goals
@@ -97,7 +98,7 @@ def to_markdown(results: Results) -> str:
         *_spans(results),
         "## Goals",
         "",
-        *(f"- {verdict(ok)}: {goal}" for goal, ok in goals(results).items()),
+        *bullets(goals(results)),
     ]
     return "\n".join(lines) + "\n"
 

@@ -15,10 +15,10 @@ import httpx
 import orjson
 
 from batchd.bench.kit import procstat
+from batchd.bench.kit.handlers import TRIVIAL_ADDER
 from batchd.bench.kit.loadgen import Request, closed_loop
-from batchd.bench.kit.repeats import rotated
+from batchd.bench.kit.repeats import interleaved
 from batchd.bench.kit.stats import percentile
-from batchd.bench.peers.catalog import TRIVIAL_ADDER
 from batchd.bench.tracing.analysis import Round, Stored
 from batchd.bench.tracing.options import MODELS, MODES, SAMPLING, Options
 from batchd.testing.jaeger import Jaeger
@@ -199,17 +199,14 @@ async def run_model(
     marker = MARKER_TRACE.format(MODELS.index(model))
     async with side_by_side(model, cluster, backend, workdir) as settings:
         rounds = []
-        for repeat in range(options.repeats):
-            for mode in rotated(MODES, repeat):
-                if repeat == options.repeats - 1 and SAMPLING[mode] == 1.0:
-                    # Just before the setting's last round: the marker's spans leave with that
-                    # round's exports (not at the next scheduled one, up to 5 s on), and its trace
-                    # is among the newest the store keeps.
-                    await asyncio.to_thread(send_marker, model, settings[mode], marker)
-                print(f"tracing, {model}, repeat {repeat + 1}/{options.repeats}: {mode}", flush=True)
-                rounds.append(
-                    await measure(settings[mode], model, clients, options, repeat, backend.process.pid)
-                )
+        for repeat, mode in interleaved(MODES, options.repeats):
+            if repeat == options.repeats - 1 and SAMPLING[mode] == 1.0:
+                # Just before the setting's last round: the marker's spans leave with that
+                # round's exports (not at the next scheduled one, up to 5 s on), and its trace
+                # is among the newest the store keeps.
+                await asyncio.to_thread(send_marker, model, settings[mode], marker)
+            print(f"tracing, {model}, repeat {repeat + 1}/{options.repeats}: {mode}", flush=True)
+            rounds.append(await measure(settings[mode], model, clients, options, repeat, backend.process.pid))
         stored = [
             await asyncio.to_thread(read_back, backend, model, settings[mode], marker)
             for mode in MODES

@@ -7,7 +7,7 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from batchd.bench.kit.promtext import parse_counter, parse_histogram
+from batchd.testing.promtext import parse_counter, parse_histogram
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 

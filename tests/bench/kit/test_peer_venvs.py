@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from batchd.bench.peers import venvs
-from batchd.bench.peers.catalog import PEERS
+from batchd.bench.kit.peer_servers import venvs
+from batchd.bench.kit.peer_servers.catalog import PEERS
 
 
 def test_the_hash_changes_with_any_byte_of_the_requirements_or_the_python() -> None:

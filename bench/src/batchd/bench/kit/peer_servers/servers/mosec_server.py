@@ -1,6 +1,6 @@
 """Mosec: its Rust HTTP front batches requests and hands them to a Python worker process.
 
-    python -m batchd.bench.peers.servers.mosec_server --model adder --host H --port P
+    python -m batchd.bench.kit.peer_servers.servers.mosec_server --model adder --host H --port P
 
 POST /inference with `{"instances": [item]}` answers `{"predictions": [answer]}`.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from mosec import Server, Worker
 
-from batchd.bench.peers.servers import models
+from batchd.bench.kit.peer_servers.servers import models
 
 
 class Model(Worker):  # type: ignore[misc]  # mosec is untyped

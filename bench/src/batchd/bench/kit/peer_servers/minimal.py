@@ -8,7 +8,7 @@ answer. No validation, no deadlines or disconnect watch, no admission bound, no 
 routes besides its one. What batchd costs beyond it is what those cost; what it costs is what
 any server that batches on uvicorn pays.
 
-    python -m batchd.bench.peers.minimal --host 127.0.0.1 --port 8000
+    python -m batchd.bench.kit.peer_servers.minimal --host 127.0.0.1 --port 8000
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import orjson
 import uvicorn
 
 from batchd.api.httpserver import UVICORN_OPTIONS
-from batchd.bench.kit.asgi import read_body
-from batchd.bench.peers.servers.models import BATCH_WAIT_S, MAX_BATCH_SIZE
+from batchd.bench.kit.peer_servers.servers.models import BATCH_WAIT_S, MAX_BATCH_SIZE
 from batchd.replica.front.keepalive import bounded_protocol
+from batchd.testing.asgi import read_body
 
 HEADERS = [(b"content-type", b"application/json")]
 READY = b'{"ready": true}'

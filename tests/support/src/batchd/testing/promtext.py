@@ -1,7 +1,8 @@
-"""Reading the replica's own `/metrics`: the batch-size histogram, as the server saw it.
+"""Reading a server's own `/metrics`: the batch-size histogram and the counters, as the server saw
+them.
 
-The report quotes batch sizes from the server rather than guessing them from the client side,
-so the numbers are the ones an operator would see in Grafana. A replica serves many runs in a
+Tests and benchmarks quote batch sizes from the server rather than guessing them from the client
+side, so the numbers are the ones an operator would see in Grafana. A replica serves many runs in a
 row, so the useful figure is the difference between two scrapes.
 """
 

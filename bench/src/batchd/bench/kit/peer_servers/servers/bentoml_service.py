@@ -1,7 +1,8 @@
 """BentoML: `bentoml serve` runs an HTTP server (Starlette under uvicorn) with adaptive batching in
 a worker process.
 
-    PEER_MODEL=adder bentoml serve batchd.bench.peers.servers.bentoml_service:Model --host H --port P
+    PEER_MODEL=adder bentoml serve batchd.bench.kit.peer_servers.servers.bentoml_service:Model \
+        --host H --port P
 
 POST /predict with `{"instances": [item]}` answers `[answer]`: a batchable API is called with the
 requests' lists joined, and each request gets its own slice back.
@@ -14,7 +15,7 @@ from typing import Any
 
 import bentoml
 
-from batchd.bench.peers.servers import models
+from batchd.bench.kit.peer_servers.servers import models
 
 
 @bentoml.service(workers=1)

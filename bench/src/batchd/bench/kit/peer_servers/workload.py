@@ -24,16 +24,16 @@ from pathlib import Path
 import httpx
 
 from batchd.bench.kit import CHECKOUT, loadgen, processtree
+from batchd.bench.kit.peer_servers import venvs
+from batchd.bench.kit.peer_servers.catalog import MODELS, PEERS, Model, Options, Peer, batchd_manifest
+from batchd.bench.kit.peer_servers.results import CeilingRun, PeerInfo, Run
+from batchd.bench.kit.peer_servers.servers import models
 from batchd.bench.kit.repeats import rotated
 from batchd.bench.kit.stats import percentile
-from batchd.bench.peers import venvs
-from batchd.bench.peers.analysis import CeilingRun, PeerInfo, Run
-from batchd.bench.peers.catalog import MODELS, PEERS, Model, Options, Peer, batchd_manifest
-from batchd.bench.peers.servers import models
 from batchd.testing.models import build_gpt2, minilm_mirror
 from batchd.testing.servers import ServerFailed, ServerProcess, free_port, write_manifest
 
-logger = logging.getLogger("batchd.bench.peers")
+logger = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 BENCH_SRC = CHECKOUT / "bench" / "src"
@@ -252,7 +252,7 @@ def measure(
 def measure_ceiling(repeat: int, options: Options, workdir: Path, cores: set[int] | None) -> CeilingRun:
     """The embedder the peers call, alone in a process on the servers' cores, at their max batch."""
     command = [
-        sys.executable, "-m", "batchd.bench.peers.servers.ceiling",
+        sys.executable, "-m", "batchd.bench.kit.peer_servers.servers.ceiling",
         "--batch-size", str(models.MAX_BATCH_SIZE), "--duration-s", str(options.ceiling_s),
     ]  # fmt: skip
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None

@@ -1,5 +1,5 @@
-"""What the benchmarks' plain ASGI servers (the trivial adders that stand in for a replica or a
-peer) share: reading a request's whole body."""
+"""What the plain ASGI servers of the tests and benchmarks (stand-ins for a replica or a peer)
+share: reading a request's whole body."""
 
 from __future__ import annotations
 

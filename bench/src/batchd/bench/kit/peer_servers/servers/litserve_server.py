@@ -1,6 +1,6 @@
 """LitServe: FastAPI under uvicorn in front, the model in a worker process fed through queues.
 
-    python -m batchd.bench.peers.servers.litserve_server --model adder --host H --port P
+    python -m batchd.bench.kit.peer_servers.servers.litserve_server --model adder --host H --port P
 
 POST /predict with `{"instances": [item]}` answers `{"predictions": [answer]}`.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 import litserve
 
-from batchd.bench.peers.servers import models
+from batchd.bench.kit.peer_servers.servers import models
 
 
 class Model(litserve.LitAPI):  # type: ignore[misc]  # litserve is untyped

@@ -1,7 +1,7 @@
 """PyTriton: NVIDIA Triton Inference Server (C++) batches requests and calls the model in a Python
 process through shared memory.
 
-    python -m batchd.bench.peers.servers.pytriton_server --model adder --host H --port P
+    python -m batchd.bench.kit.peer_servers.servers.pytriton_server --model adder --host H --port P
 
 Triton speaks the Open Inference Protocol only: POST /v2/models/<model>/infer with one input
 `x` of one item (INT64 for the adder, BYTES for MiniLM and GPT-2) answers one output `y`
@@ -18,7 +18,7 @@ from pytriton.decorators import batch
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 
-from batchd.bench.peers.servers import models
+from batchd.bench.kit.peer_servers.servers import models
 
 
 def free_port(host: str) -> int:

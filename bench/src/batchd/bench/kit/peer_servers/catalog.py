@@ -1,13 +1,14 @@
 """What is compared: the models (and how many clients drive each) and the peers (how each starts and
-what it is sent), in one table each.
+what it is sent), in one table each; the peers benchmark compares them all, the prefix benchmark
+batchd's generator with its cache on and off beside them.
 
 Every server is sent the same bytes for the same model, `{"instances": [item]}`, at the route its
 framework gives it; PyTriton alone gets the Open Inference Protocol's body, the only one Triton
 reads. batchd runs from the project's own environment, every other peer from its own
-(`venvs`), started as `python -m batchd.bench.peers.servers.<module>` with bench/src on its path.
+(`venvs`), started as `python -m batchd.bench.kit.peer_servers.servers.<module>` with bench/src on its path.
 
-The options (how long, how often, on which cores: the defaults and the smoke-sized run) and the
-goals live here too."""
+The options of a run (how long, how often) and where servers and load run (`placement`) live
+here too."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batchd.bench.peers.servers import models
+from batchd.bench.kit.handlers import TRIVIAL_ADDER
+from batchd.bench.kit.peer_servers.servers import models
 from batchd.testing.manifests import manifest
 from batchd.testing.models import MINILM_SOURCE, SENTENCE
 
-TRIVIAL_ADDER = "batchd.bench.kit.handlers:TrivialAdder.handle_batch"
 # What every generation request asks to continue (the answer: models.NEW_TOKENS tokens).
 PROMPT = "Once upon a time there was a batching server that gathered requests into batches."
 
@@ -60,7 +61,9 @@ class Peer:
     title: str
     distribution: str  # whose version the report quotes ("" for batchd: this checkout)
     how: str  # what runs where, in a few words (the report's table)
-    module: str = ""  # under batchd.bench.peers.servers ("" for what runs from batchd's environment)
+    module: str = (
+        ""  # under batchd.bench.kit.peer_servers.servers ("" for what runs from batchd's environment)
+    )
     models: tuple[str, ...] = ("adder", "minilm", "gpt2")  # what it serves
     # The floor is measured beside the peers as a bound, not as one of them: it is never said to
     # be ahead of batchd, nor counted among the peers batchd should pass.
@@ -106,13 +109,13 @@ class Peer:
         if self.name == "floor":
             return [str(python), "-m", "batchd.bench.kit.floor"]
         if self.name == "minimal":
-            return [str(python), "-m", "batchd.bench.peers.minimal"]
+            return [str(python), "-m", "batchd.bench.kit.peer_servers.minimal"]
         if self.name == "bentoml":
             return [str(python), "-m", "bentoml", "serve", f"{SERVERS}.{self.module}:Model"]
         return [str(python), "-m", f"{SERVERS}.{self.module}", "--model", model.name]
 
 
-SERVERS = "batchd.bench.peers.servers"
+SERVERS = "batchd.bench.kit.peer_servers.servers"
 BATCHD_PEERS = ("batchd", "unbatched", "uncached", "baseline")
 
 PEERS: Mapping[str, Peer] = {
@@ -160,7 +163,7 @@ PEERS: Mapping[str, Peer] = {
             "minimal batching on uvicorn (bound)",
             "",
             "batchd's uvicorn and connection protocol, one future a request, batches of 32 or 10 ms, "
-            "the model on a thread: no checks, deadlines, watches or metrics (`peers.minimal`)",
+            "the model on a thread: no checks, deadlines, watches or metrics (`kit.peer_servers.minimal`)",
             models=("adder",),
             reference=True,
         ),
@@ -252,20 +255,6 @@ class Options:
     baseline_src: str | None = None  # the replica source tree the `baseline` peer runs from
 
 
-QUICK = Options(repeats=1, duration_s=1.0, warmup_s=0.3, ceiling_s=0.5, ready_timeout_s=120.0)
-
-# The goals (ratios in one run), checked and reported; a run that misses one still writes its
-# figures. The trivial adder: batchd's CPU per request, throughput and p99 at least Mosec's, and
-# this share of bare uvicorn's throughput. MiniLM: batchd's throughput at least every peer's,
-# this share of the model's own ceiling and this multiple of batchd unbatched; idle memory at most
-# this much above the model alone in a process, warm (torch's own import is most of a replica's
-# memory and depends on its build: the CUDA build of torch 2.13 holds about 500 MB once imported).
-FLOOR_GOAL = 0.5
-CEILING_GOAL = 0.95
-BATCHING_GAIN_GOAL = 3.5
-IDLE_OVERHEAD_GOAL_MB = 64.0
-
-
 def placement() -> tuple[set[int] | None, set[int] | None]:
     """(the servers' cores, the load generator's): on two or more cores, every server process on
     the first and the load on the others, so that neither takes the other's time; else none."""
@@ -273,3 +262,13 @@ def placement() -> tuple[set[int] | None, set[int] | None]:
     if len(available) < 2:
         return None, None
     return {available[0]}, set(available[1:])
+
+
+def describe(server_cores: set[int] | None, load_cores: set[int] | None) -> str:
+    """`placement` in words, for a report."""
+    if not server_cores or not load_cores:
+        return f"no pinning: {len(os.sched_getaffinity(0))} core(s), servers and load share them"
+    return (
+        f"every server process on core {','.join(map(str, sorted(server_cores)))}, the load generator "
+        f"on core {','.join(map(str, sorted(load_cores)))}"
+    )

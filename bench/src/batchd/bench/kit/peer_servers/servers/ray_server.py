@@ -1,7 +1,7 @@
 """Ray Serve: a local Ray cluster, an HTTP proxy actor (uvicorn) and one replica actor that batches
 with `@serve.batch`.
 
-    python -m batchd.bench.peers.servers.ray_server --model adder --host H --port P
+    python -m batchd.bench.kit.peer_servers.servers.ray_server --model adder --host H --port P
 
 POST / with `{"instances": [item]}` answers `{"predictions": [answer]}`.
 """
@@ -15,7 +15,7 @@ import ray
 from ray import serve
 from starlette.requests import Request
 
-from batchd.bench.peers.servers import models
+from batchd.bench.kit.peer_servers.servers import models
 
 # Ray Serve's default (5 in flight a replica) would cap every batch at 5: the load's clients all
 # go to the one replica, as they do to every other server here.

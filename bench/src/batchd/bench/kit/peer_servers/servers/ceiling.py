@@ -3,7 +3,7 @@ batch size, no server in the way (run from batchd's environment, which has the m
 too). It prints one JSON object: items a second, torch's threads and the process's resident
 memory once warm (the model alone, what a server's own memory is measured against).
 
-    python -m batchd.bench.peers.servers.ceiling --batch-size 32 --duration-s 5
+    python -m batchd.bench.kit.peer_servers.servers.ceiling --batch-size 32 --duration-s 5
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import time
 
 from batchd.bench.kit import procstat
-from batchd.bench.peers.servers import models
+from batchd.bench.kit.peer_servers.servers import models
 from batchd.testing.models import SENTENCE
 
 
