@@ -64,17 +64,18 @@ class DirectProtocol(BoundedHttpToolsProtocol):
 
     def _direct_request(self, last: bool) -> _Prediction | None:
         """A `_Prediction` when the request whose headers just ended goes direct, else None."""
-        parser = self.parser
-        if self.expect_100_continue or self.busy() or self.limit_concurrency is not None:
+        parser, cycle = self.parser, self.cycle
+        if (cycle is not None and not cycle.response_complete) or self.pipeline:
+            return None  # a request in flight on this connection, or pipelined behind one
+        if self.expect_100_continue or self.limit_concurrency is not None:
             return None
         if parser.get_http_version() != "1.1" or parser.should_upgrade():
             return None
         path, query, _ = self.url.partition(b"?")
         if query or b"%" in path:
             return None
-        method = parser.get_method().decode("latin-1")
-        server = self.server
-        routed = self.inference.route(method, path.decode("latin-1"), None if server is None else server[1])
+        method, server = parser.get_method(), self.server
+        routed = self.inference.route_raw(method, path, None if server is None else server[1])
         if not isinstance(routed, Routed) or routed.endpoint.items is None:
             return None
         length: bytes | None = None
@@ -85,20 +86,20 @@ class DirectProtocol(BoundedHttpToolsProtocol):
                 return None
         if length is None or not length.isdigit() or not self.inference.accepts_body(int(length)):
             return None
-        exchange = self.inference.open(routed, method, self.url.decode("latin-1"), self.headers)
+        exchange = self.inference.open(
+            routed, method.decode("latin-1"), self.url.decode("latin-1"), self.headers
+        )
         return _Prediction(self, exchange, parser.should_keep_alive() and not last)
-
-    def busy(self) -> bool:
-        """Whether a request is in flight on this connection, or pipelined behind one."""
-        cycle = self.cycle
-        return (cycle is not None and not cycle.response_complete) or bool(self.pipeline)
 
     def on_body(self, body: bytes) -> None:
         direct = self._direct
         if direct is None or not direct.reading:
             super().on_body(body)
             return
-        direct.receive(body)
+        try:
+            direct.exchange.receive(body)
+        except Exception as error:  # raised inside the parser's callback, it would read as malformed
+            direct.error = error
 
     def on_message_complete(self) -> None:
         direct = self._direct
@@ -136,14 +137,6 @@ class _Prediction:
         self.response_complete = False
         self.error: Exception | None = None  # the body broke a rule of the pipeline's
 
-    def receive(self, chunk: bytes) -> None:
-        if self.error is not None:
-            return
-        try:
-            self.exchange.receive(chunk)
-        except Exception as error:  # raised inside the parser's callback, it would read as malformed
-            self.error = error
-
     def run(self) -> None:
         """The body is complete: submit it, or answer why not."""
         self.reading = False
@@ -172,8 +165,9 @@ class _Prediction:
         parts = [STATUS_LINE[reply.status]]
         for name, value in (*protocol.server_state.default_headers, *reply.headers):
             parts += (name, b": ", value, b"\r\n")
-        closes = reply.closes or not self.keep_alive
-        if closes and not reply.closes:
+        closes = reply.closes
+        if not (closes or self.keep_alive):
+            closes = True
             parts += (CLOSE[0], b": ", CLOSE[1], b"\r\n")
         parts += (b"\r\n", reply.body)
         transport.write_whole(b"".join(parts))

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -44,16 +44,19 @@ logger = logging.getLogger(__name__)
 Headers = list[tuple[bytes, bytes]]
 JSON_HEADERS: Headers = [(b"content-type", b"application/json")]
 CLOSE = (b"connection", b"close")
+# Routes found are kept, as the same few paths come again and again; up to this many, since a
+# client may name any model in a path.
+ROUTES_KEPT = 256
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(NamedTuple):  # a tuple: one is made per request, and a tuple is the cheapest to make
     """A whole answer, framed: its headers end with its content-length and, when the connection
-    is to close after it, `connection: close`."""
+    is to close after it (`closes`), `connection: close`."""
 
     status: int
     headers: Headers
     body: bytes
+    closes: bool
 
     @classmethod
     def framed(cls, status: int, body: bytes, headers: Headers, closes: bool) -> Reply:
@@ -61,11 +64,7 @@ class Reply:
         framed = [*headers, (b"content-length", str(len(body)).encode())]
         if closes:
             framed.append(CLOSE)
-        return cls(status, framed, body)
-
-    @property
-    def closes(self) -> bool:
-        return self.headers[-1] == CLOSE
+        return cls(status, framed, body, closes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +83,7 @@ class Pipeline:
         self.gate = gate
         self.routes = RouteTable(endpoint.route for endpoint in endpoints)
         self._endpoints = {endpoint.route.operation: endpoint for endpoint in endpoints}
+        self._routed: dict[tuple[bytes, bytes], Routed] = {}  # found by `route_raw`
         self.max_body = replica.settings.max_body_bytes
         # With a port of its own, /metrics is served there alone (`settings.metrics_port`).
         self._metrics_port = replica.settings.metrics_port
@@ -109,29 +109,30 @@ class Pipeline:
         headers = [*JSON_HEADERS, (b"allow", ", ".join(allowed).encode())]
         return Reply.framed(405, orjson.dumps({"error": message}), headers, self.closes_connections)
 
+    def route_raw(self, method: bytes, path: bytes, port: int | None) -> Routed | Reply | None:
+        """`route`, for a door that has the method and path as bytes (the direct path): the routes
+        found are kept by them, as the same few come again and again."""
+        key = (method, path)
+        routed = self._routed.get(key)
+        if routed is not None and (not self._metrics_port or port != self._metrics_port):
+            return routed  # a route found is never /metrics, so served on any port but that one
+        found = self.route(method.decode("latin-1"), path.decode("latin-1"), port)
+        if isinstance(found, Routed) and len(self._routed) < ROUTES_KEPT:
+            self._routed[key] = found
+        return found
+
     def accepts_body(self, length: int) -> bool:
         return length <= self.max_body
 
     def open(self, routed: Routed, method: str, target: str, headers: Headers) -> Exchange:
         """A request whose head has been read (`target`: its raw path and query) has started."""
         tracing = self.replica.tracing
+        if tracing is None:
+            return Exchange(self, routed, method, target, headers, None)
         route = routed.endpoint.route
         path = target.partition("?")[0]
-        trace = (
-            None
-            if tracing is None
-            else tracing.request_started(route.operation, route.path, method, path, headers)
-        )
+        trace = tracing.request_started(route.operation, route.path, method, path, headers)
         return Exchange(self, routed, method, target, headers, trace)
-
-    def client(
-        self, method: str, target: str, headers: Headers, gone: Abandoned | None, trace: RequestTrace | None
-    ) -> Client:
-        """The client of a request: who it is as the gate believes it (Unauthenticated, a 401,
-        where it may not), how long it still waits, `gone` and its span."""
-        caller = self.gate.caller(method, target, headers)
-        timeout = next((value for name, value in headers if name == TIMEOUT_HEADER), None)
-        return client_waiting(timeout, gone, caller, trace)
 
 
 def client_waiting(
@@ -166,6 +167,7 @@ class Exchange:
     counted once (`finished`, `streamed`, `failed`, `dropped`)."""
 
     __slots__ = (
+        "_answered",
         "_chunks",
         "_size",
         "endpoint",
@@ -198,6 +200,7 @@ class Exchange:
         self._chunks: list[bytes] = []
         self._size = 0
         self.submission: Submission | None = None
+        self._answered: Callable[[Reply], None] | None = None  # the door, until it has its answer
         pipeline.replica.inflight += 1
         self.started = time.perf_counter()
 
@@ -209,11 +212,18 @@ class Exchange:
         self._chunks.append(chunk)
 
     def call(self, gone: Abandoned | None) -> Call:
-        """The request as its handler sees it; its client read off the head (`Pipeline.client`)."""
-        pipeline = self.pipeline
-        client = pipeline.client(self.method, self.target, self.headers, gone, self.trace)
+        """The request as its handler sees it, its client read off the head: who it is as the gate
+        believes it (Unauthenticated, a 401, where it may not), how long it still waits, `gone`
+        (how the door learns that it has left) and its span."""
+        headers = self.headers
+        caller = self.pipeline.gate.caller(self.method, self.target, headers)
+        timeout = None
+        for name, value in headers:
+            if name == TIMEOUT_HEADER:
+                timeout = value
+        client = client_waiting(timeout, gone, caller, self.trace)
         body = b"".join(self._chunks)
-        return Call(pipeline.replica, self.model_name, body, self.headers, self.target, client)
+        return Call(self.pipeline.replica, self.model_name, body, headers, self.target, client)
 
     async def answer(self, gone: Abandoned) -> Reply | EventStream:
         """Run the endpoint's handler: its answer framed, or the stream it opened, which the door
@@ -246,18 +256,26 @@ class Exchange:
         except Exception as error:
             answered(self.failed(error))
             return
-        submission.waiter.add_done_callback(lambda _: answered(self._resolved(submission, items.encode)))
+        self._answered = answered
+        submission.waiter.add_done_callback(self._resolved)
 
-    def _resolved(self, submission: Submission, encode: Callable[[list[Any]], Any]) -> Reply:
+    def _resolved(self, _: object) -> None:
+        submission, items = self.submission, self.endpoint.items
+        assert submission is not None and items is not None
         try:
-            return self.finished(encode(submission.results()))
+            reply = self.finished(items.encode(submission.results()))
         except Exception as error:
-            return self.failed(error)
+            reply = self.failed(error)
         except BaseException:  # cancelled by neither its watch nor its client: the server stops
             self.dropped()
             raise
         finally:
             submission.close()
+        # Let go of the door once it has its answer: the door holds this exchange, and a cycle
+        # would be left to the garbage collector, request after request.
+        answered, self._answered = self._answered, None
+        assert answered is not None
+        answered(reply)
 
     def abandon(self, why: BaseException) -> None:
         """The client has gone: what it submitted is dropped before the model (see `submit`)."""

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from batchd.api.routes import KSERVE_V1_PREDICT
 from batchd.replica.errors import InvalidInput, openapi_responses
-from batchd.replica.front.endpoints import Call, Endpoint, Items
+from batchd.replica.front.endpoints import Call, Endpoint, Items, parse_json
 from batchd.replica.front.protocols.openai.models import model_card, model_list, served_names
 from batchd.replica.replica import Replica
 
@@ -38,7 +38,7 @@ def predictions(results: list[Any]) -> dict[str, Any]:
 
 def instances(call: Call) -> list[Any]:
     """The items of a predict request: its instances."""
-    body = call.json()
+    body = parse_json(call.body)
     if not isinstance(body, dict):
         raise InvalidInput(
             f"request body: expected a JSON object with 'instances', got {type(body).__name__}"
