@@ -93,7 +93,7 @@ async def _send_stream(send: Send, exchange: Exchange, stream: EventStream) -> N
     if not started:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": b""})
-    exchange.streamed()
+    exchange.succeeded()
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -96,10 +96,8 @@ class DirectProtocol(BoundedHttpToolsProtocol):
         if direct is None or not direct.reading:
             super().on_body(body)
             return
-        try:
-            direct.exchange.receive(body)
-        except Exception as error:  # raised inside the parser's callback, it would read as malformed
-            direct.error = error
+        # Within the bound: its Content-Length was (`_direct_request`), and the parser holds it to it.
+        direct.exchange.receive(body)
 
     def on_message_complete(self) -> None:
         direct = self._direct
@@ -127,7 +125,7 @@ class _Prediction:
     """One direct request, from the end of its headers to its answer. To uvicorn's connection it
     stands for the request's cycle: `response_complete`, and `keep_alive` (cleared at shutdown)."""
 
-    __slots__ = ("error", "exchange", "keep_alive", "protocol", "reading", "response_complete")
+    __slots__ = ("exchange", "keep_alive", "protocol", "reading", "response_complete")
 
     def __init__(self, protocol: DirectProtocol, exchange: Exchange, keep_alive: bool) -> None:
         self.protocol = protocol
@@ -135,14 +133,10 @@ class _Prediction:
         self.keep_alive = keep_alive
         self.reading = True
         self.response_complete = False
-        self.error: Exception | None = None  # the body broke a rule of the pipeline's
 
     def run(self) -> None:
         """The body is complete: submit it, or answer why not."""
         self.reading = False
-        if self.error is not None:
-            self._write(self.exchange.failed(self.error))
-            return
         self.exchange.submit(self._write)
 
     def abandon(self) -> None:

@@ -142,7 +142,7 @@ class Endpoint:
     tag: str
     answer: Answerer | None = None
     streaming: Streaming | None = None
-    items: Items | None = None  # an answer of batch items' results alone: `answer` is made of it
+    items: Items | None = None  # an answer of batch items' results alone
     request: type[BaseModel] | None = None  # the JSON body's schema; None: the route documents no body
     response: type[BaseModel] | None = None  # the 200 answer's schema; None: any JSON value
     response_description: str = "Successful Response"
@@ -158,5 +158,11 @@ class Endpoint:
             raise ValueError(
                 f"endpoint {self.route.operation!r}: give one of `answer`, `streaming` or `items`"
             )
+
+    @property
+    def whole(self) -> Answerer:
+        """What answers a request whole: the handler, or the one made of `items`."""
         if self.items is not None:
-            object.__setattr__(self, "answer", self.items.answer)
+            return self.items.answer
+        assert self.answer is not None, self.route.operation
+        return self.answer

@@ -114,8 +114,8 @@ class Pipeline:
         found are kept by them, as the same few come again and again."""
         key = (method, path)
         routed = self._routed.get(key)
-        if routed is not None and (not self._metrics_port or port != self._metrics_port):
-            return routed  # a route found is never /metrics, so served on any port but that one
+        if routed is not None and port != self._metrics_port:
+            return routed  # a route found is never /metrics: served on any port but that one
         found = self.route(method.decode("latin-1"), path.decode("latin-1"), port)
         if isinstance(found, Routed) and len(self._routed) < ROUTES_KEPT:
             self._routed[key] = found
@@ -136,10 +136,7 @@ class Pipeline:
 
 
 def client_waiting(
-    timeout: bytes | None,
-    gone: Abandoned | None,
-    caller: Caller = ANONYMOUS,
-    trace: RequestTrace | None = None,
+    timeout: bytes | None, gone: Abandoned | None, caller: Caller, trace: RequestTrace | None
 ) -> Client:
     """A client that waits `timeout` seconds (the `batchd-timeout-s` value, None where it did not
     say), as `caller` (`gate`), its request traced by `trace`; InvalidInput (a 400) naming the
@@ -164,7 +161,7 @@ def client_waiting(
 
 class Exchange:
     """One inference request, from the end of its head to its answer: in flight from here,
-    counted once (`finished`, `streamed`, `failed`, `dropped`)."""
+    counted once (`finished`, `succeeded`, `failed`, `dropped`)."""
 
     __slots__ = (
         "_answered",
@@ -227,14 +224,13 @@ class Exchange:
 
     async def answer(self, gone: Abandoned) -> Reply | EventStream:
         """Run the endpoint's handler: its answer framed, or the stream it opened, which the door
-        sends and then counts (`streamed`, `failed_midstream`)."""
+        sends and then counts (`succeeded`, `failed_midstream`)."""
         endpoint = self.endpoint
         try:
             call = self.call(gone)
             if endpoint.streaming is not None:
                 return endpoint.streaming.opened(call)
-            assert endpoint.answer is not None
-            payload = await endpoint.answer(call)
+            payload = await endpoint.whole(call)
             if isinstance(payload, EventStream):
                 return payload
             return self.finished(payload)
@@ -289,11 +285,11 @@ class Exchange:
             reply = Reply.framed(200, payload.header + payload.data, payload.headers(), closes)
         else:  # here, so that a result that is no JSON is an error answer
             reply = Reply.framed(200, json_bytes(payload), JSON_HEADERS, closes)
-        self.streamed()
+        self.succeeded()
         return reply
 
-    def streamed(self) -> None:
-        """Counts a success (a stream whose last event has gone)."""
+    def succeeded(self) -> None:
+        """Counts a success: an answer framed (`finished`), or a stream whose last event has gone."""
         replica = self.pipeline.replica
         replica.inflight -= 1
         trace = self.trace
